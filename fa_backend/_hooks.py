@@ -1,0 +1,43 @@
+"""The PEP 517 hooks. Each one is a line or two; the work lives in _build."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from . import _build, _sdist_self, _settings
+from ._errors import FaShimError, boundary
+
+
+@boundary
+def get_requires_for_build_wheel(config_settings=None):
+    return []  # everything is in [build-system] requires; torch is found, never installed
+
+
+@boundary
+def get_requires_for_build_sdist(config_settings=None):
+    return []
+
+
+@boundary
+def prepare_metadata_for_build_wheel(metadata_directory, config_settings=None):
+    return _build.write_metadata(_build.plan(config_settings), metadata_directory)
+
+
+@boundary
+def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
+    return _build.build(_build.plan(config_settings), wheel_directory, metadata_directory)
+
+
+@boundary
+def build_sdist(sdist_directory, config_settings=None):
+    settings = _settings.load(config_settings)
+    return _sdist_self.write(Path.cwd(), sdist_directory, settings.flash_attn_version or "0")
+
+
+@boundary
+def build_editable(wheel_directory, config_settings=None, metadata_directory=None):
+    raise FaShimError(
+        "editable installs are not supported: fa-shim builds a compiled flash-attn wheel from "
+        "the upstream sdist, there is nothing to edit in place.",
+        fix="install without -e: `pip install --no-build-isolation ./fa-shim`.",
+    )

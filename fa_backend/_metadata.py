@@ -1,0 +1,96 @@
+"""Names, versions, tags and the core metadata: computed once, used by prepare_metadata and
+build_wheel alike, so what pip resolved is what it installs."""
+
+from __future__ import annotations
+
+import tarfile
+from pathlib import Path
+
+from packaging import tags
+from packaging.metadata import parse_email
+from packaging.utils import canonicalize_name, parse_wheel_filename
+from packaging.version import Version
+
+from ._errors import FaShimError
+
+DIST_NAME = "flash_attn"  # the distribution's file-name form (PEP 427 escaping of flash-attn)
+
+
+def wheel_tag() -> tags.Tag:
+    """The most specific tag of this interpreter on the plain linux platform.
+
+    Never manylinux (the wheel links the local torch and CUDA; no auditwheel ever ran) and never
+    py3-none-any: the module is compiled for this interpreter's ABI.
+    """
+    plain = [p for p in tags.platform_tags() if p.startswith("linux_")]
+    interpreter = tags.interpreter_name() + tags.interpreter_version()
+    for tag in tags.sys_tags():
+        if (
+            tag.platform in plain
+            and tag.interpreter == interpreter
+            and tag.abi not in ("none", "abi3")
+        ):
+            return tag
+    raise FaShimError(
+        "this interpreter has no binary wheel tag on a plain linux platform "
+        f"(first tag: {next(iter(tags.sys_tags()))}).",
+        fix="build flash-attn on Linux with CPython.",
+    )
+
+
+def full_version(upstream: str, label: str) -> str:
+    version = f"{upstream}+{label}"
+    Version(version)  # raises InvalidVersion on a bad label: a bug, not a user error
+    return version
+
+
+def wheel_filename(version: str, tag: tags.Tag) -> str:
+    name = f"{DIST_NAME}-{version}-{tag}.whl"
+    parsed = parse_wheel_filename(name)
+    assert parsed[0] == canonicalize_name(DIST_NAME) and parsed[1] == Version(version), name
+    return name
+
+
+def dist_info_name(version: str) -> str:
+    return f"{DIST_NAME}-{version}.dist-info"
+
+
+def read_pkg_info(sdist: Path) -> str:
+    """PKG-INFO of the sdist, read straight from the archive (no extraction needed)."""
+    try:
+        with tarfile.open(sdist, "r:gz") as tar:
+            member = next(
+                m
+                for m in tar.getmembers()
+                if m.name.count("/") == 1 and m.name.endswith("/PKG-INFO")
+            )
+            return tar.extractfile(member).read().decode("utf-8")
+    except StopIteration:
+        raise FaShimError(
+            f"{sdist} has no PKG-INFO: it is not an sdist.", fix="use the upstream sdist from PyPI."
+        ) from None
+    except (tarfile.TarError, EOFError, OSError) as exc:
+        raise FaShimError(
+            f"{sdist} is a corrupt or truncated archive ({exc}).",
+            fix=f"delete {sdist} and download the sdist again.",
+        ) from None
+
+
+def core_metadata(pkg_info: str, version: str) -> str:
+    """Upstream's own metadata (summary, Requires-Dist: torch, einops, ...) with our version."""
+    header, sep, body = pkg_info.partition("\n\n")
+    lines = [
+        f"Version: {version}" if line.startswith("Version:") else line
+        for line in header.splitlines()
+    ]
+    text = "\n".join(lines) + sep + body
+    raw, _ = parse_email(text)  # parsed the way pip and uv parse it
+    if raw.get("version") != version or not raw.get("name"):
+        raise FaShimError(
+            "the sdist's PKG-INFO has no Name or Version field.", fix="use the upstream sdist."
+        )
+    return text
+
+
+def wheel_file(tag: tags.Tag, generator: str) -> str:
+    return f"Wheel-Version: 1.0\nGenerator: {generator}\nRoot-Is-Purelib: false\nTag: {tag}\n"

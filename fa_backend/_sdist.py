@@ -1,0 +1,157 @@
+"""Find, verify and unpack the upstream flash-attn sdist.
+
+Order: explicit file (-C sdist) > directory of sdists (-C sdist-dir) > fa-shim's cache > download.
+Every source is checked against the sha256 pinned in vendored_patches/<version>/sdist.sha256.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gzip
+import hashlib
+import shutil
+import tarfile
+import zlib
+from pathlib import Path
+
+from packaging.utils import InvalidSdistFilename, canonicalize_name, parse_sdist_filename
+from packaging.version import Version
+
+from . import _index, _log
+from ._errors import FaShimError
+from ._settings import Settings
+
+VENDORED = Path(__file__).resolve().parent.parent / "vendored_patches"
+
+
+@dataclasses.dataclass(frozen=True)
+class Sdist:
+    path: Path
+    version: str
+    sha256: str
+    pinned: bool
+    origin: str
+
+
+def known_versions() -> list[str]:
+    return sorted((p.parent.name for p in VENDORED.glob("*/sdist.sha256")), key=Version)
+
+
+def pinned_sha256(version: str) -> tuple[str, str] | None:
+    """(sha256, filename) pinned for a version, or None when fa-shim does not know it."""
+    pin = VENDORED / version / "sdist.sha256"
+    if not pin.is_file():
+        return None
+    digest, filename = pin.read_text().split()
+    return digest.lower(), filename
+
+
+def sha256_of(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _matches(path: Path, version: str) -> bool:
+    try:
+        name, found = parse_sdist_filename(path.name)
+    except InvalidSdistFilename:
+        return False
+    return name == canonicalize_name("flash-attn") and found == Version(version)
+
+
+def _in_dir(directory: Path, version: str) -> Path | None:
+    if not directory.is_dir():
+        return None
+    found = sorted(p for p in directory.glob("*.tar.gz") if _matches(p, version))
+    return found[0] if found else None
+
+
+def locate(settings: Settings) -> Sdist:
+    version = settings.flash_attn_version
+    if not version:
+        raise FaShimError(
+            "no flash-attn version is configured.",
+            fix="set flash-attn-version in [tool.fa-shim] or pass -C flash-attn-version=2.8.3.",
+        )
+    pin = pinned_sha256(version)
+    if pin is None and not settings.allow_unknown_version:
+        raise FaShimError(
+            f"flash-attn {version} is not a version fa-shim knows (no pinned sha256 or patches).",
+            fix=f"use one of {', '.join(known_versions())}, or opt in with "
+            "-C allow-unknown-version=true (built unverified and unpatched).",
+        )
+    cache = settings.resolved_cache_dir / "sdists"
+    if settings.sdist:
+        if not settings.sdist.is_file():
+            raise FaShimError(
+                f"the sdist {settings.sdist} (setting sdist) does not exist.",
+                fix="pass the path of a flash_attn-<version>.tar.gz file.",
+            )
+        if not _matches(settings.sdist, version):
+            raise FaShimError(
+                f"{settings.sdist.name} is not the flash-attn {version} sdist.",
+                fix="pass -C flash-attn-version=<its version> too, or the right file.",
+            )
+        path, origin = settings.sdist, "setting sdist"
+    elif settings.sdist_dir and _in_dir(settings.sdist_dir, version):
+        path, origin = _in_dir(settings.sdist_dir, version), f"sdist-dir {settings.sdist_dir}"
+    elif _in_dir(cache, version):
+        path, origin = _in_dir(cache, version), "fa-shim cache"
+    elif settings.offline:
+        where = f"{settings.sdist_dir} or " if settings.sdist_dir else ""
+        raise FaShimError(
+            f"the flash-attn {version} sdist is not in {where}{cache}, and offline is set.",
+            fix="pass -C sdist=FILE or -C sdist-dir=DIR, or allow downloading.",
+        )
+    else:
+        path, origin = _index.download(version, cache), "package index"
+    assert path is not None
+    digest = sha256_of(path)
+    if pin is None:
+        _log.warn(
+            f"flash-attn {version} is not pinned by fa-shim: building the unverified "
+            f"sdist {path} (sha256 {digest}) without vendored patches."
+        )
+    elif digest != pin[0]:
+        raise FaShimError(
+            f"sha256 mismatch for {path} (from {origin}): expected {pin[0]}, got {digest}. "
+            "The file is truncated, corrupt or not the upstream release.",
+            fix=f"delete {path} and let fa-shim download it again, or fetch the original "
+            f"{pin[1]} from PyPI.",
+        )
+    _log.info(
+        f"using {path} (from {origin}, sha256 {digest[:12]}…"
+        f"{' verified' if pin else ' UNVERIFIED'})"
+    )
+    return Sdist(path, version, digest, pin is not None, origin)
+
+
+def extract(sdist: Sdist, dest: Path) -> Path:
+    """Unpack safely (no absolute paths, no links out of the tree); return the source root."""
+    dest.mkdir(parents=True, exist_ok=True)
+    try:
+        with tarfile.open(sdist.path, "r:gz") as tar:
+            if hasattr(tarfile, "data_filter"):
+                tar.extractall(dest, filter="data")
+            else:  # pragma: no cover - Python without PEP 706
+                for member in tar.getmembers():
+                    if member.name.startswith(("/", "..")) or ".." in Path(member.name).parts:
+                        raise tarfile.TarError(f"unsafe member {member.name}")
+                tar.extractall(dest)
+    except (tarfile.TarError, EOFError, zlib.error, gzip.BadGzipFile, OSError) as exc:
+        shutil.rmtree(dest, ignore_errors=True)
+        raise FaShimError(
+            f"{sdist.path} is a corrupt or truncated archive ({exc}).",
+            fix=f"delete {sdist.path} and download the sdist again.",
+        ) from None
+    roots = [p for p in dest.iterdir() if (p / "setup.py").is_file()]
+    if len(roots) != 1:
+        raise FaShimError(
+            f"{sdist.path} does not look like a flash-attn sdist (no single "
+            "top-level directory with setup.py).",
+            fix="use the upstream sdist.",
+        )
+    return roots[0]

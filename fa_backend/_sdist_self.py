@@ -1,0 +1,70 @@
+"""build_sdist: an sdist of fa-shim itself (backend + vendored patches), so sdist -> wheel works."""
+
+from __future__ import annotations
+
+import gzip
+import io
+import os
+import tarfile
+import tempfile
+import time
+from pathlib import Path
+
+from ._metadata import DIST_NAME
+
+# What a wheel build from the sdist needs; tests, CI and docs stay in the repository.
+INCLUDE = ("pyproject.toml", "README.md", "LICENSE", "fa_backend", "vendored_patches")
+
+
+def _files(root: Path) -> list[Path]:
+    found = []
+    for name in INCLUDE:
+        path = root / name
+        if path.is_file():
+            found.append(path)
+        elif path.is_dir():
+            found += [p for p in path.rglob("*") if p.is_file() and "__pycache__" not in p.parts]
+    return sorted(found)
+
+
+def pkg_info(version: str) -> str:
+    return (
+        f"Metadata-Version: 2.2\nName: flash-attn\nVersion: {version}\n"
+        "Summary: FlashAttention-2 built from the upstream sdist against the installed "
+        "PyTorch (fa-shim)\nRequires-Python: >=3.9\nDynamic: Requires-Dist\n"
+    )
+
+
+def write(root: Path, sdist_directory: str, version: str) -> str:
+    """A reproducible tar.gz: sorted members, fixed owners, SOURCE_DATE_EPOCH mtimes."""
+    base = f"{DIST_NAME}-{version}"
+    out_dir = Path(sdist_directory).absolute()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    mtime = int(os.environ.get("SOURCE_DATE_EPOCH", time.time()))
+    fd, tmp = tempfile.mkstemp(dir=out_dir, prefix=".fa-shim-", suffix=".tar.gz.part")
+    try:
+        with (
+            os.fdopen(fd, "wb") as raw,
+            gzip.GzipFile(fileobj=raw, mode="wb", mtime=mtime) as gz,
+            tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar,
+        ):
+            entries = [
+                (
+                    f"{base}/{p.relative_to(root).as_posix()}",
+                    p.read_bytes(),
+                    0o755 if os.access(p, os.X_OK) else 0o644,
+                )
+                for p in _files(root)
+            ]
+            entries.append((f"{base}/PKG-INFO", pkg_info(version).encode(), 0o644))
+            for name, data, mode in sorted(entries):
+                info = tarfile.TarInfo(name)
+                info.size, info.mode, info.mtime = len(data), mode, mtime
+                info.uname = info.gname = "root"
+                tar.addfile(info, io.BytesIO(data))
+        target = out_dir / f"{base}.tar.gz"
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return target.name

@@ -1,0 +1,214 @@
+"""The settings model: one validated object from -C > FA_SHIM_* env > [tool.fa-shim].
+
+Each field carries its own help text, so the README's settings reference is generated from here
+(`python -m fa_backend settings --markdown`) and cannot drift.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import os
+import re
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Union
+
+from packaging.version import InvalidVersion, Version
+
+from ._errors import FaShimError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on 3.9/3.10 only
+    import tomli as tomllib
+
+ConfigSettings = Mapping[str, Union[str, list[str]]]
+ENV_PREFIX = "FA_SHIM_"
+
+
+def _setting(default: Any, kind: str, help: str) -> Any:
+    return dataclasses.field(default=default, metadata={"kind": kind, "help": help})
+
+
+def default_cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "fa-shim"
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    flash_attn_version: str | None = _setting(
+        None, "version", "Upstream flash-attn release to build (pinned in [tool.fa-shim])."
+    )
+    sdist: Path | None = _setting(
+        None, "path", "Explicit path of the upstream sdist (.tar.gz); used before anything else."
+    )
+    sdist_dir: Path | None = _setting(
+        None,
+        "path",
+        "Directory holding upstream sdists (shared storage, e.g. /efs/shared/flash-attn).",
+    )
+    cache_dir: Path | None = _setting(
+        None, "path", "fa-shim's cache of downloaded sdists (default: $XDG_CACHE_HOME/fa-shim)."
+    )
+    offline: bool = _setting(False, "bool", "Never download; fail if no local sdist is found.")
+    allow_unknown_version: bool = _setting(
+        False, "bool", "Build a flash-attn version that has no pinned sha256 in vendored_patches/."
+    )
+    cuda_archs: tuple[str, ...] = _setting(
+        (), "archs", "CUDA architectures to compile, e.g. `90` or `80;90` (default: upstream's)."
+    )
+    nvcc: Path | None = _setting(
+        None, "path", "The nvcc to use (default: the first one whose CUDA major matches torch)."
+    )
+    max_jobs: int | None = _setting(None, "int", "Parallel compile jobs (ninja -j, MAX_JOBS).")
+    nvcc_threads: int | None = _setting(None, "int", "nvcc --threads per job (NVCC_THREADS).")
+    keep_build_dir: bool = _setting(
+        False, "bool", "Keep the scratch build directory after a successful build."
+    )
+    verbose: bool = _setting(False, "bool", "Echo the full upstream build output to stderr.")
+
+    @property
+    def resolved_cache_dir(self) -> Path:
+        return self.cache_dir or default_cache_dir()
+
+
+FIELDS = {f.name.replace("_", "-"): f for f in dataclasses.fields(Settings)}
+
+
+def env_name(key: str) -> str:
+    return ENV_PREFIX + key.replace("-", "_").upper()
+
+
+def _did_you_mean(key: str, known: list[str]) -> str:
+    close = difflib.get_close_matches(key, known, n=1)
+    return f" Did you mean {close[0]!r}?" if close else ""
+
+
+def _unknown(key: str, where: str, known: list[str]) -> FaShimError:
+    return FaShimError(
+        f"unknown setting {key!r} in {where}.{_did_you_mean(key, known)}",
+        fix="use one of: " + ", ".join(known) + " (README, 'Settings').",
+    )
+
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off", ""}
+
+
+def _convert(key: str, kind: str, value: Any, where: str) -> Any:
+    def bad(expected: str) -> FaShimError:
+        return FaShimError(
+            f"setting {key!r} from {where} is {value!r}, expected {expected}.",
+            fix=f"correct {key} in {where}.",
+        )
+
+    if kind == "archs":
+        items = value if isinstance(value, (list, tuple)) else re.split(r"[;,\s]+", str(value))
+        archs = []
+        for item in (str(i).strip() for i in items):
+            if not item:
+                continue
+            match = re.fullmatch(r"(?:sm_|compute_)?(\d+)(?:\.(\d))?([af]?)", item)
+            if not match:
+                raise bad("architectures like 80, 90, 9.0, 100a or 'sm_90'")
+            major, minor, suffix = match.groups()
+            archs.append(f"{major}{minor or ''}{suffix}")
+        return tuple(dict.fromkeys(archs))
+    if isinstance(value, (list, tuple)):
+        if len(value) != 1:
+            raise bad("a single value")
+        value = value[0]
+    if kind == "bool":
+        if isinstance(value, bool):
+            return value
+        text = str(value).strip().lower()
+        if text in _TRUE:
+            return True
+        if text in _FALSE:
+            return False
+        raise bad("true or false")
+    if kind == "int":
+        try:
+            number = int(str(value))
+        except ValueError:
+            raise bad("a positive integer") from None
+        if number < 1:
+            raise bad("a positive integer")
+        return number
+    if kind == "path":
+        return Path(os.path.expanduser(str(value))).absolute() if str(value) else None
+    if kind == "version":
+        try:
+            Version(str(value))
+        except InvalidVersion:
+            raise bad("a PEP 440 version such as 2.8.3 or 2.8.3.post2") from None
+        return str(value)
+    raise AssertionError(kind)
+
+
+def read_pyproject_table(project_dir: Path) -> dict[str, Any]:
+    path = project_dir / "pyproject.toml"
+    try:
+        with path.open("rb") as f:
+            data = tomllib.load(f)
+    except FileNotFoundError:
+        return {}
+    except tomllib.TOMLDecodeError as exc:
+        raise FaShimError(
+            f"{path} is not valid TOML: {exc}", fix="correct pyproject.toml."
+        ) from None
+    return data.get("tool", {}).get("fa-shim", {})
+
+
+def load(
+    config_settings: ConfigSettings | None,
+    environ: Mapping[str, str] | None = None,
+    project_dir: Path | None = None,
+) -> Settings:
+    """Merge the three sources, highest first: config_settings, environment, [tool.fa-shim]."""
+    environ = os.environ if environ is None else environ
+    known = list(FIELDS)
+    layers: list[tuple[str, dict[str, Any]]] = []
+
+    table = read_pyproject_table(project_dir or Path.cwd())
+    for key in table:
+        if key not in FIELDS:
+            raise _unknown(key, "[tool.fa-shim] of pyproject.toml", known)
+    layers.append(("[tool.fa-shim]", dict(table)))
+
+    env_layer = {}
+    known_env = {env_name(k): k for k in known}
+    for name, value in environ.items():
+        if name.startswith(ENV_PREFIX):
+            if name not in known_env:
+                raise _unknown(name, "the environment", list(known_env))
+            env_layer[known_env[name]] = value
+    layers.append(("environment", env_layer))
+
+    cs_layer = {}
+    for key, value in (config_settings or {}).items():
+        norm = key.lstrip("-").replace("_", "-")
+        if norm not in FIELDS:
+            raise _unknown(key, "config_settings (-C)", known)
+        cs_layer[norm] = value
+    layers.append(("config_settings (-C)", cs_layer))
+
+    values: dict[str, Any] = {}
+    for where, layer in layers:  # later layers win
+        for key, value in layer.items():
+            field = FIELDS[key]
+            values[field.name] = _convert(key, field.metadata["kind"], value, where)
+    return Settings(**values)
+
+
+def reference_markdown() -> str:
+    """The settings table for the README, generated from the model."""
+    rows = ["| `-C` key | environment variable | default | meaning |", "|---|---|---|---|"]
+    for key, field in FIELDS.items():
+        default = field.default
+        shown = "—" if default in (None, ()) else f"`{str(default).lower()}`"
+        rows.append(f"| `{key}` | `{env_name(key)}` | {shown} | {field.metadata['help']} |")
+    return "\n".join(rows)

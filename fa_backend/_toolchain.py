@@ -1,0 +1,129 @@
+"""Which nvcc and host compiler the build uses, and why.
+
+The classic failure is /usr/bin/nvcc 11.5 first on PATH while torch is cu12x: torch's own
+cpp_extension would take it and fail late. We look at every nvcc we can find and pick the first
+whose CUDA major equals torch's.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import glob
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+from packaging.version import InvalidVersion, Version
+
+from ._errors import FaShimError
+from ._torch import TorchInfo
+
+
+@dataclasses.dataclass(frozen=True)
+class Nvcc:
+    path: Path
+    version: Version | None
+    origin: str  # why it is a candidate: "setting nvcc", "CUDA_HOME", "PATH", ...
+
+    @property
+    def cuda_home(self) -> Path:
+        return self.path.parent.parent
+
+    def describe(self) -> str:
+        return f"{self.path} (CUDA {self.version or 'unknown'}, from {self.origin})"
+
+
+def nvcc_version(path: Path) -> Version | None:
+    try:
+        out = subprocess.run(
+            [str(path), "--version"], capture_output=True, text=True, timeout=60, check=False
+        ).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    match = re.search(r"release (\d+\.\d+)", out)
+    try:
+        return Version(match.group(1)) if match else None
+    except InvalidVersion:
+        return None
+
+
+def find_nvccs(explicit: Path | None = None) -> list[Nvcc]:
+    """Every nvcc, in the order torch's cpp_extension would consider them, duplicates removed."""
+    candidates: list[tuple[str, str]] = []
+    if explicit:
+        candidates.append((str(explicit), "setting nvcc"))
+    for var in ("CUDA_HOME", "CUDA_PATH"):
+        if os.environ.get(var):
+            candidates.append((os.path.join(os.environ[var], "bin", "nvcc"), var))
+    on_path = shutil.which("nvcc")
+    if on_path:
+        candidates.append((on_path, "PATH"))
+    candidates.append(("/usr/local/cuda/bin/nvcc", "/usr/local/cuda"))
+    for found in sorted(glob.glob("/usr/local/cuda-*/bin/nvcc"), reverse=True):
+        candidates.append((found, "/usr/local/cuda-*"))
+    seen: set[str] = set()
+    result = []
+    for path, origin in candidates:
+        if not os.path.isfile(path) or not os.access(path, os.X_OK):
+            continue
+        real = os.path.realpath(path)
+        if real in seen:
+            continue
+        seen.add(real)
+        result.append(Nvcc(Path(path), nvcc_version(Path(path)), origin))
+    return result
+
+
+def choose_nvcc(torch: TorchInfo, explicit: Path | None) -> Nvcc:
+    if not torch.cuda:
+        raise FaShimError(
+            f"torch {torch.version} at {torch.package_dir} is a CPU-only build: it cannot compile "
+            "flash-attn's CUDA kernels.",
+            fix="install a CUDA build of torch (e.g. `pip install torch==2.11.0`, CUDA 13.0) and "
+            "build again.",
+        )
+    found = find_nvccs(explicit)
+    if explicit and not (found and found[0].path == explicit):
+        raise FaShimError(
+            f"the nvcc named by setting nvcc ({explicit}) does not exist or is not executable.",
+            fix="point nvcc at CUDA_HOME/bin/nvcc.",
+        )
+    if not found:
+        raise FaShimError(
+            "nvcc not found (looked at CUDA_HOME, CUDA_PATH, PATH, /usr/local/cuda*).",
+            fix=f"install the CUDA toolkit {torch.cuda} (major {torch.cuda_major}, matching torch) "
+            "and set CUDA_HOME to it, or pass -C nvcc=/path/to/nvcc.",
+        )
+    if explicit:
+        matching = (
+            [found[0]] if found[0].version and found[0].version.major == torch.cuda_major else []
+        )
+    else:
+        matching = [n for n in found if n.version and n.version.major == torch.cuda_major]
+    if not matching:
+        listing = "\n".join(n.describe() for n in found)
+        raise FaShimError(
+            f"no nvcc matches torch {torch.version}, which was built with CUDA {torch.cuda} "
+            f"(major {torch.cuda_major}); torch refuses to mix CUDA majors.",
+            details="nvcc found:\n" + listing,
+            fix=f"install CUDA toolkit {torch.cuda_major}.x and pick it with "
+            f"CUDA_HOME=/usr/local/cuda-{torch.cuda} or "
+            f"-C nvcc=/usr/local/cuda-{torch.cuda}/bin/nvcc;"
+            " or install a torch built for the CUDA you have.",
+        )
+    return matching[0]
+
+
+def host_compiler() -> dict[str, str]:
+    """The C++ compiler setuptools/torch will call (CXX, else c++), with its version line."""
+    cxx = os.environ.get("CXX", "c++")
+    exe = shutil.which(cxx.split()[0]) or cxx
+    try:
+        out = subprocess.run(
+            [exe, "--version"], capture_output=True, text=True, timeout=30, check=False
+        ).stdout
+    except OSError:
+        out = ""
+    return {"command": cxx, "path": exe, "version": out.splitlines()[0] if out else "unknown"}

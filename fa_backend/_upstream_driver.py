@@ -1,0 +1,126 @@
+"""Runs upstream setup.py in a child interpreter, under fa-shim's rules.
+
+Executed by path (`python _upstream_driver.py SPEC.json`), so it imports nothing from fa_backend:
+only the standard library, setuptools and torch of the build. It
+  * forbids the network: any URL upstream code opens ends the build (exit 86) with a message;
+  * injects `-std=` and `-D_GLIBCXX_USE_CXX11_ABI=` into the cxx and nvcc flags of every
+    extension, independently of how setup.py is written (it wraps setuptools.setup);
+  * records the build.ninja files torch writes; in "prepare" mode stops right after that.
+"""
+
+import json
+import os
+import re
+import runpy
+import socket
+import sys
+
+BLOCKED_EXIT = 86
+with open(sys.argv[1]) as _spec:
+    SPEC = json.load(_spec)
+REPORT = {"ninja_files": [], "extensions": [], "blocked": None}
+
+
+def _write_report():
+    with open(SPEC["report"], "w") as f:
+        json.dump(REPORT, f, indent=1)
+
+
+def _forbid(what):
+    REPORT["blocked"] = str(what)
+    _write_report()
+    sys.stderr.write(
+        f"\nfa-shim: upstream build code tried to reach the network ({what}).\n"
+        "fa-shim: downloads during the build are forbidden, so no prebuilt binary can replace "
+        "the one compiled against your torch.\n"
+    )
+    sys.stderr.flush()
+    os._exit(BLOCKED_EXIT)  # cannot be swallowed by an `except Exception` in setup.py
+
+
+def _audit(event, args):
+    if event == "urllib.Request":
+        if not str(args[0]).startswith("file:"):
+            _forbid(args[0])
+    elif event == "socket.connect":
+        sock, address = args[0], args[1]
+        if sock.family in (socket.AF_INET, socket.AF_INET6):
+            _forbid(address)
+
+
+def _std_number(flag):
+    match = re.fullmatch(r"-std=(?:c|gnu)\+\+(\d+)", flag)
+    return int(match.group(1)) if match else None
+
+
+def _inject(ext):
+    """Append the ABI define last and set one -std (nvcc rejects two) in cxx and nvcc flags."""
+    args = ext.extra_compile_args
+    if isinstance(args, dict):
+        args = {key: list(value) for key, value in args.items()}
+    else:  # a plain list applies to every compiler, as in torch's cpp_extension
+        args = {"cxx": list(args or []), "nvcc": list(args or [])}
+    injected = {}
+    for key in ("cxx", "nvcc"):
+        flags = args.get(key, [])
+        stds = [n for n in map(_std_number, flags) if n] + [int(SPEC["cxx_std"][3:])]
+        added = [f"-std=c++{max(stds)}", f"-D_GLIBCXX_USE_CXX11_ABI={SPEC['abi']}"]
+        args[key] = [f for f in flags if _std_number(f) is None] + added
+        injected[key] = added
+    ext.extra_compile_args = args
+    REPORT["extensions"].append(
+        {"name": ext.name, "sources": len(ext.sources), "injected": injected}
+    )
+
+
+class _Prepared(BaseException):
+    """Raised in prepare mode once torch has written build.ninja."""
+
+
+def _install_hooks():
+    import setuptools
+    from torch.utils import cpp_extension
+
+    original_setup = setuptools.setup
+
+    def setup(*args, **kwargs):
+        for ext in kwargs.get("ext_modules") or []:
+            _inject(ext)
+        return original_setup(*args, **kwargs)
+
+    setuptools.setup = setup
+
+    original_write = cpp_extension._write_ninja_file
+
+    def write_ninja_file(*args, **kwargs):
+        path = kwargs.get("path", args[0] if args else None)
+        REPORT["ninja_files"].append(os.path.abspath(path))
+        _write_report()
+        return original_write(*args, **kwargs)
+
+    cpp_extension._write_ninja_file = write_ninja_file
+
+    if SPEC["mode"] == "prepare":
+
+        def stop(*_args, **_kwargs):
+            raise _Prepared
+
+        cpp_extension._run_ninja_build = stop
+
+
+def main():
+    sys.addaudithook(_audit)
+    sys.path.extend(p for p in SPEC.get("extra_sys_path", []) if p not in sys.path)
+    os.chdir(SPEC["setup_dir"])
+    sys.path.insert(0, SPEC["setup_dir"])
+    _install_hooks()
+    sys.argv = ["setup.py", "bdist_wheel", "--dist-dir", SPEC["dist_dir"]]
+    try:
+        runpy.run_path("setup.py", run_name="__main__")
+    except _Prepared:
+        pass
+    _write_report()
+
+
+if __name__ == "__main__":
+    main()
