@@ -1,0 +1,56 @@
+"""`python -m fa_backend COMMAND`: tools around the backend (verify, doctor, prepare, settings)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from ._errors import boundary
+
+
+def _settings(args: argparse.Namespace) -> int:
+    from . import _settings
+
+    print(_settings.reference_markdown())
+    return 0
+
+
+def _prepare(args: argparse.Namespace) -> int:
+    """Extract, patch, inject and let torch write build.ninja, without compiling anything."""
+    import json
+    from pathlib import Path
+
+    from . import _build
+
+    config = dict(item.split("=", 1) for item in args.config_setting)
+    plan = _build.plan(config)
+    out = Path(args.build_dir).absolute()
+    out.mkdir(parents=True, exist_ok=True)
+    prep = _build.prepare(plan, out)
+    summary = {
+        "wheel": plan.wheel_name,
+        "ninja_file": str(prep.ninja_file),
+        "source": str(prep.source),
+        "compile_commands": [{"kind": c.kind, "file": c.file, "args": c.args}
+                             for c in prep.commands],
+        "provenance": _build.provenance(plan, prep),
+    }
+    print(json.dumps(summary, indent=1, default=str))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m fa_backend", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("settings", help="print the settings reference (markdown)")
+    p.set_defaults(func=_settings)
+    p = sub.add_parser("prepare", help="prepare the build tree and print the build description")
+    p.add_argument("--build-dir", required=True, help="where to extract and prepare")
+    p.add_argument("-C", "--config-setting", action="append", default=[], metavar="KEY=VALUE")
+    p.set_defaults(func=_prepare)
+    args = parser.parse_args(argv)
+    return boundary(args.func)(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,106 @@
+"""Shared fixtures: real venvs, real pip, real torch. Nothing here mocks a tool."""
+
+from __future__ import annotations
+
+import io
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import venv
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+TESTS = REPO / "tests"
+SHARED_SDISTS = REPO.parent / "shared" / "sdists"
+SAMPLE = TESTS / "packages" / "sample-flash-attn"
+TOOLS = TESTS / "tools"
+SAMPLE_VERSION = "0.1.0"
+# Build-time requirements of fa-shim and of flash-attn's setup.py (no torch: that comes per venv).
+BUILD_TOOLS = ["setuptools>=70", "wheel", "packaging", "ninja", "psutil", "pyelftools", "filelock"]
+
+
+def run(cmd, *, check=True, **kwargs) -> subprocess.CompletedProcess:
+    """Run a real process; on an unexpected exit status show everything it printed."""
+    proc = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, **kwargs)
+    if check and proc.returncode != 0:
+        pytest.fail(f"{cmd} exited {proc.returncode}\n--- stdout\n{proc.stdout}\n"
+                    f"--- stderr\n{proc.stderr}", pytrace=False)
+    return proc
+
+
+def make_venv(path: Path, packages: list[str], system_site_packages: bool = False) -> Path:
+    venv.EnvBuilder(with_pip=True, system_site_packages=system_site_packages).create(path)
+    python = path / "bin" / "python"
+    if packages:
+        run([python, "-m", "pip", "install", "-q", *packages])
+    return python
+
+
+@pytest.fixture(autouse=True)
+def _private_cache(tmp_path, monkeypatch):
+    """fa-shim's sdist cache and logs go to the test's own directory."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg-cache"))
+    for name in list(os.environ):
+        if name.startswith("FA_SHIM_"):
+            monkeypatch.delenv(name)
+
+
+def pack_sample(dest: Path, version: str = SAMPLE_VERSION) -> Path:
+    """The sample project as an sdist named like upstream's: flash_attn-<version>.tar.gz."""
+    dest.mkdir(parents=True, exist_ok=True)
+    target = dest / f"flash_attn-{version}.tar.gz"
+    with tarfile.open(target, "w:gz") as tar:
+        for path in sorted(SAMPLE.rglob("*")):
+            if path.is_file() and "build" not in path.relative_to(SAMPLE).parts:
+                text = path.read_bytes().replace(SAMPLE_VERSION.encode(), version.encode())
+                info = tarfile.TarInfo(f"flash_attn-{version}/{path.relative_to(SAMPLE)}")
+                info.size, info.mode = len(text), 0o644
+                tar.addfile(info, io.BytesIO(text))
+    return target
+
+
+@pytest.fixture(scope="session")
+def sample_sdist_dir(tmp_path_factory) -> Path:
+    directory = tmp_path_factory.mktemp("sample-sdists")
+    pack_sample(directory)
+    return directory
+
+
+def sample_settings(sdist_dir: Path) -> list[str]:
+    """-C options that build the sample instead of the pinned upstream release."""
+    return ["-C", f"flash-attn-version={SAMPLE_VERSION}", "-C", f"sdist-dir={sdist_dir}",
+            "-C", "allow-unknown-version=true"]
+
+
+@pytest.fixture
+def host_venv(tmp_path) -> Path:
+    """A fresh venv that sees this interpreter's torch (2.13 CPU) and build tools."""
+    return make_venv(tmp_path / "venv", [], system_site_packages=True)
+
+
+@pytest.fixture(scope="session")
+def torch211_python(tmp_path_factory) -> Path:
+    """A venv with the CUDA 13.0 torch 2.11.0 from PyPI (~7 GB): imports fine without a GPU."""
+    return make_venv(tmp_path_factory.mktemp("venv-torch211") / "v",
+                     ["torch==2.11.0", "einops", *BUILD_TOOLS])
+
+
+@pytest.fixture(scope="session")
+def torch26_python(tmp_path_factory) -> Path:
+    """A venv with torch 2.6.0 (CUDA 12.4, built with the old ABI, _GLIBCXX_USE_CXX11_ABI=0)."""
+    return make_venv(tmp_path_factory.mktemp("venv-torch26") / "v",
+                     ["torch==2.6.0", "numpy<2", *BUILD_TOOLS])
+
+
+def copy_repo(dest: Path) -> Path:
+    """A copy of the fa-shim checkout, for tests that install from a path pip may write into."""
+    ignore = shutil.ignore_patterns(".git", "__pycache__", "build", ".pytest_cache", "*.egg-info")
+    shutil.copytree(REPO, dest, ignore=ignore)
+    return dest
+
+
+PY = sys.executable
