@@ -31,8 +31,9 @@ def _prepare(args: argparse.Namespace) -> int:
         "wheel": plan.wheel_name,
         "ninja_file": str(prep.ninja_file),
         "source": str(prep.source),
-        "compile_commands": [{"kind": c.kind, "file": c.file, "args": c.args}
-                             for c in prep.commands],
+        "compile_commands": [
+            {"kind": c.kind, "file": c.file, "args": c.args} for c in prep.commands
+        ],
         "provenance": _build.provenance(plan, prep),
     }
     print(json.dumps(summary, indent=1, default=str))

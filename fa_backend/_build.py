@@ -29,7 +29,7 @@ from . import (
     _torch,
 )
 from ._errors import FaShimError
-from ._wheelfile import WheelWriter
+from ._wheelfile import WheelWriter, publish
 
 DRIVER = Path(__file__).with_name("_upstream_driver.py")
 PROVENANCE = "fa_shim_provenance.json"
@@ -300,7 +300,8 @@ def build(plan: Plan, wheel_directory: str, metadata_directory: str | None) -> s
                 f"upstream bdist_wheel produced {len(built)} wheels in {dist}.",
                 fix=f"read the log: {prep.log}",
             )
-        path = repack(plan, built[0], out_dir / plan.wheel_name, provenance(plan, prep))
+        wheel = repack(plan, built[0], scratch / "wheel" / plan.wheel_name, provenance(plan, prep))
+        path = publish(wheel, out_dir)  # only a complete wheel ever appears in out_dir
     _log.info(f"built {path}")
     return path.name
 

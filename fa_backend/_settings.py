@@ -65,6 +65,27 @@ class Settings:
     )
     max_jobs: int | None = _setting(None, "int", "Parallel compile jobs (ninja -j, MAX_JOBS).")
     nvcc_threads: int | None = _setting(None, "int", "nvcc --threads per job (NVCC_THREADS).")
+    head_dims: tuple[str, ...] = _setting(
+        (), "list", "Tailored build: only these head dims, e.g. `64;128` (default: all)."
+    )
+    dtypes: tuple[str, ...] = _setting(
+        (), "list", "Tailored build: only these dtypes, `fp16` and/or `bf16` (default: both)."
+    )
+    forward_only: bool = _setting(
+        False, "bool", "Tailored build: no backward kernels (split-KV forward kernels are kept)."
+    )
+    disable: tuple[str, ...] = _setting(
+        (),
+        "list",
+        "Upstream feature switches to compile out: dropout, alibi, softcap, local, "
+        "uneven_k (FLASHATTENTION_DISABLE_*).",
+    )
+    torch_python: Path | None = _setting(
+        None,
+        "path",
+        "Interpreter whose torch to build against, when the frontend's build "
+        "environment cannot see it (same Python version required).",
+    )
     keep_build_dir: bool = _setting(
         False, "bool", "Keep the scratch build directory after a successful build."
     )
@@ -117,6 +138,9 @@ def _convert(key: str, kind: str, value: Any, where: str) -> Any:
             major, minor, suffix = match.groups()
             archs.append(f"{major}{minor or ''}{suffix}")
         return tuple(dict.fromkeys(archs))
+    if kind == "list":
+        items = value if isinstance(value, (list, tuple)) else re.split(r"[;,\s]+", str(value))
+        return tuple(dict.fromkeys(str(i).strip().lower() for i in items if str(i).strip()))
     if isinstance(value, (list, tuple)):
         if len(value) != 1:
             raise bad("a single value")

@@ -8,6 +8,7 @@ only the standard library, setuptools and torch of the build. It
   * records the build.ninja files torch writes; in "prepare" mode stops right after that.
 """
 
+import fnmatch
 import json
 import os
 import re
@@ -53,8 +54,23 @@ def _std_number(flag):
     return int(match.group(1)) if match else None
 
 
+def _tailor_sources(ext):
+    """Drop the kernel sources a tailored build leaves out (patterns match the path's name)."""
+    patterns = SPEC.get("exclude_sources") or []
+    kept = [
+        s
+        for s in ext.sources
+        if not any(fnmatch.fnmatch(os.path.basename(str(s)), p) for p in patterns)
+    ]
+    REPORT.setdefault("excluded_sources", []).extend(
+        os.path.basename(str(s)) for s in ext.sources if s not in kept
+    )
+    ext.sources = kept
+
+
 def _inject(ext):
     """Append the ABI define last and set one -std (nvcc rejects two) in cxx and nvcc flags."""
+    _tailor_sources(ext)
     args = ext.extra_compile_args
     if isinstance(args, dict):
         args = {key: list(value) for key, value in args.items()}
@@ -64,7 +80,11 @@ def _inject(ext):
     for key in ("cxx", "nvcc"):
         flags = args.get(key, [])
         stds = [n for n in map(_std_number, flags) if n] + [int(SPEC["cxx_std"][3:])]
-        added = [f"-std=c++{max(stds)}", f"-D_GLIBCXX_USE_CXX11_ABI={SPEC['abi']}"]
+        added = [
+            *SPEC.get("defines", []),
+            f"-std=c++{max(stds)}",
+            f"-D_GLIBCXX_USE_CXX11_ABI={SPEC['abi']}",
+        ]
         args[key] = [f for f in flags if _std_number(f) is None] + added
         injected[key] = added
     ext.extra_compile_args = args

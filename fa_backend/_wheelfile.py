@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import os
+import shutil
 import tempfile
 import time
 import zipfile
@@ -59,3 +60,18 @@ class WheelWriter:
         info.external_attr = (0o100000 | (mode & 0o777)) << 16
         info.compress_type = zipfile.ZIP_DEFLATED
         zf.writestr(info, data)
+
+
+def publish(wheel: Path, out_dir: Path) -> Path:
+    """Copy a finished wheel into out_dir under a temporary name, then rename it into place."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=out_dir, prefix=".fa-shim-", suffix=".whl.part")
+    try:
+        with os.fdopen(fd, "wb") as dst, wheel.open("rb") as src:
+            shutil.copyfileobj(src, dst)
+        target = out_dir / wheel.name
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return target
