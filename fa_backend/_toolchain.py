@@ -17,6 +17,7 @@ from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
+from . import _log
 from ._errors import FaShimError
 from ._torch import TorchInfo
 
@@ -85,34 +86,54 @@ def choose_nvcc(torch: TorchInfo, explicit: Path | None) -> Nvcc:
             "build again.",
         )
     found = find_nvccs(explicit)
-    if explicit and not (found and found[0].path == explicit):
-        raise FaShimError(
-            f"the nvcc named by setting nvcc ({explicit}) does not exist or is not executable.",
-            fix="point nvcc at CUDA_HOME/bin/nvcc.",
-        )
+    # An nvcc the user named (setting nvcc, CUDA_HOME, CUDA_PATH) is binding: we never silently
+    # swap it. One merely found on PATH or under /usr/local is skipped if its major is wrong.
+    named = (
+        [(str(explicit), "setting nvcc")]
+        if explicit
+        else [
+            (os.path.join(os.environ[v], "bin", "nvcc"), v)
+            for v in ("CUDA_HOME", "CUDA_PATH")
+            if os.environ.get(v)
+        ]
+    )
+    for path, origin in named[:1]:
+        chosen = [n for n in found if n.origin == origin]
+        if not chosen:
+            raise FaShimError(
+                f"{origin} names {path}, which does not exist or is not executable.",
+                fix=f"point {origin} at a CUDA {torch.cuda_major}.x toolkit.",
+            )
+        candidates = chosen
+        break
+    else:
+        candidates = found
     if not found:
         raise FaShimError(
             "nvcc not found (looked at CUDA_HOME, CUDA_PATH, PATH, /usr/local/cuda*).",
             fix=f"install the CUDA toolkit {torch.cuda} (major {torch.cuda_major}, matching torch) "
             "and set CUDA_HOME to it, or pass -C nvcc=/path/to/nvcc.",
         )
-    if explicit:
-        matching = (
-            [found[0]] if found[0].version and found[0].version.major == torch.cuda_major else []
-        )
-    else:
-        matching = [n for n in found if n.version and n.version.major == torch.cuda_major]
+    matching = [n for n in candidates if n.version and n.version.major == torch.cuda_major]
     if not matching:
         listing = "\n".join(n.describe() for n in found)
+        which = (
+            f"the nvcc named by {candidates[0].origin} ({candidates[0].path}, CUDA "
+            f"{candidates[0].version}) does not match"
+            if named
+            else "no nvcc found matches"
+        )
         raise FaShimError(
-            f"no nvcc matches torch {torch.version}, which was built with CUDA {torch.cuda} "
-            f"(major {torch.cuda_major}); torch refuses to mix CUDA majors.",
+            f"{which} torch {torch.version}, which was built with CUDA "
+            f"{torch.cuda} (major {torch.cuda_major}); torch refuses to mix CUDA majors.",
             details="nvcc found:\n" + listing,
             fix=f"install CUDA toolkit {torch.cuda_major}.x and pick it with "
             f"CUDA_HOME=/usr/local/cuda-{torch.cuda} or "
-            f"-C nvcc=/usr/local/cuda-{torch.cuda}/bin/nvcc;"
-            " or install a torch built for the CUDA you have.",
+            f"-C nvcc=/usr/local/cuda-{torch.cuda}/bin/nvcc; "
+            "or install a torch built for the CUDA you have.",
         )
+    if matching[0] is not found[0]:
+        _log.info(f"skipping {found[0].describe()}: its CUDA major differs from torch's")
     return matching[0]
 
 
