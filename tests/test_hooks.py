@@ -1,0 +1,189 @@
+"""The PEP 517 hooks, called the way pip and build call them (pyproject_hooks, in a subprocess),
+on the sample package: metadata consistency, RECORD, provenance, determinism, sdist, editable."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import tarfile
+import zipfile
+from pathlib import Path
+
+import pytest
+from conftest import REPO, SAMPLE_VERSION
+from packaging import tags
+from packaging.utils import parse_wheel_filename
+from pyproject_hooks import BuildBackendHookCaller
+
+EPOCH = 1700000000  # 2023-11-14
+
+
+def _caller(sdist_dir: Path, log: list[str], **env: str) -> BuildBackendHookCaller:
+    def runner(cmd, cwd=None, extra_environ=None):
+        full = {
+            **os.environ,
+            **(extra_environ or {}),
+            **env,
+            "FA_SHIM_FLASH_ATTN_VERSION": SAMPLE_VERSION,
+            "FA_SHIM_SDIST_DIR": str(sdist_dir),
+            "FA_SHIM_ALLOW_UNKNOWN_VERSION": "1",
+        }
+        proc = subprocess.run(cmd, cwd=cwd, env=full, capture_output=True, text=True)
+        log.append(proc.stdout + proc.stderr)
+        proc.check_returncode()
+
+    return BuildBackendHookCaller(str(REPO), "fa_backend", backend_path=["."], runner=runner)
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory, sample_sdist_dir):
+    """prepare_metadata_for_build_wheel, then build_wheel given that metadata directory."""
+    tmp = tmp_path_factory.mktemp("hooks")
+    log: list[str] = []
+    hooks = _caller(
+        sample_sdist_dir, log, SOURCE_DATE_EPOCH=str(EPOCH), XDG_CACHE_HOME=str(tmp / "cache")
+    )
+    meta_dir = tmp / "meta"
+    dist_info = hooks.prepare_metadata_for_build_wheel(str(meta_dir))
+    name = hooks.build_wheel(str(tmp / "wheels"), metadata_directory=str(meta_dir / dist_info))
+    return {
+        "wheel": tmp / "wheels" / name,
+        "meta": meta_dir / dist_info,
+        "log": log,
+        "dist_info": dist_info,
+    }
+
+
+def test_build_requires_are_static():
+    hooks = BuildBackendHookCaller(str(REPO), "fa_backend", backend_path=["."])
+    assert hooks.get_requires_for_build_wheel() == []
+    assert hooks.get_requires_for_build_sdist() == []
+
+
+def test_wheel_carries_exactly_the_prepared_metadata(built):
+    with zipfile.ZipFile(built["wheel"]) as zf:
+        metadata = zf.read(f"{built['dist_info']}/METADATA").decode()
+    assert metadata == (built["meta"] / "METADATA").read_text()
+    assert f"Version: {SAMPLE_VERSION}+cputorch2.13cxx11abiTRUE" in metadata
+    assert "Requires-Dist: torch" in metadata
+
+
+def test_wheel_name_and_tags(built):
+    name, version, _, wheel_tags = parse_wheel_filename(built["wheel"].name)
+    assert name == "flash-attn" and str(version) == f"{SAMPLE_VERSION}+cputorch2.13cxx11abitrue"
+    assert built["wheel"].name.startswith(f"flash_attn-{SAMPLE_VERSION}+cputorch2.13cxx11abiTRUE-")
+    (tag,) = wheel_tags
+    assert tag in set(tags.sys_tags()) and tag.platform.startswith("linux_")
+    with zipfile.ZipFile(built["wheel"]) as zf:
+        wheel_meta = zf.read(f"{built['dist_info']}/WHEEL").decode()
+    assert f"Tag: {tag}" in wheel_meta and "Root-Is-Purelib: false" in wheel_meta
+
+
+def test_record_lists_every_file_with_its_hash(built):
+    with zipfile.ZipFile(built["wheel"]) as zf:
+        names = [n for n in zf.namelist() if not n.endswith("/RECORD")]
+        rows = zf.read(f"{built['dist_info']}/RECORD").decode().splitlines()
+        recorded = {}
+        for row in rows:
+            path, digest, size = row.rsplit(",", 2)
+            recorded[path] = (digest, size)
+        assert set(recorded) == {*names, f"{built['dist_info']}/RECORD"}
+        for name in names:
+            data = zf.read(name)
+            expected = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=")
+            assert recorded[name] == (f"sha256={expected.decode()}", str(len(data)))
+        assert any(n.startswith("flash_attn_2_cuda") and n.endswith(".so") for n in names)
+
+
+def test_source_date_epoch_sets_every_timestamp(built):
+    import time
+
+    expected = time.gmtime(EPOCH)[:6]
+    with zipfile.ZipFile(built["wheel"]) as zf:
+        assert {info.date_time for info in zf.infolist()} == {expected}
+
+
+def test_provenance_records_what_the_build_used(built):
+    import torch
+
+    with zipfile.ZipFile(built["wheel"]) as zf:
+        prov = json.loads(zf.read(f"{built['dist_info']}/fa_shim_provenance.json"))
+    assert prov["torch"]["version"] == torch.__version__
+    assert prov["torch"]["cxx11_abi"] == int(torch._C._GLIBCXX_USE_CXX11_ABI)
+    assert prov["flash_attn_version"] == SAMPLE_VERSION
+    assert prov["sdist"]["pinned"] is False and len(prov["sdist"]["sha256"]) == 64
+    assert prov["python_tag"] == str(next(iter(parse_wheel_filename(built["wheel"].name)[3])))
+    assert prov["nvcc"] is None  # the sample has no CUDA sources
+    assert "g++" in prov["host_compiler"]["version"] or prov["host_compiler"]["version"]
+    injected = prov["injected_flags"][0]["injected"]
+    assert injected["cxx"][-1] == f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}"
+    assert injected["cxx"][-2] == "-std=c++20"  # torch 2.13's headers need C++20
+    assert prov["compile_commands"] == {"cxx": 1, "nvcc": 0}
+
+
+def test_logs_go_to_stderr_only(built, tmp_path, sample_sdist_dir):
+    log: list[str] = []
+    hooks = _caller(sample_sdist_dir, log)
+
+    def stdout_runner(cmd, cwd=None, extra_environ=None):
+        env = {
+            **os.environ,
+            **(extra_environ or {}),
+            "FA_SHIM_FLASH_ATTN_VERSION": SAMPLE_VERSION,
+            "FA_SHIM_SDIST_DIR": str(sample_sdist_dir),
+            "FA_SHIM_ALLOW_UNKNOWN_VERSION": "1",
+        }
+        proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, check=True)
+        log.append(proc.stdout)
+
+    hooks._subprocess_runner = stdout_runner
+    hooks.prepare_metadata_for_build_wheel(str(tmp_path / "m"))
+    assert "fa-shim" not in log[-1]
+
+
+def test_mismatching_prepared_metadata_fails_loudly_and_writes_nothing(
+    built, tmp_path, sample_sdist_dir
+):
+    meta = tmp_path / built["dist_info"]
+    meta.mkdir()
+    text = (built["meta"] / "METADATA").read_text()
+    (meta / "METADATA").write_text(text.replace("cputorch2.13", "cu128torch2.9"))
+    log: list[str] = []
+    out = tmp_path / "out"
+    with pytest.raises(subprocess.CalledProcessError):
+        _caller(sample_sdist_dir, log).build_wheel(str(out), metadata_directory=str(meta))
+    assert "the metadata prepared earlier differs from what this build would produce" in log[-1]
+    assert "-Version: 0.1.0+cu128torch2.9cxx11abiTRUE" in log[-1]
+    assert not out.exists() or not list(out.iterdir())
+
+
+def test_build_editable_is_refused_with_a_reason(tmp_path, sample_sdist_dir):
+    log: list[str] = []
+    with pytest.raises(subprocess.CalledProcessError):
+        _caller(sample_sdist_dir, log).build_editable(str(tmp_path))
+    assert "editable installs are not supported" in log[-1]
+    assert "pip install --no-build-isolation ./fa-shim" in log[-1]
+
+
+def test_build_sdist_contains_the_backend_and_patches_and_honours_relative_dirs(tmp_path):
+    # Frontends pass absolute paths; a relative, not yet existing one must work too.
+    relative = os.path.relpath(tmp_path / "nested" / "out", REPO)
+    code = f"import fa_backend; print(fa_backend.build_sdist({relative!r}))"
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True
+    )
+    name = proc.stdout.strip()
+    assert name == "flash_attn-2.8.3.tar.gz"
+    sdist = tmp_path / "nested" / "out" / name
+    with tarfile.open(sdist) as tar:
+        names = tar.getnames()
+        pkg_info = tar.extractfile("flash_attn-2.8.3/PKG-INFO").read().decode()
+    assert "flash_attn-2.8.3/pyproject.toml" in names
+    assert "flash_attn-2.8.3/fa_backend/_upstream_driver.py" in names
+    assert "flash_attn-2.8.3/vendored_patches/2.8.3/sdist.sha256" in names
+    assert not any("/tests/" in n or "__pycache__" in n for n in names)
+    assert "Name: flash-attn\nVersion: 2.8.3\n" in pkg_info

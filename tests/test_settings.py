@@ -1,0 +1,110 @@
+"""The settings model: precedence, conversion, validation with did-you-mean."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from fa_backend import _settings
+from fa_backend._errors import FaShimError
+
+
+def _project(tmp_path: Path, table: str) -> Path:
+    (tmp_path / "pyproject.toml").write_text(f"[tool.fa-shim]\n{table}\n")
+    return tmp_path
+
+
+def test_precedence_config_settings_over_env_over_pyproject(tmp_path):
+    project = _project(tmp_path, 'flash-attn-version = "2.8.3"\nmax-jobs = 2\nnvcc-threads = 1')
+    env = {"FA_SHIM_MAX_JOBS": "3", "FA_SHIM_NVCC_THREADS": "2"}
+    s = _settings.load({"max-jobs": "4"}, env, project)
+    assert (s.flash_attn_version, s.max_jobs, s.nvcc_threads) == ("2.8.3", 4, 2)
+    s = _settings.load({}, env, project)
+    assert (s.max_jobs, s.nvcc_threads) == (3, 2)
+    s = _settings.load(None, {}, project)
+    assert (s.max_jobs, s.nvcc_threads) == (2, 1)
+
+
+def test_defaults_without_any_source(tmp_path):
+    s = _settings.load(None, {}, tmp_path)
+    assert s.flash_attn_version is None and s.cuda_archs == () and s.verbose is False
+    assert s.resolved_cache_dir.name == "fa-shim"
+
+
+def test_the_repository_pins_flash_attn_2_8_3():
+    repo = Path(__file__).resolve().parent.parent
+    assert _settings.load(None, {}, repo).flash_attn_version == "2.8.3"
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("90", ("90",)),
+        ("8.0;9.0", ("80", "90")),
+        (["80", "sm_90"], ("80", "90")),
+        ("80, 90 90", ("80", "90")),
+        ("10.0a", ("100a",)),
+        ("100a", ("100a",)),
+    ],
+)
+def test_cuda_archs_accept_every_common_spelling(tmp_path, value, expected):
+    assert _settings.load({"cuda-archs": value}, {}, tmp_path).cuda_archs == expected
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [("1", True), ("TRUE", True), ("off", False), (["yes"], True), ("0", False)],
+)
+def test_booleans(tmp_path, value, expected):
+    assert _settings.load({"verbose": value}, {}, tmp_path).verbose is expected
+
+
+def test_config_settings_keys_may_use_underscores_or_dashes(tmp_path):
+    s = _settings.load({"--max_jobs": "5"}, {}, tmp_path)
+    assert s.max_jobs == 5
+
+
+def test_paths_become_absolute(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    s = _settings.load({"sdist-dir": "rel/dir"}, {}, tmp_path)
+    assert s.sdist_dir == tmp_path / "rel" / "dir"
+
+
+@pytest.mark.parametrize(
+    ("config", "env", "table", "message"),
+    [
+        (
+            {"cuda-arch": "90"},
+            {},
+            "",
+            "unknown setting 'cuda-arch' in config_settings (-C). Did you mean 'cuda-archs'?",
+        ),
+        ({}, {"FA_SHIM_MAXJOBS": "2"}, "", "Did you mean 'FA_SHIM_MAX_JOBS'?"),
+        ({}, {}, "flash-atn-version = '2.8.3'", "Did you mean 'flash-attn-version'?"),
+        ({"max-jobs": "zero"}, {}, "", "expected a positive integer"),
+        ({"max-jobs": "0"}, {}, "", "expected a positive integer"),
+        ({"verbose": "maybe"}, {}, "", "expected true or false"),
+        ({"flash-attn-version": "two"}, {}, "", "expected a PEP 440 version"),
+        ({"cuda-archs": "hopper"}, {}, "", "expected architectures like"),
+        ({"max-jobs": ["1", "2"]}, {}, "", "expected a single value"),
+    ],
+)
+def test_bad_input_is_one_readable_error(tmp_path, config, env, table, message):
+    project = _project(tmp_path, table)
+    with pytest.raises(FaShimError) as info:
+        _settings.load(config, env, project)
+    assert message in info.value.render()
+    assert info.value.fix
+
+
+def test_invalid_pyproject_is_reported(tmp_path):
+    (tmp_path / "pyproject.toml").write_text("[tool.fa-shim\n")
+    with pytest.raises(FaShimError, match="not valid TOML"):
+        _settings.load(None, {}, tmp_path)
+
+
+def test_reference_lists_every_setting_and_its_environment_variable():
+    table = _settings.reference_markdown()
+    for key in _settings.FIELDS:
+        assert f"| `{key}` | `{_settings.env_name(key)}` |" in table
