@@ -27,8 +27,10 @@ def run(cmd, *, check=True, **kwargs) -> subprocess.CompletedProcess:
     """Run a real process; on an unexpected exit status show everything it printed."""
     proc = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, **kwargs)
     if check and proc.returncode != 0:
-        pytest.fail(f"{cmd} exited {proc.returncode}\n--- stdout\n{proc.stdout}\n"
-                    f"--- stderr\n{proc.stderr}", pytrace=False)
+        pytest.fail(
+            f"{cmd} exited {proc.returncode}\n--- stdout\n{proc.stdout}\n--- stderr\n{proc.stderr}",
+            pytrace=False,
+        )
     return proc
 
 
@@ -72,8 +74,14 @@ def sample_sdist_dir(tmp_path_factory) -> Path:
 
 def sample_settings(sdist_dir: Path) -> list[str]:
     """-C options that build the sample instead of the pinned upstream release."""
-    return ["-C", f"flash-attn-version={SAMPLE_VERSION}", "-C", f"sdist-dir={sdist_dir}",
-            "-C", "allow-unknown-version=true"]
+    return [
+        "-C",
+        f"flash-attn-version={SAMPLE_VERSION}",
+        "-C",
+        f"sdist-dir={sdist_dir}",
+        "-C",
+        "allow-unknown-version=true",
+    ]
 
 
 @pytest.fixture
@@ -82,18 +90,25 @@ def host_venv(tmp_path) -> Path:
     return make_venv(tmp_path / "venv", [], system_site_packages=True)
 
 
+def _torch_venv(tmp_path_factory, name: str, packages: list[str]) -> Path:
+    """Created once per test run (never reused between runs, so CI always starts clean).
+    For local iteration only, TEST_REUSE_VENV_<NAME>=/path/to/venv skips the download."""
+    reuse = os.environ.get(f"TEST_REUSE_VENV_{name.upper()}")
+    if reuse:
+        return Path(reuse) / "bin" / "python"
+    return make_venv(tmp_path_factory.mktemp(f"venv-{name}") / "v", [*packages, *BUILD_TOOLS])
+
+
 @pytest.fixture(scope="session")
 def torch211_python(tmp_path_factory) -> Path:
     """A venv with the CUDA 13.0 torch 2.11.0 from PyPI (~7 GB): imports fine without a GPU."""
-    return make_venv(tmp_path_factory.mktemp("venv-torch211") / "v",
-                     ["torch==2.11.0", "einops", *BUILD_TOOLS])
+    return _torch_venv(tmp_path_factory, "torch211", ["torch==2.11.0", "einops"])
 
 
 @pytest.fixture(scope="session")
 def torch26_python(tmp_path_factory) -> Path:
     """A venv with torch 2.6.0 (CUDA 12.4, built with the old ABI, _GLIBCXX_USE_CXX11_ABI=0)."""
-    return make_venv(tmp_path_factory.mktemp("venv-torch26") / "v",
-                     ["torch==2.6.0", "numpy<2", *BUILD_TOOLS])
+    return _torch_venv(tmp_path_factory, "torch26", ["torch==2.6.0", "numpy<2"])
 
 
 def copy_repo(dest: Path) -> Path:
