@@ -1,0 +1,225 @@
+"""Every user-facing error of the core, triggered for real: one readable message naming cause and
+fix on stderr, exit status 1, and nothing written to the output directory."""
+
+from __future__ import annotations
+
+import gzip
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import PY, REPO, SHARED_SDISTS, TOOLS, make_venv, pack_sample, run
+
+SDIST_283 = SHARED_SDISTS / "flash_attn-2.8.3.tar.gz"
+
+
+def build_wheel(python, tmp_path, config, env=None, prefix=()):
+    """Call the build_wheel hook as a frontend does: a fresh interpreter, cwd = the project."""
+    out = tmp_path / "out"
+    code = f"import fa_backend; fa_backend.build_wheel({str(out)!r}, {config!r})"
+    proc = subprocess.run(
+        [*prefix, str(python), "-c", code],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        env={**os.environ, **(env or {})},
+    )
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr, proc.stderr
+    assert not out.exists() or not list(out.iterdir()), "something was written"
+    assert "fa-shim: error:" in proc.stderr and "fa-shim: fix:" in proc.stderr
+    return proc.stderr
+
+
+def test_torch_not_importable(tmp_path):
+    python = make_venv(tmp_path / "no-torch", ["packaging"])
+    err = build_wheel(python, tmp_path, {"sdist": str(SDIST_283)})
+    assert f"torch is not importable by {python}" in err
+    assert "No module named 'torch'" in err
+    assert "--no-build-isolation" in err
+
+
+def test_cpu_only_torch_cannot_build_cuda_kernels(tmp_path):
+    err = build_wheel(PY, tmp_path, {"sdist": str(SDIST_283)})
+    assert "is a CPU-only build: it cannot compile flash-attn's CUDA kernels" in err
+    assert "pip install torch==2.11.0" in err
+
+
+@pytest.mark.slow
+def test_nvcc_not_found(torch211_python, tmp_path):
+    if subprocess.run(["unshare", "-m", "true"], capture_output=True).returncode != 0:
+        pytest.skip("needs a private mount namespace (unshare -m) to hide /usr/local/cuda*")
+    # hide every CUDA toolkit of this machine: /usr/local/{bin/nvcc,cuda,cuda-13.0}
+    path = os.pathsep.join(
+        p for p in os.environ["PATH"].split(os.pathsep) if not p.startswith("/usr/local")
+    )
+    err = build_wheel(
+        torch211_python,
+        tmp_path,
+        {"sdist": str(SDIST_283)},
+        env={"PATH": path, "CUDA_HOME": "", "CUDA_PATH": ""},
+        prefix=["unshare", "-m", "sh", "-c", 'mount -t tmpfs none /usr/local && exec "$@"', "sh"],
+    )
+    assert "nvcc not found (looked at CUDA_HOME, CUDA_PATH, PATH, /usr/local/cuda*)" in err
+    assert "install the CUDA toolkit 13.0" in err
+
+
+def _fake_cuda_home(tmp_path: Path) -> Path:
+    home = tmp_path / "cuda-11.5"
+    (home / "bin").mkdir(parents=True)
+    shutil.copy(TOOLS / "nvcc-11.5", home / "bin" / "nvcc")
+    return home
+
+
+@pytest.mark.slow
+def test_nvcc_named_by_cuda_home_with_the_wrong_major(torch211_python, tmp_path):
+    home = _fake_cuda_home(tmp_path)
+    err = build_wheel(
+        torch211_python, tmp_path, {"sdist": str(SDIST_283)}, env={"CUDA_HOME": str(home)}
+    )
+    assert (
+        f"the nvcc named by CUDA_HOME ({home}/bin/nvcc, CUDA 11.5) does not match torch "
+        "2.11.0+cu130, which was built with CUDA 13.0" in err
+    )
+    assert "nvcc found:" in err and "(CUDA 13.0, from" in err  # the list of what was found
+    assert "CUDA_HOME=/usr/local/cuda-13.0 or -C nvcc=/usr/local/cuda-13.0/bin/nvcc" in err
+
+
+@pytest.mark.slow
+def test_wrong_nvcc_first_on_path_is_skipped_for_a_matching_one(torch211_python, tmp_path):
+    home = _fake_cuda_home(tmp_path)
+    env = {**os.environ, "PATH": f"{home / 'bin'}{os.pathsep}{os.environ['PATH']}"}
+    env.pop("CUDA_HOME", None)
+    proc = run(
+        [
+            torch211_python,
+            "-m",
+            "fa_backend",
+            "prepare",
+            "--build-dir",
+            tmp_path / "b",
+            "-C",
+            f"sdist={SDIST_283}",
+            "-C",
+            "cuda-archs=90",
+        ],
+        cwd=REPO,
+        env=env,
+    )
+    assert f"skipping {home}/bin/nvcc (CUDA 11.5, from PATH)" in proc.stderr
+    assert "using nvcc" in proc.stderr and "(CUDA 13.0" in proc.stderr
+
+
+def test_offline_without_a_local_sdist(tmp_path):
+    err = build_wheel(PY, tmp_path, {"offline": "true"})
+    assert "the flash-attn 2.8.3 sdist is not in" in err and "offline is set" in err
+    assert "-C sdist=FILE or -C sdist-dir=DIR" in err
+
+
+def test_no_network_and_no_sdist(tmp_path):
+    env = {
+        "PIP_CONFIG_FILE": os.devnull,
+        "PIP_INDEX_URL": "http://127.0.0.1:9/simple",
+        "PIP_EXTRA_INDEX_URL": "",
+    }
+    err = build_wheel(PY, tmp_path, {}, env=env)
+    assert "could not download the flash-attn 2.8.3 sdist (offline, or not on the index)" in err
+    assert "http://127.0.0.1:9/simple" in err and "Connection refused" in err
+    assert "-C sdist-dir=DIR" in err
+
+
+def test_one_byte_changed_sdist_is_refused(tmp_path):
+    bad = tmp_path / "sdists" / SDIST_283.name
+    bad.parent.mkdir()
+    data = bytearray(SDIST_283.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    bad.write_bytes(bytes(data))
+    err = build_wheel(PY, tmp_path, {"sdist-dir": str(bad.parent)})
+    assert f"sha256 mismatch for {bad}" in err
+    assert "expected 1e71dd64a9e0280e0447b8a0c2541bad4bf6ac65bdeaa2f90e51a9e57de0370d" in err
+    assert f"delete {bad}" in err
+
+
+def test_truncated_pinned_sdist_is_refused(tmp_path):
+    bad = tmp_path / SDIST_283.name
+    bad.write_bytes(SDIST_283.read_bytes()[: 1 << 20])
+    err = build_wheel(PY, tmp_path, {"sdist": str(bad)})
+    assert "sha256 mismatch" in err and "truncated" in err
+
+
+def test_truncated_unpinned_sdist_is_a_corrupt_archive(tmp_path):
+    good = pack_sample(tmp_path / "good")
+    bad = tmp_path / "bad" / good.name
+    bad.parent.mkdir()
+    raw = gzip.decompress(good.read_bytes())
+    bad.write_bytes(gzip.compress(raw[: len(raw) // 2])[:-8])  # cut mid-stream
+    err = build_wheel(
+        PY,
+        tmp_path,
+        {"sdist": str(bad), "flash-attn-version": "0.1.0", "allow-unknown-version": "true"},
+    )
+    assert f"{bad} is a corrupt or truncated archive" in err
+    assert f"delete {bad}" in err
+
+
+def test_unknown_version_needs_an_explicit_opt_in(tmp_path):
+    err = build_wheel(PY, tmp_path, {"flash-attn-version": "2.5.0"})
+    assert "flash-attn 2.5.0 is not a version fa-shim knows" in err
+    assert "2.8.3" in err and "-C allow-unknown-version=true" in err
+
+
+def test_upstream_compile_failure_shows_the_first_errors_and_the_log(tmp_path):
+    sample = pack_sample(tmp_path / "src")
+    broken = tmp_path / "broken" / sample.name
+    broken.parent.mkdir()
+    import tarfile
+
+    with tarfile.open(sample) as src, tarfile.open(broken, "w:gz") as dst:
+        for member in src.getmembers():
+            data = src.extractfile(member).read()
+            if member.name.endswith("flash_api.cpp"):
+                data = data.replace(b"return head_dim;", b"return head_dim  // missing ;\n")
+                member.size = len(data)
+            import io
+
+            dst.addfile(member, io.BytesIO(data))
+    err = build_wheel(
+        PY,
+        tmp_path,
+        {"sdist": str(broken), "flash-attn-version": "0.1.0", "allow-unknown-version": "true"},
+    )
+    assert "the upstream build failed (exit status 1)" in err
+    assert "flash_api.cpp" in err and "error:" in err
+    log = Path(err.split("read the full log: ")[1].split()[0])
+    assert log.is_file() and "error:" in log.read_text()
+
+
+def test_unknown_setting_gets_a_did_you_mean(tmp_path):
+    err = build_wheel(PY, tmp_path, {"cuda_arch": "90"})
+    assert "unknown setting 'cuda_arch'" in err and "Did you mean 'cuda-archs'?" in err
+
+
+def test_pip_reports_the_error_once_and_readably(tmp_path):
+    """The boundary's message survives pip's wrapping of a failed build."""
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-build-isolation",
+            "--no-deps",
+            "-w",
+            tmp_path / "w",
+            REPO,
+            "-C",
+            "max-jobs=zero",
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode != 0
+    assert proc.stderr.count("setting 'max-jobs' from config_settings (-C) is 'zero'") == 1
