@@ -1,0 +1,67 @@
+"""The real flash-attn 2.8.3 sdist through fa-shim's preparation stage (extract, verify, patch,
+inject) under a real CUDA torch: the build description torch writes carries the flags in every
+cxx and nvcc command. Nothing is compiled."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+from conftest import REPO, SHARED_SDISTS, run
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def prepared(torch211_python, tmp_path_factory):
+    build_dir = tmp_path_factory.mktemp("prepare-283")
+    proc = run(
+        [
+            torch211_python,
+            "-m",
+            "fa_backend",
+            "prepare",
+            "--build-dir",
+            build_dir,
+            "-C",
+            f"sdist-dir={SHARED_SDISTS}",
+            "-C",
+            "cuda-archs=90",
+        ],
+        cwd=REPO,
+        env=dict(os.environ),
+    )
+    return json.loads(proc.stdout), proc.stderr, build_dir
+
+
+def test_every_compile_command_defines_torchs_abi_last(prepared):
+    summary, _, _ = prepared
+    commands = summary["compile_commands"]
+    kinds = [c["kind"] for c in commands]
+    assert kinds.count("cxx") == 1  # flash_api.cpp
+    assert kinds.count("nvcc") >= 72  # the kernel translation units (more if split)
+    for command in commands:
+        abi = [a for a in command["args"] if a.startswith("-D_GLIBCXX_USE_CXX11_ABI=")]
+        assert abi and abi[-1] == "-D_GLIBCXX_USE_CXX11_ABI=1", command["file"]
+        assert [a for a in command["args"] if a.startswith("-std=")] == ["-std=c++17"]
+
+
+def test_the_requested_arch_only(prepared):
+    summary, _, _ = prepared
+    for command in summary["compile_commands"]:
+        if command["kind"] == "nvcc":
+            gencodes = [
+                command["args"][i + 1] for i, a in enumerate(command["args"]) if a == "-gencode"
+            ]
+            assert gencodes == ["arch=compute_90,code=sm_90"], command["file"]
+    assert summary["provenance"]["cuda_archs"] == ["90"]
+
+
+def test_preparation_verified_the_pin_and_compiled_nothing(prepared):
+    summary, stderr, build_dir = prepared
+    assert "sha256 1e71dd64a9e0… verified" in stderr
+    assert summary["provenance"]["sdist"]["pinned"] is True
+    assert summary["wheel"].startswith("flash_attn-2.8.3+cu130torch2.11cxx11abiTRUE-cp")
+    assert not list(build_dir.rglob("*.o")), "preparation must not compile"
+    assert summary["provenance"]["nvcc"]["version"] == "13.0"
