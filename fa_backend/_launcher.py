@@ -1,0 +1,53 @@
+"""Compiler launcher: torch's build.ninja calls every compiler through this script.
+
+Executed by path (stdlib only), once per translation unit:
+    python _launcher.py STATS_FILE COMPILER [ARGS...]
+It runs the compiler (through ccache/sccache when fa-shim chose one: they are simply the first
+words of COMPILER), forwards its output, appends one JSON line with the TU's wall time, peak RSS
+and exit status to STATS_FILE (progress, ETA and benchmarks read it), and names a compiler death
+by signal in the log: the OOM killer's SIGKILL otherwise leaves nothing but "FAILED:" behind.
+"""
+
+import json
+import os
+import resource
+import signal
+import subprocess
+import sys
+import time
+
+
+def _source(args):
+    for i, arg in enumerate(args[:-1]):
+        if arg == "-c":
+            return os.path.basename(args[i + 1])
+    return "?"
+
+
+def main():
+    stats_file, command = sys.argv[1], sys.argv[2:]
+    start = time.monotonic()
+    code = subprocess.call(command)
+    seconds = time.monotonic() - start
+    peak_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    record = {
+        "source": _source(command),
+        "seconds": round(seconds, 2),
+        "peak_rss_mib": peak_kib // 1024,
+        "exit": code,
+    }
+    with open(stats_file, "a") as f:  # one short O_APPEND write per TU: safe across jobs
+        f.write(json.dumps(record) + "\n")
+    if code < 0:
+        name = signal.Signals(-code).name
+        sys.stderr.write(
+            f"fa-shim: the compiler was killed by signal {-code} ({name}) while compiling "
+            f"{record['source']} (peak {record['peak_rss_mib']} MiB)"
+            + (": the out-of-memory killer?\n" if -code == signal.SIGKILL else "\n")
+        )
+        return 128 - code
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

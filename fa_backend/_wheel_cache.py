@@ -1,0 +1,74 @@
+"""Finished wheels, kept by the full fingerprint of what went into them ("build once, use
+everywhere"). The directory doubles as a pip --find-links directory: the latest wheel of each
+file name also sits at its top level.
+
+    <root>/<key>/<wheel>          the entry (key = sha256 of the fingerprint)
+    <root>/<key>/fingerprint.json what the key was computed from
+    <root>/<wheel>                flat copy for `pip install --find-links <root>`
+    <root>/.locks/<key>.lock      one builder per key; the others wait, then reuse
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+from filelock import FileLock, Timeout
+
+from . import _log
+from ._wheelfile import publish
+
+
+def key(fingerprint: dict) -> str:
+    blob = json.dumps(fingerprint, sort_keys=True, default=str).encode()
+    return hashlib.sha256(blob).hexdigest()[:32]
+
+
+@contextlib.contextmanager
+def locked(root: Path, entry_key: str) -> Iterator[None]:
+    """Hold the key's lock; a concurrent builder of the same key waits here, then finds a hit."""
+    (root / ".locks").mkdir(parents=True, exist_ok=True)
+    lock = FileLock(str(root / ".locks" / f"{entry_key}.lock"))
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        _log.info(f"another build of the same wheel holds {lock.lock_file}; waiting for it")
+        lock.acquire()
+    try:
+        yield
+    finally:
+        lock.release()
+
+
+def lookup(root: Path, entry_key: str, wheel_name: str) -> Path | None:
+    path = root / entry_key / wheel_name
+    return path if path.is_file() else None
+
+
+def store(root: Path, entry_key: str, wheel: Path, fingerprint: dict) -> Path:
+    """Publish atomically: an interrupted store leaves a .part file, never a partial entry."""
+    entry = root / entry_key
+    fd, tmp = tempfile.mkstemp(dir=root, prefix=".fingerprint-")
+    with os.fdopen(fd, "w") as f:
+        json.dump(fingerprint, f, indent=1, sort_keys=True, default=str)
+    entry.mkdir(parents=True, exist_ok=True)
+    os.replace(tmp, entry / "fingerprint.json")
+    stored = publish(wheel, entry)
+    publish(wheel, root)  # the flat --find-links view: latest build of this file name
+    return stored
+
+
+def clear_partials(root: Path) -> None:
+    for leftover in root.glob("**/.fa-shim-*.part"):
+        with contextlib.suppress(OSError):
+            leftover.unlink()
+
+
+def copy_out(cached: Path, out_dir: Path) -> Path:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    return publish(cached, out_dir) if cached.parent != out_dir else cached
