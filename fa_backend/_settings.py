@@ -86,6 +86,21 @@ class Settings:
         "Interpreter whose torch to build against, when the frontend's build "
         "environment cannot see it (same Python version required).",
     )
+    wheel_cache: bool = _setting(
+        True, "bool", "Reuse a finished wheel whose full fingerprint matches (see wheel-cache-dir)."
+    )
+    wheel_cache_dir: Path | None = _setting(
+        None,
+        "path",
+        "Where finished wheels are kept, e.g. shared storage (default: "
+        "<cache-dir>/wheels); also usable as `pip install --find-links`.",
+    )
+    compiler_cache: str = _setting(
+        "auto",
+        "str",
+        "`auto` (ccache or sccache when on PATH), `ccache`, `sccache`, `none`, "
+        "or the path of a compiler-cache program.",
+    )
     keep_build_dir: bool = _setting(
         False, "bool", "Keep the scratch build directory after a successful build."
     )
@@ -94,6 +109,10 @@ class Settings:
     @property
     def resolved_cache_dir(self) -> Path:
         return self.cache_dir or default_cache_dir()
+
+    @property
+    def resolved_wheel_cache_dir(self) -> Path:
+        return self.wheel_cache_dir or self.resolved_cache_dir / "wheels"
 
 
 FIELDS = {f.name.replace("_", "-"): f for f in dataclasses.fields(Settings)}
@@ -164,6 +183,8 @@ def _convert(key: str, kind: str, value: Any, where: str) -> Any:
         return number
     if kind == "path":
         return Path(os.path.expanduser(str(value))).absolute() if str(value) else None
+    if kind == "str":
+        return str(value).strip()
     if kind == "version":
         try:
             Version(str(value))
