@@ -27,7 +27,7 @@ class Progress:
     def __init__(self, interval: float = 30.0) -> None:
         self.interval = interval
         self.start: float | None = None
-        self.last_report = 0.0
+        self.last_report: float | None = None
         self.done = self.total = 0
 
     def feed(self, line: str, now: float | None = None) -> str | None:
@@ -38,7 +38,8 @@ class Progress:
         if self.start is None:
             self.start = now
         self.done, self.total = int(match.group(1)), int(match.group(2))
-        if self.done < self.total and now - self.last_report < self.interval:
+        recent = self.last_report is not None and now - self.last_report < self.interval
+        if self.done < self.total and recent:
             return None
         self.last_report = now
         return self.message(now)
@@ -46,7 +47,7 @@ class Progress:
     def message(self, now: float) -> str:
         percent = 100 * self.done // max(self.total, 1)
         text = f"compiled {self.done}/{self.total} ({percent}%)"
-        elapsed = now - (self.start or now)
+        elapsed = now - (now if self.start is None else self.start)
         if 0 < self.done < self.total and elapsed > 0:
             left = elapsed / self.done * (self.total - self.done)  # the observed rate so far
             text += f", ~{max(1, round(left / 60))} min left"

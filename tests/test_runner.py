@@ -1,0 +1,52 @@
+"""Progress reporting, the out-of-memory diagnosis, and the compiler launcher, on real processes."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+
+from fa_backend import _runner
+from fa_backend._build import DRIVER
+
+LAUNCHER = DRIVER.with_name("_launcher.py")
+
+
+def test_progress_reports_at_a_steady_rate_with_an_eta():
+    progress = _runner.Progress(interval=30)
+    lines = [f"[{i}/73] nvcc -c flash_fwd_{i}.cu" for i in range(1, 74)]
+    reports = [(t, progress.feed(line, now=float(t))) for t, line in zip(range(0, 730, 10), lines)]
+    said = [(t, m) for t, m in reports if m]
+    assert said[0] == (0, "compiled 1/73 (1%)")
+    assert all(b - a >= 30 for (a, _), (b, _) in zip(said, said[1:-1]))
+    assert said[-1][1] == "compiled 73/73 (100%)"
+    # 10 s per TU observed: at 31/73 after 300 s, 42 TUs remain -> 7 min
+    assert (300, "compiled 31/73 (42%), ~7 min left") in said
+    assert progress.feed("FAILED: x.o", now=999.0) is None
+
+
+def test_oom_kills_are_recognised_in_compiler_words():
+    assert _runner.killed_for_memory("g++: fatal error: Killed signal terminated program cc1plus")
+    assert _runner.killed_for_memory("nvcc error   : 'cicc' died due to signal 9 (Kill signal)")
+    assert _runner.killed_for_memory("fa-shim: the compiler was killed by signal 9 (SIGKILL)")
+    assert not _runner.killed_for_memory("error: expected ';' before '}' token")
+
+
+def test_launcher_records_each_tu_and_names_a_sigkill(tmp_path):
+    stats = tmp_path / "stats.jsonl"
+    ok = subprocess.run([sys.executable, LAUNCHER, stats, "true", "-c", "a.cpp"], check=False)
+    killed = subprocess.run(
+        [sys.executable, LAUNCHER, stats, "sh", "-c", "kill -9 $$", "-c", "b.cu"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert ok.returncode == 0
+    assert killed.returncode == 128 + signal.SIGKILL
+    assert "killed by signal 9 (SIGKILL)" in killed.stderr
+    assert _runner.killed_for_memory(killed.stderr)
+    records = [json.loads(line) for line in stats.read_text().splitlines()]
+    assert [r["exit"] for r in records] == [0, -9]
+    assert records[0]["source"] == "a.cpp" and records[0]["seconds"] >= 0
+    assert _runner.tu_stats(stats) == records
