@@ -65,7 +65,15 @@ def _tailor_sources(ext):
     REPORT.setdefault("excluded_sources", []).extend(
         os.path.basename(str(s)) for s in ext.sources if s not in kept
     )
-    ext.sources = kept
+    # Heaviest first (ninja starts edges in file order): the slowest TUs must not start last,
+    # or the build ends with one core busy and the rest idle.
+    first = SPEC.get("heavy_sources_first") or []
+
+    def weight(source):
+        name = os.path.basename(str(source))
+        return next((i for i, p in enumerate(first) if fnmatch.fnmatch(name, p)), len(first))
+
+    ext.sources = sorted(kept, key=weight)
 
 
 def _inject(ext):
