@@ -1,0 +1,225 @@
+"""Architecture selection, mapping onto upstream's mechanism, and the -gencode check."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from conftest import REPO, SHARED_SDISTS, run
+
+from fa_backend import _archs
+from fa_backend._archs import Selection, parse_arch_list, select_archs, upstream_targets
+from fa_backend._compile_commands import Command
+from fa_backend._errors import FaShimError
+
+NVCC13 = Path("/usr/local/cuda-13.0/bin/nvcc")
+# `nvcc --list-gpu-arch` of CUDA 13.0 and of 12.4 (no Blackwell)
+CUDA130 = ["75", "80", "86", "87", "88", "89", "90", "100", "110", "103", "120", "121"]
+CUDA124 = ["50", "52", "53", "60", "61", "62", "70", "72", "75", "80", "86", "87", "89", "90"]
+FA28 = _archs.mechanism("2.8.3")
+DEFAULT = FA28.default
+# A prepared torch 2.11 venv can stand in for the session fixture: TORCH211_PYTHON=/path/python
+TORCH211 = os.environ.get("TORCH211_PYTHON")
+
+
+def pick(setting=(), caps=(), env=None, torch_list=(), nvcc=CUDA130):
+    return select_archs(setting, caps, env, torch_list, nvcc, DEFAULT)
+
+
+# ------------------------------------------------------------------------------- selection
+
+
+def test_setting_overrides_everything():
+    sel = pick(setting=("90",), caps=[(8, 0)], env="8.0", torch_list=["80"])
+    assert sel == Selection(("90",), "setting cuda-archs")
+
+
+def test_visible_gpus_deduplicated_and_sorted():
+    sel = pick(caps=[(9, 0), (8, 6), (9, 0)], env="8.0;9.0", torch_list=["80", "90"])
+    assert sel.archs == ("86", "90") and sel.source == "the visible GPUs"
+
+
+def test_torch_cuda_arch_list_env_when_no_gpu():
+    # an NGC-style list: pre-Ampere entries are dropped, +PTX ignored
+    sel = pick(env="5.2 6.0 7.0 7.5 8.0 8.6 9.0+PTX", torch_list=["80"])
+    assert sel.archs == ("80", "86", "90")
+    assert sel.source == "TORCH_CUDA_ARCH_LIST"
+    assert sel.dropped == ("52", "60", "70", "75")
+
+
+def test_native_env_falls_through_to_torch_list():
+    sel = pick(env="native", torch_list=parse_arch_list("sm_75 sm_80 sm_86 sm_90 sm_100 sm_120"))
+    assert sel.archs == ("80", "86", "90", "100", "120")
+    assert sel.source == "torch's CUDA arch list"
+
+
+def test_upstream_default_last_and_filtered_by_nvcc():
+    assert pick().archs == ("80", "90", "100", "120")
+    sel = pick(nvcc=CUDA124)  # CUDA 12.4 cannot compile Blackwell; upstream skips it too
+    assert sel.archs == ("80", "90") and sel.dropped == ("100", "120")
+
+
+@pytest.mark.parametrize(
+    ("setting", "words"),
+    [
+        (("75", "90"), ["75", "8.0+"]),
+        (("120",), ["120", "nvcc"]),
+    ],
+)
+def test_setting_with_unbuildable_arch_is_an_error(setting, words):
+    with pytest.raises(FaShimError) as exc:
+        pick(setting=setting, nvcc=CUDA124)
+    message = exc.value.render()
+    assert all(w in message for w in words), message
+    assert "fix: use some of 80, 86, 87, 89, 90" in message
+
+
+def test_only_unsupported_gpus_is_an_error():
+    with pytest.raises(FaShimError) as exc:
+        pick(caps=[(7, 5)])
+    assert "75 predate Ampere" in exc.value.cause and "-C cuda-archs" in exc.value.fix
+
+
+def test_mixed_gpus_keep_the_supported_ones():
+    sel = pick(caps=[(7, 5), (8, 0)])
+    assert sel.archs == ("80",) and sel.dropped == ("75",)
+
+
+@pytest.mark.parametrize(
+    ("text", "archs"),
+    [
+        ("8.0;8.6+PTX 9.0a", ["80", "86", "90a"]),
+        ("sm_90,compute_100", ["90", "100"]),
+        ("Ampere;Hopper", ["80", "86", "90"]),
+        ("12.0 12.1", ["120", "121"]),
+        ("nonsense", []),
+    ],
+)
+def test_parse_arch_list(text, archs):
+    assert parse_arch_list(text) == archs
+
+
+# ------------------------------------------------------------------------------- upstream mapping
+
+
+@pytest.mark.parametrize(
+    ("archs", "targets"),
+    [
+        (["90"], ["90"]),
+        (["86", "89"], ["80"]),  # both run sm_80 code
+        (["80", "86", "90"], ["80", "90"]),
+        (["103"], ["100"]),
+        (["121"], ["120"]),
+        (["90a"], ["90"]),
+        (["100a", "120"], ["100", "120"]),
+    ],
+)
+def test_fa28_targets(archs, targets):
+    got, notes = upstream_targets(archs, FA28)
+    assert got == targets
+    assert len(notes) == sum(a not in FA28.known for a in archs)
+
+
+def test_arch_upstream_cannot_serve_is_an_error():
+    with pytest.raises(FaShimError) as exc:
+        upstream_targets(["90", "110"], FA28)
+    assert "110" in exc.value.cause and "80, 90, 100, 120" in exc.value.cause
+
+
+def test_older_versions_have_fixed_archs():
+    old = _archs.mechanism("2.7.4.post1")
+    assert old.env is None
+    assert upstream_targets(["86", "90"], old)[0] == ["80", "90"]
+    with pytest.raises(FaShimError):
+        upstream_targets(["100"], old)
+
+
+def test_arch_env():
+    assert _archs.arch_env(["80", "120"], FA28) == {
+        "FLASH_ATTN_CUDA_ARCHS": "80;120",
+        "TORCH_CUDA_ARCH_LIST": "8.0;12.0",
+    }
+    assert "FLASH_ATTN_CUDA_ARCHS" not in _archs.arch_env(["80"], _archs.mechanism("2.6.3"))
+
+
+# ------------------------------------------------------------------------------- gencode check
+
+
+def nvcc_cmd(*flags: str, file: str = "/x/flash_fwd_hdim128_bf16_sm80.cu") -> Command:
+    return Command("nvcc", file, ("nvcc", "-c", file, *flags))
+
+
+def test_gencodes_reads_every_spelling():
+    cmd = nvcc_cmd(
+        "-gencode",
+        "arch=compute_80,code=sm_80",
+        "-gencode=arch=compute_90,code=[sm_90,compute_90]",
+        "--generate-code=arch=compute_100,code=sm_100",
+        "-arch=sm_120",
+    )
+    assert _archs.gencodes(cmd) == {
+        "compute_80:sm_80",
+        "compute_90:sm_90",
+        "compute_90:compute_90",
+        "compute_100:sm_100",
+        "compute_120:sm_120",
+        "compute_120:compute_120",
+    }
+
+
+def test_check_gencodes_accepts_exact_and_rejects_extra_or_missing():
+    good = [nvcc_cmd("-gencode", "arch=compute_90,code=sm_90"), Command("cxx", "/x/a.cpp", ())]
+    _archs.check_gencodes(good, ["90"])
+    both = ("-gencode", "arch=compute_80,code=sm_80", "-gencode", "arch=compute_90,code=sm_90")
+    extra = [nvcc_cmd(*both)]
+    with pytest.raises(FaShimError) as exc:
+        _archs.check_gencodes(extra, ["90"])
+    assert "flash_fwd_hdim128_bf16_sm80.cu: compute_80:sm_80, compute_90:sm_90" in exc.value.details
+    with pytest.raises(FaShimError):
+        _archs.check_gencodes([nvcc_cmd()], ["90"])  # torch added nothing, upstream nothing
+
+
+# ------------------------------------------------------------------------------- real tools
+
+
+@pytest.mark.skipif(not NVCC13.exists(), reason="needs CUDA 13.0 at /usr/local/cuda-13.0")
+def test_nvcc_arch_list_of_real_nvcc():
+    archs = _archs.nvcc_arch_list(NVCC13)
+    assert {"80", "90", "100", "120"} <= set(archs) and "70" not in archs
+
+
+@pytest.fixture(scope="module")
+def t211(request) -> Path:
+    return Path(TORCH211) if TORCH211 else request.getfixturevalue("torch211_python")
+
+
+@pytest.mark.slow
+def test_probe_gpus_asks_the_builds_torch(t211):
+    caps, arch_list = _archs.probe_gpus(str(t211), False)
+    # this machine has no GPU; torch 2.11 cu130 still reports the archs it was compiled for
+    assert {"80", "90", "100", "120"} <= set(arch_list)
+    assert all(isinstance(c, tuple) and len(c) == 2 for c in caps)
+
+
+def prepare(python: Path, build_dir: Path, *options: str, env=None) -> dict:
+    args = [python, "-m", "fa_backend", "prepare", "--build-dir", build_dir]
+    args += ["-C", f"sdist-dir={SHARED_SDISTS}"]
+    for option in options:
+        args += ["-C", option]
+    proc = run(args, cwd=REPO, env=env)
+    return json.loads(proc.stdout)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not NVCC13.exists(), reason="needs CUDA 13.0 at /usr/local/cuda-13.0")
+def test_prepare_maps_an_ampere_gpu_arch_onto_sm80(t211, tmp_path):
+    """cuda-archs=86 through upstream 2.8.3 (FLASH_ATTN_CUDA_ARCHS=86 alone compiles nothing)."""
+    env = {**os.environ, "CUDA_HOME": "/usr/local/cuda-13.0"}
+    summary = prepare(t211, tmp_path, "cuda-archs=86", env=env)
+    nvcc = [c for c in summary["compile_commands"] if c["kind"] == "nvcc"]
+    assert len(nvcc) == 72
+    for c in nvcc:
+        assert _archs.gencodes(Command("nvcc", c["file"], tuple(c["args"]))) == {"compute_80:sm_80"}
+    assert summary["provenance"]["cuda_archs"] == ["80"]
