@@ -1,0 +1,80 @@
+"""Compile parallelism: jobs and nvcc threads from cores and available memory."""
+
+from __future__ import annotations
+
+import pytest
+
+from fa_backend import _jobs
+from fa_backend._jobs import GIB, plan_jobs
+from fa_backend._settings import Settings
+
+
+def test_one_arch_uses_jobs_not_threads():
+    # threads cannot help with one architecture; cores and memory both allow 16 jobs
+    assert plan_jobs(16, 200 * GIB, 1) == (16, 1)
+
+
+def test_memory_bounds_jobs():
+    # 2 cores, 22 GB (this dev box): 6 GB per job leaves room for both cores
+    assert plan_jobs(2, 22 * GIB, 1) == (2, 1)
+    # 64 cores but 32 GB: five 6-GB jobs, not upstream's cores/2 = 32
+    assert plan_jobs(64, 32 * GIB, 1) == (5, 1)
+
+
+def test_never_below_one_job():
+    assert plan_jobs(8, 1 * GIB, 1) == (1, 1)
+    assert plan_jobs(0, 0, 0) == (1, 1)
+
+
+def test_threads_win_when_memory_bound_with_several_archs():
+    # 16 cores, 32 GB, 4 archs: 5 single-thread jobs keep 5 compilers busy; 4 jobs x 3 threads
+    # (8 GB each) and 3 x 4 (9 GB each) keep 12 busy: the tie goes to more jobs
+    assert plan_jobs(16, 32 * GIB, 4) == (4, 3)
+
+
+def test_jobs_preferred_on_a_tie():
+    # enough memory for everything: 16 jobs x 1 thread and 4 x 4 both fill 16 cores
+    assert plan_jobs(16, 500 * GIB, 4) == (16, 1)
+
+
+def test_few_sources_use_threads():
+    # a tailored set of 4 kernel files on 16 cores: 4 jobs, each compiling its 4 archs at once
+    assert plan_jobs(16, 500 * GIB, 4, n_sources=4) == (4, 4)
+
+
+def test_threads_never_exceed_archs_unless_asked():
+    jobs, threads = plan_jobs(64, 500 * GIB, 2, n_sources=1)
+    assert (jobs, threads) == (1, 2)
+
+
+def test_settings_override():
+    assert plan_jobs(16, 500 * GIB, 4, max_jobs_setting=3, nvcc_threads_setting=8) == (3, 8)
+    # only threads given: jobs fill the rest (16 cores / 2 per job), memory allows 8 x 7 GB
+    assert plan_jobs(16, 500 * GIB, 4, nvcc_threads_setting=2) == (8, 2)
+    # only jobs given: threads fill the cores if memory allows (4 jobs x 4 archs x ... )
+    assert plan_jobs(16, 500 * GIB, 4, max_jobs_setting=4) == (4, 4)
+    # ... and fall back to one thread when it would not fit
+    assert plan_jobs(16, 20 * GIB, 4, max_jobs_setting=3) == (3, 1)
+
+
+@pytest.mark.parametrize("cores", [1, 2, 3, 8, 13, 64])
+@pytest.mark.parametrize("gib", [2, 7, 24, 100, 1000])
+@pytest.mark.parametrize("archs", [1, 2, 4])
+def test_plan_respects_its_budget(cores, gib, archs):
+    jobs, threads = plan_jobs(cores, gib * GIB, archs)
+    assert 1 <= threads <= archs
+    per_job = min(threads, archs)
+    assert jobs * per_job <= max(cores, per_job)
+    if jobs > 1:  # the floor of one job may exceed memory; more than one never does
+        assert jobs * _jobs.job_bytes(per_job) <= gib * GIB
+
+
+def test_machine_probes_are_sane():
+    assert _jobs.available_cores() >= 1
+    assert 0 < _jobs.available_memory() < 2**60
+
+
+def test_env_for_uses_settings(capsys):
+    env = _jobs.env_for(Settings(max_jobs=3, nvcc_threads=2), n_archs=2)
+    assert env == {"MAX_JOBS": "3", "NVCC_THREADS": "2"}
+    assert "3 compile job(s) x 2 nvcc thread(s)" in capsys.readouterr().err
