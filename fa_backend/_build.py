@@ -19,7 +19,9 @@ from pathlib import Path
 from packaging import tags
 
 from . import (
+    _archs,
     _compile_commands,
+    _kernels,
     _log,
     _metadata,
     _patches,
@@ -52,6 +54,7 @@ class Plan:
     version: str
     tag: tags.Tag
     metadata: str
+    tailoring: _kernels.Tailoring = _kernels.FULL
 
     @property
     def dist_info(self) -> str:
@@ -68,9 +71,12 @@ def plan(config_settings: _settings.ConfigSettings | None) -> Plan:
     torch = _torch.probe()
     sdist = _sdist.locate(settings)
     patches = tuple(_patches.patches_for(sdist.version)) if sdist.pinned else ()
-    version = _metadata.full_version(sdist.version, torch.label)
+    tailoring = _kernels.tailoring(settings, sdist.version)
+    version = _metadata.full_version(sdist.version, torch.label + tailoring.label)
     metadata = _metadata.core_metadata(_metadata.read_pkg_info(sdist.path), version)
-    return Plan(settings, torch, sdist, patches, version, _metadata.wheel_tag(), metadata)
+    return Plan(
+        settings, torch, sdist, patches, version, _metadata.wheel_tag(), metadata, tailoring
+    )
 
 
 def write_metadata(plan: Plan, metadata_directory: str) -> str:
@@ -169,6 +175,8 @@ def _run_driver(plan: Plan, source: Path, dist: Path, mode: str, nvcc, log: Path
         "abi": plan.torch.abi,
         "cxx_std": plan.torch.cxx_std,
         "extra_sys_path": [plan.torch.site_dir],
+        "exclude_sources": list(plan.tailoring.exclude_sources),
+        "defines": list(plan.tailoring.defines),
     }
     spec_path.write_text(json.dumps(spec))
     _log.info(f"running upstream setup.py ({mode}); full log: {log}")
@@ -226,6 +234,10 @@ def prepare(plan: Plan, scratch: Path) -> Prepared:
     ninja_file = Path(report["ninja_files"][-1])
     commands = _compile_commands.read(ninja_file)
     _compile_commands.verify_abi(commands, plan.torch.abi, ninja_file)
+    if nvcc:
+        archs = _archs.resolve(plan.settings, plan.torch, nvcc.path, plan.sdist.version, os.environ)
+        _archs.check_gencodes(commands, archs.targets)
+    _kernels.check_sources(commands, plan.tailoring, plan.sdist.version)
     return Prepared(source, nvcc, ninja_file, commands, report, log)
 
 
@@ -264,6 +276,7 @@ def provenance(plan: Plan, prep: Prepared) -> dict:
         "cuda_archs": archs,
         "injected_flags": prep.report.get("extensions", []),
         "patches": [{"name": p.name, "reason": p.reason, "sha256": p.sha256} for p in plan.patches],
+        "kernel_set": plan.tailoring.describe(),
         "compile_commands": {
             "cxx": sum(c.kind == "cxx" for c in prep.commands),
             "nvcc": sum(c.kind == "nvcc" for c in prep.commands),
