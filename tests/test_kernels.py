@@ -315,6 +315,41 @@ def test_prepare_untailored_is_upstreams_build(t211, tmp_path):
     assert f"+{BASE_LABEL}-" in summary["wheel"]
 
 
+def preprocess(args: list[str], out: Path) -> str:
+    """nvcc -E of a compile command; line markers dropped, the source root's path neutralised."""
+    args = list(args)
+    for flag in ("-MF", "-o"):
+        del args[args.index(flag) : args.index(flag) + 2]
+    args = [a for a in args if a not in ("-MD", "-c")] + ["-E", "-o", str(out)]
+    subprocess.run(args, capture_output=True, text=True, check=True)
+    return "\n".join(line for line in out.read_text().splitlines() if not line.startswith("#"))
+
+
+@pytest.mark.slow
+def test_kernel_files_preprocess_exactly_as_upstream(t211, tmp_path):
+    """The patch and the tailoring defines change no kernel: the kept kernel files of a tailored
+    build preprocess to the same code as in the pristine sdist with upstream's flags."""
+    summary = prepare(t211, tmp_path / "b", "head-dims=128", "dtypes=bf16", "forward-only=true")
+    source = Path(summary["source"])
+    with tarfile.open(SHARED_SDISTS / "flash_attn-2.8.3.tar.gz") as tar:
+        tar.extractall(tmp_path / "u", filter="data")
+    pristine = tmp_path / "u" / "flash_attn-2.8.3"
+    checked = 0
+    for c in summary["compile_commands"]:
+        if not c["file"].endswith(
+            ("fwd_hdim128_bf16_causal_sm80.cu", "split_hdim128_bf16_sm80.cu")
+        ):
+            continue
+        tailored = preprocess(c["args"], tmp_path / "t.ii").replace(str(source), "<src>")
+        upstream_args = [
+            a.replace(str(source), str(pristine)) for a in c["args"] if "FA_SHIM" not in a
+        ]
+        upstream = preprocess(upstream_args, tmp_path / "u.ii").replace(str(pristine), "<src>")
+        assert tailored == upstream, c["file"]
+        checked += 1
+    assert checked == 2
+
+
 # The kernels flash_api.o references, from their mangled names:
 # _ZN5flash12run_mha_fwd_IN7cutlass10bfloat16_tELi128ELb1EEEvRNS_16Flash_fwd_paramsEP11CUstream_st
 KERNEL_SYMBOL = re.compile(
