@@ -40,6 +40,32 @@ def _prepare(args: argparse.Namespace) -> int:
     return 0
 
 
+def _verify(args: argparse.Namespace) -> int:
+    """Check a flash-attn against a torch; exit status 1 if any check fails."""
+    import json
+
+    from . import _verify
+
+    if args.python:
+        return _verify.delegate(args.python, ["verify", args.path, *(["--json"] * args.json)])
+    report = _verify.verify_path(args.path)
+    print(json.dumps(report.as_dict(), indent=1) if args.json else report.render())
+    return 0 if report.ok else 1
+
+
+def _doctor(args: argparse.Namespace) -> int:
+    """What a build here would use and what is wrong; exit status 1 if anything is."""
+    import json
+
+    from . import _doctor
+
+    if args.python:
+        return _doctor.delegate(args.python, args.json)
+    report = _doctor.diagnose()
+    print(json.dumps(report.as_dict(), indent=1) if args.json else report.render())
+    return 0 if report.ok else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m fa_backend", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -49,6 +75,25 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--build-dir", required=True, help="where to extract and prepare")
     p.add_argument("-C", "--config-setting", action="append", default=[], metavar="KEY=VALUE")
     p.set_defaults(func=_prepare)
+    p = sub.add_parser(
+        "verify",
+        help="check a flash-attn wheel, installed flash_attn or flash_attn_2_cuda*.so "
+        "against a torch",
+    )
+    p.add_argument(
+        "path", help="a .whl, flash_attn (the installed one), a site-packages dir, or a .so"
+    )
+    p.add_argument(
+        "--python",
+        metavar="INTERP",
+        help="check against the torch of this interpreter (default: the running one)",
+    )
+    p.add_argument("--json", action="store_true", help="machine-readable report on stdout")
+    p.set_defaults(func=_verify)
+    p = sub.add_parser("doctor", help="what a build here would use, and what is wrong")
+    p.add_argument("--python", metavar="INTERP", help="diagnose this interpreter's environment")
+    p.add_argument("--json", action="store_true", help="machine-readable report on stdout")
+    p.set_defaults(func=_doctor)
     args = parser.parse_args(argv)
     return boundary(args.func)(args)
 
