@@ -1,0 +1,187 @@
+"""Load flash_attn_2_cuda, or say why not and how to fix it. Standard library only.
+
+fa-shim copies this file into every wheel it builds as flash_attn/_fa_shim_guard.py; the vendored
+patch 10-import-guard.patch makes flash_attn_interface.py load the extension through it.
+
+Before importing the extension it compares the torch that is running with the torch the wheel was
+built for (<dist-info>/fa_shim_provenance.json). They must agree on:
+
+- the torch version, compared without the local label (2.11.0+cu130 and 2.11.0 agree, 2.11.0 and
+  2.11.1 do not): PyTorch promises no C++ ABI across releases, and a module built for another
+  release can load and then misbehave, so patch releases count;
+- the CUDA major version (a cu126 and a cu128 build of one torch release are interchangeable);
+- the C++ string ABI (_GLIBCXX_USE_CXX11_ABI).
+
+On a mismatch, or when importing the extension fails, it raises ImportError naming what the module
+was built for, what is installed, and the command that rebuilds it here (the original error is
+chained). Set FLASH_ATTN_IGNORE_TORCH_MISMATCH=1 to skip the comparison (the import is still tried).
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import sys
+from urllib.parse import unquote, urlparse
+
+PROVENANCE = "fa_shim_provenance.json"
+IGNORE_ENV = "FLASH_ATTN_IGNORE_TORCH_MISMATCH"
+_FALLBACK_SOURCE = "/path/to/fa-shim"
+
+
+def _distribution():
+    """The flash-attn distribution installed next to this package (else the first on sys.path)."""
+    from importlib import metadata
+
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    try:
+        for dist in metadata.distributions(path=[here]):
+            if (dist.metadata["Name"] or "").lower().replace("_", "-") == "flash-attn":
+                return dist
+        return metadata.distribution("flash-attn")
+    except Exception:  # no metadata at all (a source checkout on sys.path)
+        return None
+
+
+def provenance(dist=None) -> dict | None:
+    dist = dist if dist is not None else _distribution()
+    if dist is None:
+        return None
+    try:
+        text = dist.read_text(PROVENANCE)
+        data = json.loads(text) if text else None
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _source(dist) -> str:
+    """Where to rebuild from: the directory or archive pip installed from, if it says so."""
+    if dist is None:
+        return _FALLBACK_SOURCE
+    try:
+        info = json.loads(dist.read_text("direct_url.json") or "null")
+    except (OSError, ValueError):
+        info = None
+    if not isinstance(info, dict) or not info.get("url"):
+        return _FALLBACK_SOURCE
+    url = info["url"]
+    vcs = info.get("vcs_info")
+    if vcs:
+        commit = vcs.get("commit_id")
+        return f"{vcs.get('vcs', 'git')}+{url}" + (f"@{commit}" if commit else "")
+    location = unquote(urlparse(url).path) if url.startswith("file:") else url
+    if location.endswith(".whl"):  # reinstalling the same wheel would not help
+        return _FALLBACK_SOURCE
+    return location
+
+
+def rebuild_command(dist=None) -> str:
+    source = _source(dist if dist is not None else _distribution())
+    return f"{sys.executable} -m pip install --no-build-isolation --force-reinstall {source}"
+
+
+def _public(version: str) -> str:
+    return str(version).split("+", 1)[0]
+
+
+def _cuda_major(cuda) -> str | None:
+    return str(cuda).split(".", 1)[0] if cuda else None
+
+
+def _describe(version, cuda, abi) -> str:
+    return f"torch {version} (CUDA {cuda or 'none'}, _GLIBCXX_USE_CXX11_ABI={abi})"
+
+
+def running_torch() -> dict:
+    import torch
+
+    return {
+        "version": torch.__version__,
+        "cuda": torch.version.cuda,
+        "cxx11_abi": int(torch._C._GLIBCXX_USE_CXX11_ABI),
+    }
+
+
+def mismatches(built: dict, running: dict) -> list[str]:
+    """How the torch the module was built for differs from the running one (empty: none)."""
+    found = []
+    if built.get("version") and _public(built["version"]) != _public(running["version"]):
+        found.append(f"torch version {built['version']} vs {running['version']}")
+    if _cuda_major(built.get("cuda")) != _cuda_major(running.get("cuda")):
+        found.append(
+            f"CUDA {built.get('cuda') or 'none'} vs {running.get('cuda') or 'none'} "
+            "(the major version must match)"
+        )
+    if built.get("cxx11_abi") is not None and int(built["cxx11_abi"]) != running["cxx11_abi"]:
+        found.append(
+            f"C++ ABI _GLIBCXX_USE_CXX11_ABI={int(built['cxx11_abi'])} vs {running['cxx11_abi']}"
+        )
+    return found
+
+
+def _message(headline: str, built: dict | None, running: dict | None, dist, extra=()) -> str:
+    lines = [headline]
+    if built:
+        lines.append(
+            "  built for:  "
+            + _describe(built.get("version"), built.get("cuda"), built.get("cxx11_abi"))
+        )
+    if running:
+        lines.append(
+            "  installed:  "
+            + _describe(running["version"], running.get("cuda"), running["cxx11_abi"])
+        )
+    lines += [f"  {line}" for line in extra]
+    lines += [
+        "Rebuild flash-attn against the installed torch (fa-shim compiles it for exactly this "
+        "torch):",
+        f"  {rebuild_command(dist)}",
+    ]
+    return "\n".join(lines)
+
+
+def load_extension(name: str = "flash_attn_2_cuda"):
+    """Import the compiled extension after checking it was built for the running torch."""
+    dist = _distribution()
+    built = (provenance(dist) or {}).get("torch") or None
+    try:
+        running = running_torch()  # torch's libraries must be loaded before the extension
+    except ImportError as exc:
+        raise ImportError(
+            f"flash-attn needs torch, which cannot be imported ({exc}).\n"
+            "Install the torch flash-attn was built for"
+            + (
+                f": pip install torch=={_public(built['version'])}"
+                if built and built.get("version")
+                else ""
+            ),
+            name=name,
+        ) from exc
+    if built and os.environ.get(IGNORE_ENV) != "1":
+        differences = mismatches(built, running)
+        if differences:
+            raise ImportError(
+                _message(
+                    f"flash-attn's {name} was built for a different torch than the one installed "
+                    f"({'; '.join(differences)}).",
+                    built,
+                    running,
+                    dist,
+                    extra=[f"(set {IGNORE_ENV}=1 to try loading it anyway)"],
+                ),
+                name=name,
+            )
+    try:
+        return importlib.import_module(name)
+    except ImportError as exc:
+        raise ImportError(
+            _message(
+                f"flash-attn's compiled extension {name} failed to import: {exc}",
+                built,
+                running,
+                dist,
+            ),
+            name=name,
+        ) from exc
