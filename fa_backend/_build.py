@@ -9,8 +9,6 @@ import json
 import os
 import re
 import shutil
-import subprocess
-import sys
 import tempfile
 import time
 import zipfile
@@ -21,22 +19,24 @@ from packaging import tags
 from . import (
     _archs,
     _compile_commands,
+    _jobs,
     _kernels,
     _log,
     _metadata,
     _patches,
+    _requirements,
+    _runner,
     _sdist,
     _settings,
     _toolchain,
     _torch,
+    _upstream,
+    _wheel_cache,
 )
 from ._errors import FaShimError
 from ._wheelfile import WheelWriter, publish
 
-DRIVER = Path(__file__).with_name("_upstream_driver.py")
 PROVENANCE = "fa_shim_provenance.json"
-_BLOCKED_EXIT = 86
-_SCRUBBED_ENV = ("FLASH_ATTENTION_SKIP_CUDA_BUILD", "FLASH_ATTENTION_FORCE_CXX11_ABI")
 
 
 def fa_shim_version() -> str:
@@ -68,6 +68,7 @@ class Plan:
 def plan(config_settings: _settings.ConfigSettings | None) -> Plan:
     settings = _settings.load(config_settings)
     _log.set_verbose(settings.verbose)
+    _requirements.check()
     torch = _torch.probe()
     sdist = _sdist.locate(settings)
     patches = tuple(_patches.patches_for(sdist.version)) if sdist.pinned else ()
@@ -115,116 +116,65 @@ def check_prepared_metadata(plan: Plan, metadata_directory: str) -> None:
 # ---------------------------------------------------------------------------- the build itself
 
 
+@dataclasses.dataclass(frozen=True)
+class Tools:
+    """The toolchain decisions of one build, made once: they feed the child's environment, the
+    wheel-cache fingerprint and the provenance."""
+
+    nvcc: _toolchain.Nvcc | None
+    archs: _archs.ArchChoice | None
+    jobs: int
+    nvcc_threads: int | None
+    compiler_cache: str | None
+
+    @staticmethod
+    def stats_file(scratch: Path) -> Path:
+        return scratch / "compile-stats.jsonl"
+
+
+def toolchain(plan: Plan) -> Tools:
+    s = plan.settings
+    nvcc = archs = None
+    if _sdist.has_cuda_sources(plan.sdist):
+        nvcc = _toolchain.choose_nvcc(plan.torch, s.nvcc)
+        _log.info(f"using nvcc {nvcc.describe()}, CUDA_HOME={nvcc.cuda_home}")
+        archs = _archs.resolve(s, plan.torch, nvcc.path, plan.sdist.version, os.environ)
+    n_sources = (
+        len(_kernels.expected_kernels(plan.tailoring, plan.sdist.version))
+        if plan.sdist.version in _kernels.SPACES
+        else None
+    )
+    env = _jobs.env_for(s, len(archs.targets) if archs else 1, n_sources)
+    threads = int(env["NVCC_THREADS"]) if nvcc else None
+    cache = _toolchain.compiler_cache(s.compiler_cache)
+    if cache:
+        _log.info(f"compiling through the compiler cache {cache}")
+    return Tools(nvcc, archs, int(env["MAX_JOBS"]), threads, cache)
+
+
 @dataclasses.dataclass
 class Prepared:
     """An extracted, patched source tree whose build.ninja torch has written."""
 
     source: Path
-    nvcc: _toolchain.Nvcc | None
+    tools: Tools
     ninja_file: Path
     commands: list[_compile_commands.Command]
     report: dict
     log: Path
 
 
-def _needs_cuda(source: Path) -> bool:
-    return any(source.glob("csrc/**/*.cu"))
-
-
-def child_env(plan: Plan, nvcc: _toolchain.Nvcc | None) -> dict[str, str]:
-    env = dict(os.environ)
-    for name in _SCRUBBED_ENV:
-        if env.pop(name, None) is not None:
-            _log.warn(f"ignoring {name}: fa-shim always builds the extension with torch's ABI")
-    env["FLASH_ATTENTION_FORCE_BUILD"] = "TRUE"  # upstream's switch off its wheel download
-    env["BUILD_TARGET"] = "cuda"
-    env["PYTHONUNBUFFERED"] = "1"
-    if nvcc:
-        env["CUDA_HOME"] = str(nvcc.cuda_home)
-        env["PATH"] = f"{nvcc.path.parent}{os.pathsep}{env.get('PATH', '')}"
-    s = plan.settings
-    if s.max_jobs:
-        env["MAX_JOBS"] = str(s.max_jobs)
-    if s.nvcc_threads:
-        env["NVCC_THREADS"] = str(s.nvcc_threads)
-    if s.cuda_archs:
-        env["FLASH_ATTN_CUDA_ARCHS"] = ";".join(s.cuda_archs)
-        env["TORCH_CUDA_ARCH_LIST"] = ";".join(
-            f"{a[:-1]}.{a[-1]}" if a.isdigit() else f"{a[:-2]}.{a[-2:]}" for a in s.cuda_archs
-        )
-    return env
-
-
-def _first_errors(log: Path, limit: int = 15) -> str:
-    pattern = re.compile(r"(error|FAILED:|fatal|Killed|undefined reference)", re.IGNORECASE)
-    lines = log.read_text(errors="replace").splitlines()
-    hits = [i for i, line in enumerate(lines) if pattern.search(line)]
-    if not hits:
-        return "\n".join(lines[-limit:])
-    return "\n".join(lines[hits[0] : hits[0] + limit])
-
-
-def _run_driver(plan: Plan, source: Path, dist: Path, mode: str, nvcc, log: Path) -> dict:
-    spec_path = source.parent / f"fa-shim-{mode}.json"
-    report_path = source.parent / f"fa-shim-{mode}-report.json"
-    spec = {
-        "setup_dir": str(source),
-        "mode": mode,
-        "dist_dir": str(dist),
-        "report": str(report_path),
-        "abi": plan.torch.abi,
-        "cxx_std": plan.torch.cxx_std,
-        "extra_sys_path": [plan.torch.site_dir],
-        "exclude_sources": list(plan.tailoring.exclude_sources),
-        "defines": list(plan.tailoring.defines),
-    }
-    spec_path.write_text(json.dumps(spec))
-    _log.info(f"running upstream setup.py ({mode}); full log: {log}")
-    with log.open("a") as out:
-        proc = subprocess.Popen(
-            [sys.executable, str(DRIVER), str(spec_path)],
-            cwd=source,
-            env=child_env(plan, nvcc),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            errors="replace",
-        )
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            out.write(line)
-            if _log.is_verbose():
-                sys.stderr.write(line)
-        code = proc.wait()
-    report = json.loads(report_path.read_text()) if report_path.is_file() else {}
-    if code == _BLOCKED_EXIT:
-        raise FaShimError(
-            f"upstream's build tried to download something ({report.get('blocked')}); fa-shim "
-            "forbids network access during the build so that no prebuilt binary can slip in.",
-            fix="report this: this flash-attn version has a download path fa-shim does not "
-            f"disable yet. Full log: {log}",
-        )
-    if code != 0:
-        raise FaShimError(
-            f"the upstream build failed (exit status {code}).",
-            details=_first_errors(log),
-            fix=f"read the full log: {log}",
-        )
-    return report
-
-
-def prepare(plan: Plan, scratch: Path) -> Prepared:
-    """Extract, patch, pick the toolchain and let torch write build.ninja (nothing compiled)."""
+def prepare(plan: Plan, scratch: Path, tools: Tools | None = None) -> Prepared:
+    """Extract, patch and let torch write build.ninja (nothing compiled), then check it."""
+    tools = tools or toolchain(plan)
     log_dir = plan.settings.resolved_cache_dir / "logs"
     log_dir.mkdir(parents=True, exist_ok=True)
     log = log_dir / f"flash-attn-{plan.version}-{time.strftime('%Y%m%d-%H%M%S')}.log"
     source = _sdist.extract(plan.sdist, scratch / "src")
     _patches.apply_all(list(plan.patches), source)
-    nvcc = None
-    if _needs_cuda(source):
-        nvcc = _toolchain.choose_nvcc(plan.torch, plan.settings.nvcc)
-        _log.info(f"using nvcc {nvcc.describe()}")
-    report = _run_driver(plan, source, scratch / "dist", "prepare", nvcc, log)
+    code, _, report = _upstream.run(plan, tools, source, scratch / "dist", "prepare", log)
+    if code != 0:
+        raise _upstream.failure(code, report, log)
     if not report.get("ninja_files"):
         raise FaShimError(
             "upstream setup.py declared no compiled extension (a py3-none-any "
@@ -234,11 +184,69 @@ def prepare(plan: Plan, scratch: Path) -> Prepared:
     ninja_file = Path(report["ninja_files"][-1])
     commands = _compile_commands.read(ninja_file)
     _compile_commands.verify_abi(commands, plan.torch.abi, ninja_file)
-    if nvcc:
-        archs = _archs.resolve(plan.settings, plan.torch, nvcc.path, plan.sdist.version, os.environ)
-        _archs.check_gencodes(commands, archs.targets)
+    if tools.archs:
+        _archs.check_gencodes(commands, tools.archs.targets)
     _kernels.check_sources(commands, plan.tailoring, plan.sdist.version)
-    return Prepared(source, nvcc, ninja_file, commands, report, log)
+    return Prepared(source, tools, ninja_file, commands, report, log)
+
+
+def compile_wheel(plan: Plan, prep: Prepared, scratch: Path) -> Path:
+    """Run the real build; on an out-of-memory kill, again with half the jobs (ninja keeps the
+    objects already compiled). Returns the repacked wheel, still in scratch."""
+    dist = scratch / "dist"
+    jobs = prep.tools.jobs
+    while True:
+        code, output, report = _upstream.run(
+            plan, prep.tools, prep.source, dist, "wheel", prep.log, jobs
+        )
+        if code == 0:
+            break
+        if not (_runner.killed_for_memory(output) and jobs > 1):
+            raise _upstream.failure(code, report, prep.log)
+        done = sum(r["exit"] == 0 for r in _runner.tu_stats(Tools.stats_file(scratch)))
+        jobs = max(1, jobs // 2)
+        _log.warn(
+            f"a compiler was killed for lack of memory; retrying with {jobs} job(s), "
+            f"keeping the {done} object(s) already compiled (set -C max-jobs to choose)"
+        )
+    _compile_commands.verify_abi(
+        _compile_commands.read(prep.ninja_file), plan.torch.abi, prep.ninja_file
+    )
+    built = sorted(dist.glob("*.whl"))
+    if len(built) != 1:
+        raise FaShimError(
+            f"upstream bdist_wheel produced {len(built)} wheels in {dist}.",
+            fix=f"read the log: {prep.log}",
+        )
+    return repack(plan, built[0], scratch / "wheel" / plan.wheel_name, provenance(plan, prep))
+
+
+def fingerprint(plan: Plan, tools: Tools) -> dict:
+    """Everything that decides the wheel's bytes; jobs and threads do not."""
+    env = (
+        "CXX",
+        "CC",
+        "CFLAGS",
+        "CXXFLAGS",
+        "CPPFLAGS",
+        "LDFLAGS",
+        "NVCC_APPEND_FLAGS",
+        "NVCC_PREPEND_FLAGS",
+        "NVCC_CCBIN",
+        "PYTORCH_NVCC",
+    )
+    return {
+        "wheel": plan.wheel_name,
+        "fa_shim": fa_shim_version(),
+        "sdist_sha256": plan.sdist.sha256,
+        "patches": [p.sha256 for p in plan.patches],
+        "torch": [plan.torch.version, plan.torch.cuda, plan.torch.abi, plan.torch.cxx_std],
+        "nvcc": str(tools.nvcc.version) if tools.nvcc else None,
+        "archs": list(tools.archs.targets) if tools.archs else None,
+        "kernel_set": plan.tailoring.describe(),
+        "host_compiler": _toolchain.host_compiler()["version"],
+        "env": {name: os.environ.get(name) for name in env},
+    }
 
 
 def provenance(plan: Plan, prep: Prepared) -> dict:
@@ -269,9 +277,15 @@ def provenance(plan: Plan, prep: Prepared) -> dict:
             "cxx_std": plan.torch.cxx_std,
             "path": plan.torch.package_dir,
         },
-        "nvcc": {"path": str(prep.nvcc.path), "version": str(prep.nvcc.version)}
-        if prep.nvcc
+        "nvcc": {
+            "path": str(prep.tools.nvcc.path),
+            "version": str(prep.tools.nvcc.version),
+            "cuda_home": str(prep.tools.nvcc.cuda_home),
+        }
+        if prep.tools.nvcc
         else None,
+        "cuda_arch_choice": prep.tools.archs.describe() if prep.tools.archs else None,
+        "compiler_cache": prep.tools.compiler_cache,
         "host_compiler": _toolchain.host_compiler(),
         "cuda_archs": archs,
         "injected_flags": prep.report.get("extensions", []),
@@ -300,23 +314,27 @@ def build(plan: Plan, wheel_directory: str, metadata_directory: str | None) -> s
     if metadata_directory:
         check_prepared_metadata(plan, metadata_directory)
     out_dir = Path(wheel_directory).absolute()
+    tools = toolchain(plan)
     with scratch_dir(plan.settings) as scratch:
-        prep = prepare(plan, scratch)
-        dist = scratch / "dist"
-        _run_driver(plan, prep.source, dist, "wheel", prep.nvcc, prep.log)
-        _compile_commands.verify_abi(
-            _compile_commands.read(prep.ninja_file), plan.torch.abi, prep.ninja_file
-        )
-        built = sorted(dist.glob("*.whl"))
-        if len(built) != 1:
-            raise FaShimError(
-                f"upstream bdist_wheel produced {len(built)} wheels in {dist}.",
-                fix=f"read the log: {prep.log}",
-            )
-        wheel = repack(plan, built[0], scratch / "wheel" / plan.wheel_name, provenance(plan, prep))
-        path = publish(wheel, out_dir)  # only a complete wheel ever appears in out_dir
+        if not plan.settings.wheel_cache:
+            path = publish(_compile(plan, tools, scratch), out_dir)
+        else:
+            root = plan.settings.resolved_wheel_cache_dir
+            facts = fingerprint(plan, tools)
+            key = _wheel_cache.key(facts)
+            with _wheel_cache.locked(root, key):
+                cached = _wheel_cache.lookup(root, key, plan.wheel_name)
+                if cached:
+                    _log.info(f"wheel cache hit: {cached} (fingerprint {key})")
+                else:
+                    cached = _wheel_cache.store(root, key, _compile(plan, tools, scratch), facts)
+                path = publish(cached, out_dir)  # only a complete wheel appears in out_dir
     _log.info(f"built {path}")
     return path.name
+
+
+def _compile(plan: Plan, tools: Tools, scratch: Path) -> Path:
+    return compile_wheel(plan, prepare(plan, scratch, tools), scratch)
 
 
 def repack(plan: Plan, upstream_wheel: Path, target: Path, prov: dict) -> Path:

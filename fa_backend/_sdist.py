@@ -155,3 +155,15 @@ def extract(sdist: Sdist, dest: Path) -> Path:
             fix="use the upstream sdist.",
         )
     return roots[0]
+
+
+def has_cuda_sources(sdist: Sdist) -> bool:
+    """Whether the package compiles CUDA (decides if nvcc is needed), read from the archive."""
+    try:
+        with tarfile.open(sdist.path, "r:gz") as tar:
+            return any(name.endswith(".cu") and "/csrc/" in name for name in tar.getnames())
+    except (tarfile.TarError, EOFError, zlib.error, OSError) as exc:
+        raise FaShimError(
+            f"{sdist.path} is a corrupt or truncated archive ({exc}).",
+            fix=f"delete {sdist.path} and download the sdist again.",
+        ) from None

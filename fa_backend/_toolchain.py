@@ -8,6 +8,7 @@ whose CUDA major equals torch's.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import glob
 import os
 import re
@@ -30,7 +31,7 @@ class Nvcc:
 
     @property
     def cuda_home(self) -> Path:
-        return self.path.parent.parent
+        return nvcc_home(self.path)
 
     def describe(self) -> str:
         return f"{self.path} (CUDA {self.version or 'unknown'}, from {self.origin})"
@@ -48,6 +49,26 @@ def nvcc_version(path: Path) -> Version | None:
         return Version(match.group(1)) if match else None
     except InvalidVersion:
         return None
+
+
+@functools.cache
+def nvcc_home(path: Path) -> Path:
+    """The toolkit root as nvcc itself sees it (TOP in its dry run): right for symlinks and for
+    wrapper scripts such as `exec /usr/local/cuda-13.0/bin/nvcc "$@"` in /usr/local/bin."""
+    try:
+        out = subprocess.run(
+            [str(path), "--dryrun", "-E", "-x", "cu", os.devnull],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        ).stderr
+        match = re.search(r"^#\$ TOP=(.+)$", out, re.MULTILINE)
+    except (OSError, subprocess.TimeoutExpired):
+        match = None
+    if match:
+        return Path(match.group(1).strip()).resolve()
+    return Path(os.path.realpath(path)).parent.parent
 
 
 def find_nvccs(explicit: Path | None = None) -> list[Nvcc]:
@@ -69,10 +90,10 @@ def find_nvccs(explicit: Path | None = None) -> list[Nvcc]:
     for path, origin in candidates:
         if not os.path.isfile(path) or not os.access(path, os.X_OK):
             continue
-        real = os.path.realpath(path)
-        if real in seen:
+        home = str(nvcc_home(Path(path)))  # one toolkit reached through several paths
+        if home in seen:
             continue
-        seen.add(real)
+        seen.add(home)
         result.append(Nvcc(Path(path), nvcc_version(Path(path)), origin))
     return result
 

@@ -18,8 +18,6 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from filelock import FileLock, Timeout
-
 from . import _log
 from ._wheelfile import publish
 
@@ -32,6 +30,8 @@ def key(fingerprint: dict) -> str:
 @contextlib.contextmanager
 def locked(root: Path, entry_key: str) -> Iterator[None]:
     """Hold the key's lock; a concurrent builder of the same key waits here, then finds a hit."""
+    from filelock import FileLock, Timeout  # a build requirement, checked by _requirements
+
     (root / ".locks").mkdir(parents=True, exist_ok=True)
     lock = FileLock(str(root / ".locks" / f"{entry_key}.lock"))
     try:

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import PY, REPO, SHARED_SDISTS, TOOLS, make_venv, pack_sample, run
+from conftest import BUILD_TOOLS, PY, REPO, SHARED_SDISTS, TOOLS, make_venv, pack_sample, run
 
 SDIST_283 = SHARED_SDISTS / "flash_attn-2.8.3.tar.gz"
 
@@ -34,8 +34,16 @@ def build_wheel(python, tmp_path, config, env=None, prefix=()):
     return proc.stderr
 
 
+def test_missing_build_requirements_under_no_build_isolation(tmp_path):
+    python = make_venv(tmp_path / "bare", ["packaging"])
+    err = build_wheel(python, tmp_path, {"sdist": str(SDIST_283)})
+    assert "fa-shim's build requirements are missing" in err
+    assert "ninja, psutil, pyelftools>=0.31, filelock>=3.12" in err
+    assert f"fix: {python} -m pip install" in err
+
+
 def test_torch_not_importable(tmp_path):
-    python = make_venv(tmp_path / "no-torch", ["packaging"])
+    python = make_venv(tmp_path / "no-torch", BUILD_TOOLS)
     err = build_wheel(python, tmp_path, {"sdist": str(SDIST_283)})
     assert f"torch is not importable by {python}" in err
     assert "No module named 'torch'" in err

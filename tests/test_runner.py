@@ -8,9 +8,7 @@ import subprocess
 import sys
 
 from fa_backend import _runner
-from fa_backend._build import DRIVER
-
-LAUNCHER = DRIVER.with_name("_launcher.py")
+from fa_backend._upstream import LAUNCHER
 
 
 def test_progress_reports_at_a_steady_rate_with_an_eta():

@@ -1,0 +1,132 @@
+"""Running upstream setup.py in a child process under fa-shim's rules: its environment, the
+compiler launcher in front of every compiler, and what its exit status means."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import sys
+from pathlib import Path
+
+from . import _log, _runner
+from ._errors import FaShimError
+
+DRIVER = Path(__file__).with_name("_upstream_driver.py")
+LAUNCHER = Path(__file__).with_name("_launcher.py")
+BLOCKED_EXIT = 86  # the driver's network guard fired
+_SCRUBBED_ENV = ("FLASH_ATTENTION_SKIP_CUDA_BUILD", "FLASH_ATTENTION_FORCE_CXX11_ABI")
+# Slowest kernel groups first (64-core measurement: split-KV, then backward): ninja starts
+# edges in file order, and a slow TU started last sets the wall time alone.
+HEAVY_FIRST = ["flash_fwd_split_*", "flash_bwd_*"]
+
+
+def _launcher_script(path: Path, stats: Path, compiler: str, cache: str | None) -> str:
+    """A one-line executable standing in for a compiler (torch's CXX and PYTORCH_NVCC take a
+    single command). `compiler` is the user's own text, split by the shell as they wrote it."""
+    prefix = f"{shlex.quote(cache)} " if cache else ""
+    path.write_text(
+        "#!/bin/sh\n"
+        f"exec {shlex.quote(sys.executable)} {shlex.quote(str(LAUNCHER))} "
+        f'{shlex.quote(str(stats))} {prefix}{compiler} "$@"\n'
+    )
+    path.chmod(0o755)
+    return str(path)
+
+
+def environment(plan, tools, scratch: Path, jobs: int | None) -> dict[str, str]:
+    env = dict(os.environ)
+    for name in _SCRUBBED_ENV:
+        if env.pop(name, None) is not None:
+            _log.warn(f"ignoring {name}: fa-shim always builds the extension with torch's ABI")
+    env["FLASH_ATTENTION_FORCE_BUILD"] = "TRUE"  # upstream's switch off its wheel download
+    env["BUILD_TARGET"] = "cuda"
+    env["PYTHONUNBUFFERED"] = "1"
+    bin_dir = scratch / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    env["CXX"] = _launcher_script(
+        bin_dir / "cxx",
+        tools.stats_file(scratch),
+        os.environ.get("CXX", "c++"),
+        tools.compiler_cache,
+    )
+    if tools.nvcc:
+        home = tools.nvcc.cuda_home
+        env["CUDA_HOME"] = str(home)
+        env["PATH"] = f"{home / 'bin'}{os.pathsep}{env.get('PATH', '')}"
+        real_nvcc = os.environ.get("PYTORCH_NVCC") or shlex.quote(str(tools.nvcc.path))
+        env["PYTORCH_NVCC"] = _launcher_script(
+            bin_dir / "nvcc", tools.stats_file(scratch), real_nvcc, tools.compiler_cache
+        )
+        env.update(tools.archs.env)
+    if jobs:
+        env["MAX_JOBS"] = str(jobs)
+    if tools.nvcc_threads:
+        env["NVCC_THREADS"] = str(tools.nvcc_threads)
+    return env
+
+
+def run(
+    plan, tools, source: Path, dist: Path, mode: str, log: Path, jobs: int | None = None
+) -> tuple[int, str, dict]:
+    """Run upstream setup.py bdist_wheel ("wheel") or stop once build.ninja exists ("prepare")."""
+    scratch = source.parent
+    spec_path = scratch / f"fa-shim-{mode}.json"
+    report_path = scratch / f"fa-shim-{mode}-report.json"
+    spec = {
+        "setup_dir": str(source),
+        "mode": mode,
+        "dist_dir": str(dist),
+        "report": str(report_path),
+        "abi": plan.torch.abi,
+        "cxx_std": plan.torch.cxx_std,
+        "extra_sys_path": [plan.torch.site_dir],
+        "exclude_sources": list(plan.tailoring.exclude_sources),
+        "defines": list(plan.tailoring.defines),
+        "heavy_sources_first": HEAVY_FIRST,
+    }
+    spec_path.write_text(json.dumps(spec))
+    _log.info(f"running upstream setup.py ({mode}); full log: {log}")
+    code, output = _runner.run(
+        [sys.executable, str(DRIVER), str(spec_path)],
+        source,
+        environment(plan, tools, scratch, jobs),
+        log,
+    )
+    report = json.loads(report_path.read_text()) if report_path.is_file() else {}
+    return code, output, report
+
+
+def failure(code: int, report: dict, log: Path) -> FaShimError:
+    if code == BLOCKED_EXIT:
+        return FaShimError(
+            f"upstream's build tried to download something ({report.get('blocked')}); fa-shim "
+            "forbids network access during the build so that no prebuilt binary can slip in.",
+            fix="report this: this flash-attn version has a download path fa-shim does not "
+            f"disable yet. Full log: {log}",
+        )
+    return FaShimError(
+        f"the upstream build failed (exit status {code}).",
+        details=first_errors(log),
+        fix=f"read the full log: {log}",
+    )
+
+
+def first_errors(log: Path, limit: int = 15) -> str:
+    """The first compiler error and the lines right after it, without the Python traceback."""
+    pattern = re.compile(
+        r"(error:|error\b.*:|FAILED:|fatal|Killed|killed by signal|"
+        r"undefined reference)",
+        re.IGNORECASE,
+    )
+    lines = log.read_text(errors="replace").splitlines()
+    start = next((i for i, line in enumerate(lines) if pattern.search(line)), None)
+    if start is None:
+        return "\n".join(lines[-limit:])
+    excerpt = []
+    for line in lines[start : start + limit]:
+        if line.startswith(("Traceback", "ninja: build stopped")):
+            break
+        excerpt.append(line)
+    return "\n".join(excerpt)
