@@ -113,6 +113,10 @@ def _n(count: int, word: str) -> str:
     return f"{count} {word}{'' if count == 1 else 's'}"
 
 
+def _verb(count: int, singular: str, plural: str) -> str:
+    return singular if count == 1 else plural
+
+
 @dataclasses.dataclass
 class VerifyReport:
     target: str
@@ -722,8 +726,9 @@ def check_symbols(
             FAIL,
             f"built for {_abi_name(built_abi)} (_GLIBCXX_USE_CXX11_ABI={built_abi}), torch uses "
             f"{'the new one' if torch.abi else 'the old one'} "
-            f"(_GLIBCXX_USE_CXX11_ABI={torch.abi}): {len(old or new)} of its references to torch "
-            "pass std::string in the other ABI, e.g.",
+            f"(_GLIBCXX_USE_CXX11_ABI={torch.abi}): {_n(len(old or new), 'reference')} to torch "
+            f"{_verb(len(old or new), 'passes', 'pass')} std::string in {_abi_name(built_abi)}, "
+            "e.g.",
             details=[sample[s] for s in (old or new)[:3]],
             fix=rebuild
             + f"; building by hand, compile with -D_GLIBCXX_USE_CXX11_ABI={torch.abi} (a host "
@@ -734,8 +739,8 @@ def check_symbols(
         abi_check = Check(
             "abi",
             PASS,
-            f"{_n(len(new or old), 'reference')} to torch pass std::string in "
-            f"{_abi_name(built_abi)}, "
+            f"{_n(len(new or old), 'reference')} to torch "
+            f"{_verb(len(new or old), 'passes', 'pass')} std::string in {_abi_name(built_abi)}, "
             f"as torch does (_GLIBCXX_USE_CXX11_ABI={torch.abi})",
         )
 
@@ -756,7 +761,8 @@ def check_symbols(
             Check(
                 "symbols",
                 PASS,
-                f"all {_n(len(refs), 'symbol')} the module takes from torch are exported by "
+                f"{'the' if len(refs) == 1 else 'all'} {_n(len(refs), 'symbol')} the module "
+                f"takes from torch {_verb(len(refs), 'is', 'are')} exported by "
                 f"{', '.join(exports.libs)}",
             ),
             abi_check,
@@ -772,9 +778,9 @@ def check_symbols(
         Check(
             "symbols",
             FAIL,
-            f"{len(unresolved)} of {len(refs)} symbols the module takes from torch are not "
-            f"exported by torch {torch.version} ({cause}); importing it fails with "
-            "'undefined symbol':",
+            f"{len(unresolved)} of the {_n(len(refs), 'symbol')} the module takes from torch "
+            f"{_verb(len(unresolved), 'is', 'are')} not exported by torch {torch.version} "
+            f"({cause}); importing it fails with 'undefined symbol':",
             details=shown,
             fix=rebuild + ".",
         ),

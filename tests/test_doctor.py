@@ -1,0 +1,131 @@
+"""`python -m fa_backend doctor` on this machine's real tools, torch builds and a fake old nvcc."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+from conftest import PY, REPO, SAMPLE, TOOLS, run
+
+from fa_backend import _doctor
+
+OLD_ABI_CXX = str(TOOLS / "oldabi-g++")
+CUDA13 = Path("/usr/local/cuda-13.0")
+
+
+def doctor(*args, python=PY, **env) -> tuple:
+    environ = {**os.environ, "PYTHONPATH": str(REPO), **env}
+    proc = run([python, "-m", "fa_backend", "doctor", *args], check=False, env=environ)
+    return proc
+
+
+def fake_cuda_home(tmp_path: Path) -> Path:
+    """A directory laid out like a CUDA 11.5 toolkit whose bin/nvcc is the fake banner."""
+    home = tmp_path / "cuda-11.5"
+    (home / "bin").mkdir(parents=True)
+    nvcc = home / "bin" / "nvcc"
+    shutil.copy(TOOLS / "nvcc-11.5", nvcc)
+    nvcc.chmod(0o755)
+    return home
+
+
+# ----------------------------------------------------------------------------- probes (fast)
+
+
+def test_compiler_abi_probe_reads_libstdcxx():
+    assert _doctor.compiler_abi("g++") == (1, "")
+    assert _doctor.compiler_abi(OLD_ABI_CXX) == (0, "")  # RHEL devtoolset style default
+    assert _doctor.compiler_abi("g++", "c++17") == (1, "")
+    abi, error = _doctor.compiler_abi("g++", "c++nonsense")
+    assert abi is None and "c++nonsense" in error
+    abi, error = _doctor.compiler_abi("/nonexistent/g++")
+    assert abi is None and "FileNotFoundError" in error
+
+
+def test_doctor_here_with_an_old_abi_compiler(tmp_path):
+    """System torch 2.13 is CPU-only (an error with its fix); CXX defaulting to ABI 0 is named."""
+    proc = doctor(CXX=OLD_ABI_CXX)
+    assert proc.returncode == 1
+    out, text = proc.stdout, " ".join(proc.stdout.split())
+    assert out.startswith("fa-shim doctor:")
+    assert "wheel tag cp3" in out
+    assert "2.13.0+cpu  CUDA none (CPU-only build)  _GLIBCXX_USE_CXX11_ABI=1" in out
+    assert "default _GLIBCXX_USE_CXX11_ABI=0, accepts -std=c++20" in out
+    assert "error: torch 2.13.0+cpu is a CPU-only build" in text
+    assert "fix: install a CUDA build of torch" in text
+    assert "defaults to _GLIBCXX_USE_CXX11_ABI=0, torch 2.13.0+cpu uses 1" in text
+    assert "result: PROBLEMS (1 error, 1 warning)" in out
+    assert "fa-shim doctor" not in proc.stderr  # the report is stdout, logs are stderr
+
+    data = json.loads(doctor("--json", CXX=OLD_ABI_CXX).stdout)
+    assert data["ok"] is False
+    assert data["torch"]["cxx11_abi"] == 1 and data["torch"]["cuda"] is None
+    assert data["compiler"]["default_cxx11_abi"] == 0
+    assert data["ninja"]["version"]
+    assert data["machine"]["cores"] >= 1 and data["machine"]["jobs"] >= 1
+    assert sorted(p["severity"] for p in data["problems"]) == ["error", "warning"]
+
+
+# ---------------------------------------------------------- a CUDA torch and a stale nvcc (slow)
+
+
+@pytest.fixture(scope="module")
+def cuda_torch_python(request) -> Path:
+    """torch 2.11.0+cu130: TEST_TORCH211_PYTHON names a ready venv, else conftest makes one."""
+    local = os.environ.get("TEST_TORCH211_PYTHON")
+    return Path(local) if local else request.getfixturevalue("torch211_python")
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not CUDA13.is_dir(), reason="needs the CUDA 13.0 toolkit")
+def test_stale_nvcc_first_on_path_with_torch_211(cuda_torch_python, tmp_path):
+    fake = fake_cuda_home(tmp_path)
+    path = f"{fake / 'bin'}{os.pathsep}{os.environ['PATH']}"
+    env = {"PATH": path, "CUDA_HOME": "", "CUDA_PATH": ""}
+    proc = doctor("--python", cuda_torch_python, **env)
+    out, text = proc.stdout, " ".join(proc.stdout.split())
+    assert proc.returncode == 0, out  # fa-shim copes: a warning, not an error
+    assert "2.11.0+cu130  CUDA 13.0  _GLIBCXX_USE_CXX11_ABI=1" in out
+    assert f"{fake / 'bin' / 'nvcc'}  CUDA 11.5  (from PATH)" in out
+    chosen = next(line for line in out.splitlines() if "<- a build would use this" in line)
+    assert "CUDA 13.0" in chosen
+    assert f"warning: the first nvcc ({fake / 'bin' / 'nvcc'}, from PATH) is CUDA 11.5" in text
+    assert "torch 2.11.0+cu130 is built with CUDA 13.0" in text
+    assert "fix: put the matching toolkit first: `export CUDA_HOME=" in text
+
+    data = json.loads(doctor("--python", cuda_torch_python, "--json", **env).stdout)
+    assert data["nvcc"]["found"][0] == {
+        "path": str(fake / "bin" / "nvcc"),
+        "version": "11.5",
+        "origin": "PATH",
+    }
+    assert data["nvcc"]["chosen"] and data["nvcc"]["chosen"] != str(fake / "bin" / "nvcc")
+    assert [p["severity"] for p in data["problems"]] == ["warning"]
+
+    # Named by CUDA_HOME, the stale toolkit is binding: an error, and the fix.
+    proc = doctor("--python", cuda_torch_python, CUDA_HOME=str(fake))
+    assert proc.returncode == 1
+    text = " ".join(proc.stdout.split())
+    assert "error: the nvcc named by CUDA_HOME" in text and "CUDA 11.5" in text
+    assert "fix: install CUDA toolkit 13.x" in text
+
+
+@pytest.mark.slow
+def test_doctor_verifies_the_installed_flash_attn(host_venv, tmp_path):
+    """An old-ABI flash-attn (built without fa-shim) installed next to torch 2.13 is caught."""
+    source = shutil.copytree(SAMPLE, tmp_path / "sample-src")
+    run(
+        [host_venv, "-m", "pip", "install", "--no-build-isolation", "--no-deps", source],
+        env={**os.environ, "CXX": OLD_ABI_CXX, "FLASH_ATTENTION_FORCE_BUILD": "TRUE"},
+    )
+    proc = doctor("--python", host_venv)
+    assert proc.returncode == 1
+    assert "flash_attn  0.1.0 at " in proc.stdout
+    assert "FAILS verify (symbols, abi)" in proc.stdout  # one line: not wrapped
+    text = " ".join(proc.stdout.split())
+    assert "error: the installed flash-attn 0.1.0 does not fit torch 2.13.0+cpu" in text
+    assert "built for the old C++ ABI" in text
+    assert "--force-reinstall" in text and "python -m fa_backend verify flash_attn" in text

@@ -1,0 +1,290 @@
+"""`python -m fa_backend verify` against real torch libraries, real compilers and real wheels."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+from conftest import PY, REPO, SAMPLE, SHARED_SDISTS, TOOLS, run, sample_settings
+
+from fa_backend import _verify
+from fa_backend._errors import FaShimError
+
+OLD_ABI_CXX = str(TOOLS / "oldabi-g++")
+NVCC = Path("/usr/local/cuda-13.0/bin/nvcc")
+OLD_ABI_SENTENCE = (
+    "built for the old C++ ABI (_GLIBCXX_USE_CXX11_ABI=0), torch uses the new one "
+    "(_GLIBCXX_USE_CXX11_ABI=1)"
+)
+CHECK_FAIL_NEW = (
+    "_ZN3c106detail14torchCheckFailEPKcS2_jRKNSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEE"
+)
+CHECK_FAIL_OLD = "_ZN3c106detail14torchCheckFailEPKcS2_jRKSs"
+
+
+def verify(*args, python=PY) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    return run([python, "-m", "fa_backend", "verify", *args], check=False, env=env)
+
+
+def system_torch_lib() -> Path:
+    import torch
+
+    return Path(torch.__file__).parent / "lib"
+
+
+# ------------------------------------------------------------------------- symbol rules (fast)
+
+
+@pytest.mark.parametrize(
+    "name, torch_owned, abi",
+    [
+        (CHECK_FAIL_OLD, True, 0),
+        (CHECK_FAIL_NEW, True, 1),
+        ("_ZNK2at10TensorBase4sizeEl", True, None),  # const member of at::
+        ("_ZTVN5torch8autograd4NodeE", True, None),  # vtable of a torch:: class
+        ("_ZThn16_N3c1010TensorImplD1Ev", True, None),  # this-adjusting thunk
+        ("_Z16THPVariable_WrapRKN2at10TensorBaseE", True, None),  # torch's Python glue
+        ("THPVariableClass", True, None),
+        ("_ZNSt6vectorIiSaIiEE9push_backEOi", False, None),  # std::, libstdc++'s to export
+        ("_ZN8pybind116detail13get_internalsEv", False, None),
+        ("_ZN3foo6ClassSsEv", False, None),  # "Ss" inside an identifier is not std::string
+        ("_ZN3c1013MessageLoggerC1EPKcii", True, None),
+        ("cudaLaunchKernel", False, None),
+    ],
+)
+def test_torch_symbol_and_string_abi_rules(name, torch_owned, abi):
+    assert _verify.is_torch_symbol(name) is torch_owned
+    assert _verify.string_abi(name) == abi
+
+
+def test_resolution_uses_torchs_hash_tables():
+    """The new-ABI torchCheckFail is exported by this torch's libc10; the old-ABI one is not."""
+    with _verify.TorchExports(system_torch_lib()) as exports:
+        assert "libc10.so" in exports.libs and "libtorch_cpu.so" in exports.libs
+        assert exports.provider(CHECK_FAIL_NEW) == "libc10.so"
+        assert exports.provider(CHECK_FAIL_OLD) is None
+        assert exports.provider("_ZN3c1017no_such_function_Ev") is None
+        # Undefined in libtorch_cpu (it imports it from libc10): only definitions count.
+        assert exports.provider("strlen") is None
+
+
+def test_missing_path_is_one_readable_error(tmp_path):
+    proc = verify(str(tmp_path / "nothing.whl"))
+    assert proc.returncode == 1
+    assert "fa-shim: error:" in proc.stderr and "does not exist" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert proc.stdout == ""
+
+
+def test_not_an_elf_file(tmp_path):
+    bogus = tmp_path / "flash_attn_2_cuda.cpython-311-x86_64-linux-gnu.so"
+    bogus.write_text("not an ELF file\n")
+    with pytest.raises(FaShimError, match="not a readable ELF shared object"):
+        _verify.verify_path(bogus)
+
+
+# --------------------------------------------------------------------------- CUDA fatbin (nvcc)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not NVCC.is_file(), reason="needs /usr/local/cuda-13.0")
+def test_fatbin_archs_of_a_real_nvcc_build(tmp_path):
+    source = tmp_path / "k.cu"
+    source.write_text("__global__ void k(float* x) { x[threadIdx.x] *= 2.0f; }\n")
+    module = tmp_path / "k.so"
+    run(
+        [NVCC, "-shared", "-Xcompiler", "-fPIC", "-o", module, source,
+         "-gencode", "arch=compute_80,code=sm_80",
+         "-gencode", "arch=compute_90a,code=sm_90a",
+         "-gencode", "arch=compute_120,code=compute_120"]
+    )  # fmt: skip
+    elf = _verify.read_module(module)
+    codes = elf.cuda
+    assert [str(c) for c in codes] == ["sm_80", "sm_90a", "compute_120"]
+    cuobjdump = NVCC.parent / "cuobjdump"
+    if cuobjdump.is_file():  # the reference, where the toolkit ships it
+        listed = run([cuobjdump, "--list-elf", module]).stdout
+        assert "sm_80" in listed and "sm_90a" in listed
+
+    target = _verify._Target(str(module), "module", None, "", [("k.so", module)], None)
+    torch = _verify.torch_here()
+
+    def archs(gpus, provenance=None):
+        target.provenance = provenance
+        return _verify.check_archs([elf], target, torch, gpus)
+
+    gpu = lambda sm: _verify.Gpu(0, f"GPU sm_{sm}", divmod(sm, 10))  # noqa: E731
+    assert archs(None).status == "pass"
+    assert archs([gpu(86)]).status == "pass"  # sm_80 SASS runs on 8.6
+    assert archs([gpu(90)]).status == "pass"  # sm_90a runs on exactly 9.0
+    assert archs([gpu(121)]).status == "pass"  # compute_120 PTX JIT-compiles for 12.1
+    failed = archs([gpu(75)])
+    assert failed.status == "fail" and "GPU 0 GPU sm_75: sm_75" in failed.details
+    assert "8.0 (Ampere)" in failed.fix
+    # What the build meant to compile must be there.
+    assert archs(None, {"cuda_archs": ["80", "90a"]}).status == "pass"
+    missing = archs(None, {"cuda_archs": ["80", "100"]})
+    assert missing.status == "fail" and "sm_100 missing" in missing.summary
+
+
+# ----------------------------------------------------- the sample: wrong ABI vs built by fa-shim
+
+
+def _plain_old_abi_wheel(tmp_path: Path) -> Path:
+    """The sample built by its own setup.py (no fa-shim) with a g++ defaulting to the old ABI."""
+    source = shutil.copytree(SAMPLE, tmp_path / "sample-src")
+    out = tmp_path / "plain-wheel"
+    run(
+        [PY, "-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "-w", out, source],
+        env={**os.environ, "CXX": OLD_ABI_CXX, "FLASH_ATTENTION_FORCE_BUILD": "TRUE"},
+    )
+    (wheel,) = out.glob("*.whl")
+    return wheel
+
+
+@pytest.mark.slow
+def test_old_abi_sample_fails_and_the_fa_shim_build_passes(tmp_path, host_venv, sample_sdist_dir):
+    wheel = _plain_old_abi_wheel(tmp_path)
+    proc = verify(wheel)
+    assert proc.returncode == 1, proc.stdout
+    report, text = proc.stdout, " ".join(proc.stdout.split())
+    assert "FAIL  symbols" in report and "FAIL  abi" in report
+    assert "c10::detail::torchCheckFail" in report or CHECK_FAIL_OLD in report
+    assert OLD_ABI_SENTENCE in text
+    assert "provenance    no fa_shim_provenance.json (not built by fa-shim)" in report
+    assert "result: FAILED (2 of 7 checks: symbols, abi)" in report
+
+    # A colleague's wheel for another CPython is refused by its tag, with the reason.
+    ours = f"cp{sys.version_info[0]}{sys.version_info[1]}"
+    foreign = shutil.copy(wheel, tmp_path / wheel.name.replace(ours, "cp399"))
+    proc = verify(foreign)
+    assert proc.returncode == 1
+    assert f"it was built for cp399, this interpreter is {ours}" in " ".join(proc.stdout.split())
+
+    data = json.loads(verify(wheel, "--json").stdout)
+    assert data["ok"] is False and data["kind"] == "wheel"
+    symbols = next(c for c in data["checks"] if c["name"] == "symbols")
+    assert any("torchCheckFail" in d for d in symbols["details"])
+
+    # The build function's view of it: one FaShimError naming the failed checks and the fix.
+    with pytest.raises(FaShimError) as caught:
+        _verify.verify_wheel(wheel).raise_for_failures()
+    assert "failed: symbols, abi" in caught.value.cause
+    assert "--no-build-isolation --force-reinstall" in caught.value.fix
+
+    # The same sample built right: through fa-shim, into a venv, verified as installed.
+    run(
+        [host_venv, "-m", "pip", "install", "--no-build-isolation", "--no-deps", REPO,
+         *sample_settings(sample_sdist_dir)]
+    )  # fmt: skip
+    ok = verify("flash_attn", "--python", host_venv)
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    assert "PASS  symbols" in ok.stdout and "PASS  abi" in ok.stdout
+    assert "PASS  provenance    built by fa-shim for torch 2.13.0" in ok.stdout
+    assert "result: OK" in ok.stdout
+    site = run([host_venv, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"])
+    by_dir = verify(site.stdout.strip(), "--python", host_venv, "--json")
+    assert by_dir.returncode == 0 and json.loads(by_dir.stdout)["kind"] == "installed"
+
+
+@pytest.mark.slow
+def test_pure_python_upstream_wheel_is_refused_with_the_reason(tmp_path):
+    """Upstream's FLASH_ATTENTION_SKIP_CUDA_BUILD=TRUE build of the real sdist: py3-none-any."""
+    with tarfile.open(SHARED_SDISTS / "flash_attn-2.8.3.tar.gz") as tar:
+        tar.extractall(tmp_path)
+    out = tmp_path / "wheels"
+    env = {
+        **os.environ,
+        "FLASH_ATTENTION_SKIP_CUDA_BUILD": "TRUE",
+        "FLASH_ATTENTION_FORCE_BUILD": "TRUE",  # no attempt to download a release wheel
+    }
+    run(
+        [PY, "-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "-w", out,
+         tmp_path / "flash_attn-2.8.3"],
+        env=env,
+    )  # fmt: skip
+    (wheel,) = out.glob("*.whl")
+    assert wheel.name == "flash_attn-2.8.3-py3-none-any.whl"
+    proc = verify(wheel)
+    assert proc.returncode == 1
+    text = " ".join(proc.stdout.split())
+    assert "FAIL tags py3-none-any is a pure-Python wheel tag" in text
+    assert "FLASH_ATTENTION_SKIP_CUDA_BUILD=TRUE" in text
+    assert "No module named 'flash_attn_2_cuda'" in text
+    assert "FAIL module" in text
+
+
+# ------------------------------------------------- real flash_api.cpp against a real CUDA torch
+
+
+@pytest.fixture(scope="module")
+def cuda_torch_python(request) -> Path:
+    """torch 2.11.0+cu130: TEST_TORCH211_PYTHON names a ready venv, else conftest makes one."""
+    local = os.environ.get("TEST_TORCH211_PYTHON")
+    return Path(local) if local else request.getfixturevalue("torch211_python")
+
+
+_BUILD_INFO = r"""
+import importlib.machinery, json, os, sysconfig, torch
+from torch.utils import cpp_extension as ext
+try:
+    inc = ext.include_paths(device_type="cuda")
+except TypeError:
+    inc = ext.include_paths(cuda=True)
+print(json.dumps({"include": inc + [sysconfig.get_paths()["include"]],
+                  "lib": os.path.join(os.path.dirname(torch.__file__), "lib"),
+                  "suffix": importlib.machinery.EXTENSION_SUFFIXES[0]}))
+"""
+
+
+def _compile_flash_api(python: Path, cxx: str, out_dir: Path) -> Path:
+    """upstream csrc/flash_attn/flash_api.cpp as a module (its kernels left undefined)."""
+    sdist = out_dir / "sdist"
+    with tarfile.open(SHARED_SDISTS / "flash_attn-2.8.3.tar.gz") as tar:
+        wanted = ("/csrc/flash_attn/", "/csrc/cutlass/include/")
+        tar.extractall(
+            sdist, members=[m for m in tar.getmembers() if any(w in m.name for w in wanted)]
+        )
+    src = sdist / "flash_attn-2.8.3" / "csrc"
+    env = {**os.environ, "CUDA_HOME": str(NVCC.parent.parent)}
+    info = json.loads(run([python, "-c", _BUILD_INFO], env=env).stdout.splitlines()[-1])
+    module = out_dir / f"flash_attn_2_cuda{info['suffix']}"
+    run(
+        [cxx, "-w", "-std=c++17", "-fPIC", "-shared", "-O0",
+         *(f"-I{p}" for p in info["include"]), f"-I{NVCC.parent.parent / 'include'}",
+         f"-I{src / 'flash_attn'}", f"-I{src / 'flash_attn' / 'src'}",
+         f"-I{src / 'cutlass' / 'include'}",
+         "-DTORCH_EXTENSION_NAME=flash_attn_2_cuda", "-DTORCH_API_INCLUDE_EXTENSION_H",
+         src / "flash_attn" / "flash_api.cpp", "-o", module, f"-L{info['lib']}",
+         "-lc10", "-ltorch", "-ltorch_cpu", "-ltorch_python", "-lc10_cuda", "-ltorch_cuda"]
+    )  # fmt: skip
+    return module
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not NVCC.is_file(), reason="needs the CUDA 13.0 headers")
+@pytest.mark.parametrize("cxx", ["g++", OLD_ABI_CXX], ids=["torch-abi", "old-abi"])
+def test_real_flash_api_against_cuda_torch(cuda_torch_python, tmp_path, cxx):
+    module = _compile_flash_api(cuda_torch_python, cxx, tmp_path)
+    proc = verify(module, "--python", cuda_torch_python)
+    text = " ".join(proc.stdout.split())
+    assert "against torch 2.11.0+cu130 (CUDA 13.0, _GLIBCXX_USE_CXX11_ABI=1)" in proc.stdout
+    if cxx == "g++":
+        assert proc.returncode == 0, proc.stdout
+        assert "PASS  symbols       all" in proc.stdout
+        assert "libtorch_cuda.so" in proc.stdout  # the CUDA libraries were searched too
+        assert "PASS  abi" in proc.stdout
+    else:
+        assert proc.returncode == 1, proc.stdout
+        assert "FAIL  symbols" in proc.stdout and OLD_ABI_SENTENCE in text
+        assert "c10::detail::torchCheckFail" in proc.stdout or CHECK_FAIL_OLD in proc.stdout
+        assert (
+            "c10::Error::Error(c10::SourceLocation" in proc.stdout or "_ZN3c105Error" in proc.stdout
+        )
