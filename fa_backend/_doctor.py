@@ -202,7 +202,7 @@ def _nvcc_section(report: DoctorReport, settings, torch) -> _toolchain.Nvcc | No
             "torch (torch.utils.cpp_extension, a plain `pip install flash-attn`) takes the first "
             "one and fails with a CUDA version mismatch.",
             f"put the matching toolkit first: `export CUDA_HOME={chosen.cuda_home} "
-            f"PATH={chosen.path.parent}:$PATH` (or remove the CUDA {first.version} toolkit).",
+            f"PATH={chosen.cuda_home}/bin:$PATH` (or remove the CUDA {first.version} toolkit).",
         )
     return chosen
 

@@ -14,7 +14,9 @@ built for (<dist-info>/fa_shim_provenance.json). They must agree on:
 
 On a mismatch, or when importing the extension fails, it raises ImportError naming what the module
 was built for, what is installed, and the command that rebuilds it here (the original error is
-chained). Set FLASH_ATTN_IGNORE_TORCH_MISMATCH=1 to skip the comparison (the import is still tried).
+chained). The command has --no-deps: flash-attn requires an unpinned `torch`, and a forced
+reinstall of the dependencies could replace the very torch the rebuild is meant to match.
+Set FLASH_ATTN_IGNORE_TORCH_MISMATCH=1 to skip the comparison (the import is still tried).
 """
 
 from __future__ import annotations
@@ -79,7 +81,9 @@ def _source(dist) -> str:
 
 def rebuild_command(dist=None) -> str:
     source = _source(dist if dist is not None else _distribution())
-    return f"{sys.executable} -m pip install --no-build-isolation --force-reinstall {source}"
+    return (
+        f"{sys.executable} -m pip install --no-build-isolation --no-deps --force-reinstall {source}"
+    )
 
 
 def _public(version: str) -> str:

@@ -68,7 +68,8 @@ def _fa_shim_source() -> str:
 
 
 REBUILD = (
-    f"{sys.executable} -m pip install --no-build-isolation --force-reinstall {_fa_shim_source()}"
+    f"{sys.executable} -m pip install --no-build-isolation --no-deps --force-reinstall "
+    + _fa_shim_source()
 )
 _LIST_LIMIT = 15
 

@@ -177,7 +177,7 @@ def test_old_abi_sample_fails_and_the_fa_shim_build_passes(tmp_path, host_venv, 
     with pytest.raises(FaShimError) as caught:
         _verify.verify_wheel(wheel).raise_for_failures()
     assert "failed: symbols, abi" in caught.value.cause
-    assert "--no-build-isolation --force-reinstall" in caught.value.fix
+    assert "--no-build-isolation --no-deps --force-reinstall" in caught.value.fix
 
     # The same sample built right: through fa-shim, into a venv, verified as installed.
     run(
