@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import difflib
+import hashlib
 import json
 import os
 import re
@@ -31,12 +32,14 @@ from . import (
     _toolchain,
     _torch,
     _upstream,
+    _verify,
     _wheel_cache,
 )
 from ._errors import FaShimError
 from ._wheelfile import WheelWriter, publish
 
 PROVENANCE = "fa_shim_provenance.json"
+GUARD = Path(__file__).with_name("_runtime_guard.py")  # shipped as flash_attn/_fa_shim_guard.py
 
 
 def fa_shim_version() -> str:
@@ -218,7 +221,15 @@ def compile_wheel(plan: Plan, prep: Prepared, scratch: Path) -> Path:
             f"upstream bdist_wheel produced {len(built)} wheels in {dist}.",
             fix=f"read the log: {prep.log}",
         )
-    return repack(plan, built[0], scratch / "wheel" / plan.wheel_name, provenance(plan, prep))
+    wheel = repack(plan, built[0], scratch / "wheel" / plan.wheel_name, provenance(plan, prep))
+    verify(plan, wheel)  # a wheel that fails is neither published nor cached
+    return wheel
+
+
+def verify(plan: Plan, wheel: Path) -> None:
+    report = _verify.verify_wheel(wheel, plan.torch)
+    report.raise_for_failures()
+    _log.info(f"verified {wheel.name} against torch {plan.torch.version}: {report.summary()}")
 
 
 def fingerprint(plan: Plan, tools: Tools) -> dict:
@@ -240,6 +251,7 @@ def fingerprint(plan: Plan, tools: Tools) -> dict:
         "fa_shim": fa_shim_version(),
         "sdist_sha256": plan.sdist.sha256,
         "patches": [p.sha256 for p in plan.patches],
+        "guard": hashlib.sha256(GUARD.read_bytes()).hexdigest(),
         "torch": [plan.torch.version, plan.torch.cuda, plan.torch.abi, plan.torch.cxx_std],
         "nvcc": str(tools.nvcc.version) if tools.nvcc else None,
         "archs": list(tools.archs.targets) if tools.archs else None,
@@ -326,6 +338,7 @@ def build(plan: Plan, wheel_directory: str, metadata_directory: str | None) -> s
                 cached = _wheel_cache.lookup(root, key, plan.wheel_name)
                 if cached:
                     _log.info(f"wheel cache hit: {cached} (fingerprint {key})")
+                    verify(plan, cached)  # a damaged or stale entry is refused, not installed
                 else:
                     cached = _wheel_cache.store(root, key, _compile(plan, tools, scratch), facts)
                 path = publish(cached, out_dir)  # only a complete wheel appears in out_dir
@@ -360,6 +373,7 @@ def repack(plan: Plan, upstream_wheel: Path, target: Path, prov: dict) -> Path:
             "fail with \"No module named 'flash_attn_2_cuda'\".",
             fix="read the build log; was FLASH_ATTENTION_SKIP_CUDA_BUILD set?",
         )
+    writer.add("flash_attn/_fa_shim_guard.py", GUARD.read_bytes())
     writer.add(f"{plan.dist_info}/METADATA", plan.metadata.encode())
     writer.add(
         f"{plan.dist_info}/WHEEL",

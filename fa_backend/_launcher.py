@@ -18,10 +18,8 @@ import time
 
 
 def _source(args):
-    for i, arg in enumerate(args[:-1]):
-        if arg == "-c":
-            return os.path.basename(args[i + 1])
-    return "?"
+    sources = [a for a in args if a.endswith((".cu", ".cpp", ".cc", ".cxx", ".c"))]
+    return os.path.basename(sources[-1]) if sources else "?"
 
 
 def main():

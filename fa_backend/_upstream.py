@@ -43,6 +43,9 @@ def environment(plan, tools, scratch: Path, jobs: int | None) -> dict[str, str]:
     env["FLASH_ATTENTION_FORCE_BUILD"] = "TRUE"  # upstream's switch off its wheel download
     env["BUILD_TARGET"] = "cuda"
     env["PYTHONUNBUFFERED"] = "1"
+    # torch >= 2.12 puts ccache/sccache in front of the compiler on its own; fa-shim decides that
+    # (setting compiler-cache) inside its launcher, where the cache sees the real compiler.
+    env["TORCH_NO_COMPILER_WRAPPER"] = "1"
     bin_dir = scratch / "bin"
     bin_dir.mkdir(exist_ok=True)
     env["CXX"] = _launcher_script(
@@ -60,6 +63,11 @@ def environment(plan, tools, scratch: Path, jobs: int | None) -> dict[str, str]:
             bin_dir / "nvcc", tools.stats_file(scratch), real_nvcc, tools.compiler_cache
         )
         env.update(tools.archs.env)
+    if tools.compiler_cache:
+        # every build has a fresh scratch path: hash paths relative to it, or nothing ever hits
+        env.setdefault("CCACHE_BASEDIR", str(scratch))
+        env.setdefault("CCACHE_NOHASHDIR", "true")
+        env.setdefault("SCCACHE_BASEDIRS", str(scratch))
     if jobs:
         env["MAX_JOBS"] = str(jobs)
     if tools.nvcc_threads:

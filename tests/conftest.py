@@ -35,7 +35,11 @@ def run(cmd, *, check=True, **kwargs) -> subprocess.CompletedProcess:
 
 
 def make_venv(path: Path, packages: list[str], system_site_packages: bool = False) -> Path:
-    venv.EnvBuilder(with_pip=True, system_site_packages=system_site_packages).create(path)
+    # A venv over the system site-packages takes pip, setuptools & co. from there: its own
+    # ensurepip copies (setuptools 65) would shadow the build tools fa-shim requires.
+    venv.EnvBuilder(
+        with_pip=not system_site_packages, system_site_packages=system_site_packages
+    ).create(path)
     python = path / "bin" / "python"
     if packages:
         run([python, "-m", "pip", "install", "-q", *packages])

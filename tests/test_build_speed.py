@@ -1,0 +1,188 @@
+"""Build-speed machinery on the sample sdist with real pip processes: the wheel cache (miss, hit,
+find-links, concurrent builders, interrupted build), the out-of-memory retry and the compiler
+cache."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+import zipfile
+from pathlib import Path
+
+import psutil
+import pytest
+from conftest import PY, REPO, SAMPLE_VERSION, TOOLS, run, sample_settings
+
+pytestmark = pytest.mark.slow
+
+
+def _pip_wheel(out: Path, sdist_dir: Path, *extra: str, env=None, check=True):
+    return run(
+        [
+            PY,
+            "-m",
+            "pip",
+            "wheel",
+            "-v",
+            "--no-build-isolation",
+            "--no-deps",
+            "-w",
+            out,
+            REPO,
+            *sample_settings(sdist_dir),
+            *extra,
+        ],
+        env={**os.environ, **(env or {})},
+        check=check,
+    )
+
+
+def _cache_root() -> Path:
+    return Path(os.environ["XDG_CACHE_HOME"]) / "fa-shim" / "wheels"
+
+
+def test_second_build_is_a_cache_hit_and_the_cache_is_a_find_links_dir(
+    sample_sdist_dir, tmp_path, host_venv
+):
+    first = _pip_wheel(tmp_path / "a", sample_sdist_dir)
+    assert "running upstream setup.py (wheel)" in first.stderr
+    second = _pip_wheel(tmp_path / "b", sample_sdist_dir)
+    assert "wheel cache hit" in second.stderr
+    assert "running upstream setup.py" not in second.stderr
+    (a,), (b,) = (tmp_path / "a").glob("*.whl"), (tmp_path / "b").glob("*.whl")
+    assert a.read_bytes() == b.read_bytes()
+    flat = list(_cache_root().glob("*.whl"))
+    assert [w.name for w in flat] == [a.name]
+    entry = next(p for p in _cache_root().iterdir() if p.is_dir() and p.name != ".locks")
+    facts = json.loads((entry / "fingerprint.json").read_text())
+    assert facts["wheel"] == a.name and facts["torch"][2] == 1
+    # the cache doubles as a --find-links directory, with no index at all
+    run(
+        [
+            host_venv,
+            "-m",
+            "pip",
+            "install",
+            "--no-index",
+            "--no-deps",
+            "--find-links",
+            _cache_root(),
+            f"flash-attn=={SAMPLE_VERSION}",
+        ]
+    )
+    assert "sample" in run([host_venv, "-c", "import flash_attn; print('sample')"]).stdout
+
+
+def test_a_compile_relevant_change_misses_the_cache(sample_sdist_dir, tmp_path):
+    _pip_wheel(tmp_path / "a", sample_sdist_dir)
+    changed = _pip_wheel(tmp_path / "b", sample_sdist_dir, env={"CXXFLAGS": "-DSAMPLE_EXTRA=1"})
+    assert "wheel cache hit" not in changed.stderr
+    assert len([p for p in _cache_root().iterdir() if p.is_dir() and p.name != ".locks"]) == 2
+
+
+def test_concurrent_builders_of_one_wheel_compile_once(sample_sdist_dir, tmp_path):
+    slow_cxx = tmp_path / "slow-g++"  # keeps the first builder inside its lock for a while
+    slow_cxx.write_text('#!/bin/sh\nsleep 5\nexec g++ "$@"\n')
+    slow_cxx.chmod(0o755)
+    env = {**os.environ, "CXX": str(slow_cxx)}
+    procs = [
+        subprocess.Popen(
+            [
+                PY,
+                "-m",
+                "pip",
+                "wheel",
+                "-v",
+                "--no-build-isolation",
+                "--no-deps",
+                "-w",
+                tmp_path / f"w{i}",
+                REPO,
+                *sample_settings(sample_sdist_dir),
+            ],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for i in range(3)
+    ]
+    outputs = [p.communicate(timeout=900)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0, 0], outputs
+    assert sum("running upstream setup.py (wheel)" in o for o in outputs) == 1
+    assert sum("wheel cache hit" in o for o in outputs) == 2
+    assert any("another build of the same wheel holds" in o for o in outputs)
+    wheels = {w.read_bytes() for i in range(3) for w in (tmp_path / f"w{i}").glob("*.whl")}
+    assert len(wheels) == 1
+
+
+def test_an_interrupted_build_leaves_no_cache_entry(sample_sdist_dir, tmp_path):
+    hang_cxx = tmp_path / "hang-g++"
+    hang_cxx.write_text('#!/bin/sh\ncase "$*" in *" -c "*) sleep 600;; esac\nexec g++ "$@"\n')
+    hang_cxx.chmod(0o755)
+    proc = subprocess.Popen(
+        [
+            PY,
+            "-m",
+            "pip",
+            "wheel",
+            "-v",
+            "--no-build-isolation",
+            "--no-deps",
+            "-w",
+            tmp_path / "w",
+            REPO,
+            *sample_settings(sample_sdist_dir),
+        ],
+        env={**os.environ, "CXX": str(hang_cxx)},
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    compiling = False
+    for _ in range(480):  # until the (hanging) compile has started
+        children = psutil.Process(proc.pid).children(recursive=True)
+        if any(c.name() == "sleep" for c in children):
+            compiling = True
+            break
+        time.sleep(0.5)
+    assert compiling, "the build never started compiling"
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert not list(_cache_root().rglob("*.whl"))
+    assert not (tmp_path / "w").exists() or not list((tmp_path / "w").iterdir())
+    again = _pip_wheel(tmp_path / "w2", sample_sdist_dir)  # and the next build just works
+    assert "running upstream setup.py (wheel)" in again.stderr
+
+
+def test_a_compiler_killed_for_memory_is_retried_with_fewer_jobs(sample_sdist_dir, tmp_path):
+    """The OOM killer, played by a compiler wrapper that SIGKILLs itself on its first compile."""
+    marker = tmp_path / "killed-once"
+    env = {"CXX": str(TOOLS / "oom-once-g++"), "OOM_ONCE_MARKER": str(marker)}
+    proc = _pip_wheel(
+        tmp_path / "w", sample_sdist_dir, "-C", "max-jobs=2", "-C", "wheel-cache=false", env=env
+    )
+    assert marker.exists(), "the wrapper never killed itself"
+    assert "a compiler was killed for lack of memory; retrying with 1 job(s)" in proc.stderr
+    log = Path(proc.stderr.split("full log: ")[1].split()[0]).read_text()
+    assert "the compiler was killed by signal 9 (SIGKILL) while compiling flash_api.cpp" in log
+    assert len(list((tmp_path / "w").glob("*.whl"))) == 1
+
+
+def test_compiler_cache_makes_the_second_compile_a_hit(sample_sdist_dir, tmp_path):
+    env = {"CCACHE_DIR": str(tmp_path / "ccache")}
+    opts = ("-C", "wheel-cache=false", "-C", "compiler-cache=ccache")
+    _pip_wheel(tmp_path / "a", sample_sdist_dir, *opts, env=env)
+    run(["ccache", "--zero-stats"], env={**os.environ, **env})
+    second = _pip_wheel(tmp_path / "b", sample_sdist_dir, *opts, env=env)
+    assert "compiling through the compiler cache" in second.stderr
+    stats = run(["ccache", "--print-stats"], env={**os.environ, **env}).stdout
+    hits = dict(line.split("\t", 1) for line in stats.splitlines() if "\t" in line)
+    assert int(hits["direct_cache_hit"]) + int(hits["preprocessed_cache_hit"]) >= 1
+    (wheel,) = (tmp_path / "b").glob("*.whl")
+    with zipfile.ZipFile(wheel) as zf:
+        prov = json.loads(zf.read(next(n for n in zf.namelist() if n.endswith("provenance.json"))))
+    assert prov["compiler_cache"].endswith("ccache")
