@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 from conftest import BUILD_TOOLS, PY, SAMPLE_VERSION, copy_repo, make_venv, run, sample_settings
+from packaging.version import Version
 
 pytestmark = pytest.mark.slow
 
@@ -325,24 +326,40 @@ def _git_clone_at_commit(source: Path, path: Path) -> str:
     ).stdout.strip()
 
 
-def test_pip_wheel_cache_serves_a_stale_wheel_for_a_pinned_git_commit(
-    host_venv, torch211_overlay, fa_shim, sample_sdist_dir, tmp_path, env
+def _pip_version(python) -> Version:
+    return Version(run([python, "-m", "pip", "--version"]).stdout.split()[1])
+
+
+@pytest.mark.parametrize("source", ["git-commit", "file-url"])
+def test_pip_wheel_cache_and_a_new_torch(
+    source, host_venv, torch211_overlay, fa_shim, sample_sdist_dir, tmp_path, env
 ):
-    """pip caches a wheel it built from a git URL pinned to a commit (or from any sdist URL),
-    keyed by the URL and the Python version only. A second environment with another torch then
-    gets the first one's wheel: the version label shows it. --no-cache-dir, or `pip cache
-    remove flash_attn`, makes pip call fa-shim again, which builds for the torch it finds."""
+    """pip caches a wheel it built from a git URL pinned to a commit (or any archive URL), and,
+    before pip PR #14080 (mid 2026), from a *named* local directory (`flash-attn @ file:///...`,
+    when the path looks like name-version, e.g. ".../fa-shim"); the key is the URL and the Python
+    version only. Another environment with another torch then gets the first one's wheel, as the
+    version label shows. --no-cache-dir, or `pip cache remove flash_attn`, makes pip call fa-shim
+    again, which builds for the torch it finds."""
     env = {**env, **_sample_env(sample_sdist_dir)}
-    commit = _git_clone_at_commit(fa_shim, tmp_path / "repo" / "fa-shim")
-    # PEP 508 form, as in a consumer's dependencies (pip's parser wants a host in git+file URLs)
-    requirement = f"flash-attn @ git+file://localhost{tmp_path}/repo/fa-shim@{commit}"
+    if source == "git-commit":
+        commit = _git_clone_at_commit(fa_shim, tmp_path / "repo" / "fa-shim")
+        # PEP 508 form, as in a project's dependencies (pip wants a host in git+file URLs)
+        requirement = f"flash-attn @ git+file://localhost{tmp_path}/repo/fa-shim@{commit}"
+        stale_expected = True
+    else:
+        requirement = f"flash-attn @ {fa_shim.as_uri()}"
+        stale_expected = _pip_version(torch211_overlay) < Version("26.2")  # 23.2.1: stale
 
     run([host_venv, "-m", "pip", "install", requirement], env=env)
     assert _flash_attn_version(host_venv) == f"{SAMPLE_VERSION}+{HOST_LABEL}"
 
     out = run([torch211_overlay, "-m", "pip", "install", requirement], env=env).stdout
-    assert f"Using cached flash_attn-{SAMPLE_VERSION}+{HOST_LABEL}" in out
-    assert _flash_attn_version(torch211_overlay) == f"{SAMPLE_VERSION}+{HOST_LABEL}"  # stale
+    if stale_expected:
+        assert f"Using cached flash_attn-{SAMPLE_VERSION}+{HOST_LABEL}" in out
+        assert _flash_attn_version(torch211_overlay) == f"{SAMPLE_VERSION}+{HOST_LABEL}"
+    else:
+        assert "Using cached" not in out
+        assert _flash_attn_version(torch211_overlay) == f"{SAMPLE_VERSION}+{T211_LABEL}"
 
     reinstall = [torch211_overlay, "-m", "pip", "install", "--force-reinstall", "--no-deps"]
     out = run([*reinstall, "--no-cache-dir", requirement], env=env).stdout
@@ -355,14 +372,13 @@ def test_pip_wheel_cache_serves_a_stale_wheel_for_a_pinned_git_commit(
     assert _flash_attn_version(torch211_overlay) == f"{SAMPLE_VERSION}+{T211_LABEL}"
 
 
-def test_pip_never_serves_a_cached_wheel_for_a_local_directory(
+def test_pip_rebuilds_an_unnamed_local_directory_every_time(
     host_venv, torch211_overlay, fa_shim, sample_sdist_dir, tmp_path, env
 ):
-    """A path (or file:// URL of a directory) is rebuilt on every install, even though pip
-    stores the wheel when the directory's name looks like name-version ("fa-shim")."""
+    """`pip install ./fa-shim`: pip does not know the name before building, so it never looks
+    in its wheel cache, even where it stores the wheel there (pip 23.2.1)."""
     settings = sample_settings(sample_sdist_dir)
     run([host_venv, "-m", "pip", "install", fa_shim, *settings], env=env)
-    assert list(Path(env["PIP_CACHE_DIR"]).glob(f"wheels/**/*{HOST_LABEL}*.whl"))
     out = run([torch211_overlay, "-m", "pip", "install", fa_shim, *settings], env=env).stdout
     assert "Using cached" not in out and "Building wheel for flash" in out
     assert _flash_attn_version(torch211_overlay) == f"{SAMPLE_VERSION}+{T211_LABEL}"
