@@ -86,6 +86,26 @@ def test_pip_isolated_build_uses_the_target_environments_torch(
     assert ran["abi"] == ran["torch_abi"] == "1"
 
 
+@pytest.mark.slow
+def test_pip_building_before_it_installs_the_requested_torch_says_install_it_first(
+    sample_sdist_dir, tmp_path
+):
+    """pip prepares flash-attn before it installs anything, so a torch named on the same command
+    line is not there yet: fa-shim says so instead of building against something else."""
+    source = copy_repo(tmp_path / "fa-shim")
+    bare = make_venv(tmp_path / "bare", [])
+    proc = run(
+        [bare, "-m", "pip", "install", source, "torch", *sample_settings(sample_sdist_dir)],
+        env=_env(tmp_path),
+        check=False,
+    )
+    err = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    assert f"torch is not installed in the environment of {bare}" in err
+    assert "install the torch you will run with first, in a separate step" in err
+    assert not run([bare, "-m", "pip", "list"]).stdout.lower().count("torch")
+
+
 # ------------------------------------------------- frontends with a build venv of their own
 
 
