@@ -40,6 +40,7 @@ import itertools
 import json
 import math
 import random
+import shutil
 import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -294,6 +295,7 @@ class Case:
     function: str
     node: str  # the id inside the brackets
     params: dict
+    digits: tuple[int, ...] = ()  # the row taken from each grid, in the order pytest applies them
 
     def skipped(self, test: TestFunction, env: Env) -> bool:
         for condition in test.skips:
@@ -307,12 +309,13 @@ class Case:
 
 def cases(test: TestFunction) -> itertools.product:
     grids = [list(zip(param_ids(p), p.values)) for p in test.params]
-    for combo in itertools.product(*grids):
+    for digits in itertools.product(*[range(len(g)) for g in grids]):
         params, ids = {}, []
-        for param, (pid, row) in zip(test.params, combo):
+        for grid, param, digit in zip(grids, test.params, digits):
+            pid, row = grid[digit]
             ids.append(pid)
             params.update(zip(param.names, row))
-        yield Case(test.name, "-".join(ids), params)
+        yield Case(test.name, "-".join(ids), params, tuple(digits))
 
 
 def case_at(test: TestFunction, index: int) -> Case:
@@ -324,10 +327,11 @@ def case_at(test: TestFunction, index: int) -> Case:
     for size in reversed(sizes):
         index, digit = divmod(index, size)
         digits.append(digit)
-    for param, digit in zip(test.params, reversed(digits)):
+    digits.reverse()
+    for param, digit in zip(test.params, digits):
         ids.append(param_ids(param)[digit])
         params.update(zip(param.names, param.values[digit]))
-    return Case(test.name, "-".join(ids), params)
+    return Case(test.name, "-".join(ids), params, tuple(digits))
 
 
 # ---------------------------------------------------------------------------------- kernel sets
@@ -431,6 +435,7 @@ def _describe(test: TestFunction, case: Case) -> dict:
         "causal": p.get("causal"),
         "backward": test.runs_backward,
         "varlen": "varlen" in test.name,
+        "digits": list(case.digits),
     }
 
 
@@ -529,11 +534,81 @@ def select(args) -> int:
             "modified": variant_tests_changed,
         }
         plan["groups"]["excluded"] = {"file": source.name, "cases": excluded}
+    if source.resolve() != (out / source.name).resolve():
+        shutil.copyfile(source, out / source.name)  # upstream's file, unmodified
     for name, group in plan["groups"].items():
         (out / f"ids-{name}.txt").write_text("".join(c["id"] + "\n" for c in group["cases"]))
     (out / "plan.json").write_text(json.dumps(plan, indent=1, default=str))
+    (out / "conftest.py").write_text(CONFTEST)
+    (out / "pytest.ini").write_text("[pytest]\n")  # the run's rootdir: no outer config applies
     print(coverage(plan))
+    files = sorted({g["file"] for g in plan["groups"].values()})
+    print(
+        f"run: cd {out} && python -m pytest -p no:cacheprovider --junitxml=junit.xml "
+        + " ".join(files)
+    )
     return 0
+
+
+CONFTEST = '''"""Written by fa-shim's bench/upstream_selection.py: collect only the selected cases.
+
+Collecting all of upstream's parametrizations takes minutes (the grids multiply to ~508k cases).
+For each selected test function this replaces its @pytest.mark.parametrize marks by one mark
+that lists just the selected cases: the values are taken from upstream's own marks (plan.json
+names the row of each grid, in the order pytest applies the marks), the ids are upstream's node
+ids. Test functions without a selected case yield no items. The test code is not touched.
+"""
+
+import json
+import os
+
+import pytest
+
+_PLAN = json.load(open(os.path.join(os.path.dirname(__file__), "plan.json")))
+_SELECTED = {}  # (file, function) -> [(id, digits)]
+for _group in _PLAN["groups"].values():
+    for _case in _group["cases"]:
+        _file, _node = _case["id"].split("::", 1)
+        _function, _id = _node[:-1].split("[", 1)
+        _SELECTED.setdefault((_file, _function), []).append((_id, _case["digits"]))
+
+
+def _names(mark):
+    names = mark.args[0] if mark.args else mark.kwargs["argnames"]
+    if isinstance(names, str):
+        names = names.split(",")
+    return [n.strip() for n in names]
+
+
+def _values(mark):
+    values = mark.args[1] if len(mark.args) > 1 else mark.kwargs["argvalues"]
+    return [getattr(v, "values", v) for v in values]  # pytest.param(...) -> its values
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_pycollect_makeitem(collector, name, obj):
+    if not (name.startswith("test_") and callable(obj)):
+        return None
+    path = getattr(collector, "path", None) or collector.fspath  # pytest < 7: fspath only
+    selected = _SELECTED.get((os.path.basename(str(path)), name))
+    if selected is None:
+        return []  # not selected: no items for this function
+    marks = list(getattr(obj, "pytestmark", []))
+    grids = [m for m in marks if m.name == "parametrize"]  # the order pytest applies them
+    names = [n for m in grids for n in _names(m)]
+    rows = []
+    for case_id, digits in selected:
+        if len(digits) != len(grids):
+            raise pytest.UsageError(f"{name}[{case_id}]: plan.json does not fit the test file")
+        row = []
+        for mark, digit in zip(grids, digits):
+            value = _values(mark)[digit]
+            row.extend(value if len(_names(mark)) > 1 else [value])
+        rows.append(pytest.param(*row, id=case_id))
+    others = [m for m in marks if m.name != "parametrize"]
+    obj.pytestmark = [*others, pytest.mark.parametrize(names, rows).mark]
+    return None  # pytest goes on to make the items, from the one remaining mark
+'''
 
 
 def coverage(plan: dict) -> str:
@@ -564,12 +639,13 @@ def coverage(plan: dict) -> str:
 # ------------------------------------------------------------------------------------- verdict
 
 
-def _outcomes(junit_files: list[Path]) -> dict[str, tuple[str, str]]:
-    """node name (function[id]) -> (outcome, message) from pytest's JUnit XML."""
+def _outcomes(junit_files: list[Path]) -> dict[tuple[str, str], tuple[str, str]]:
+    """(module file, function[id]) -> (outcome, message) from pytest's JUnit XML."""
     out = {}
     for path in junit_files:
         for tc in ET.parse(path).getroot().iter("testcase"):
-            name = tc.get("name", "")
+            module = tc.get("classname", "").split(".")[-1] + ".py"
+            name = (module, tc.get("name", ""))
             outcome, message = "passed", ""
             for child in tc:
                 if child.tag in ("failure", "error"):
@@ -589,9 +665,11 @@ def judge(args) -> int:
     for name, group in plan["groups"].items():
         tally = collections.Counter()
         for case in group["cases"]:
-            node = case["id"].split("::", 1)[1]
-            outcome, message = outcomes.get(node, ("not run", ""))
-            if case["expect"] == "pass":
+            file, node = case["id"].split("::", 1)
+            outcome, message = outcomes.get((file, node), ("not run", ""))
+            if outcome == "not run":  # pytest stopped early (time limit) or the id went missing
+                ok, verdict = False, "not run"
+            elif case["expect"] == "pass":
                 ok = outcome in ("passed", "skipped")
                 verdict = outcome
             else:
