@@ -1,0 +1,335 @@
+"""The real thing on a CPU box: pip compiles upstream flash-attn 2.8.3 through fa-shim, for real.
+
+A tailored set (head dim 128, bf16, forward only, sm_80) keeps it to 5 translation units: the
+4 forward kernels (fwd and split-KV fwd, causal and not) and flash_api.cpp. The wheel goes into
+a throwaway environment layered over the session's CUDA 13.0 torch 2.11 venv (a .pth file), so
+the shared venv stays as it was. Then: the wheel's name and tags, its provenance, `python -m
+fa_backend verify` on the installed package, the imports, and calls into the compiled module.
+
+Without a GPU no kernel can run, but the module's functions can be entered:
+- `flash_attn_func` on CPU tensors stops in torch's dispatcher: upstream registers its ops with
+  `device_types="cuda"` (torch.library.custom_op), so there is no CPU kernel to call;
+- `flash_attn_2_cuda.fwd` on CPU tensors runs upstream's mha_fwd, whose first statement
+  (`at::cuda::CUDAGuard device_guard{q.device()}`) rejects a CPU device; upstream's later
+  "q must be on CUDA" check cannot be reached without a GPU;
+- `flash_attn_2_cuda.bwd` runs mha_bwd, where fa-shim's dispatch patch refuses the backward pass
+  of a forward-only build before anything touches CUDA: fa-shim's own message, from the real
+  compiled code.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+from conftest import REPO, SHARED_SDISTS, run
+from packaging.version import Version
+
+pytestmark = [pytest.mark.realbuild, pytest.mark.slow]
+
+ARCH = "80"
+KERNEL_SET = "hdim128.bf16.fwd"
+TORCH_LABEL = "cu130torch2.11cxx11abiTRUE"
+VERSION = f"2.8.3+{TORCH_LABEL}.{KERNEL_SET}"
+SETTINGS = {
+    "sdist-dir": str(SHARED_SDISTS),
+    "cuda-archs": ARCH,
+    "head-dims": "128",
+    "dtypes": "bf16",
+    "forward-only": "true",
+    "max-jobs": "2",
+    "nvcc-threads": "1",
+    "compiler-cache": "none",  # a real compile every time, whatever ccache the CI box has
+}
+# The 4 forward kernels of the set plus flash_api.cpp: nothing else may be compiled.
+KERNELS = {
+    f"flash_{p}_hdim128_bf16{c}_sm80.cu" for p in ("fwd", "fwd_split") for c in ("", "_causal")
+}
+BACKWARD_MESSAGE = (
+    f"flash-attn was built by fa-shim without the backward pass (kernel set {KERNEL_SET}); "
+    "rebuild it without -C forward-only for training."
+)
+
+
+def _clean_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FA_SHIM_")}
+    env.pop("PYTHONPATH", None)
+    env.pop("FLASH_ATTN_IGNORE_TORCH_MISMATCH", None)
+    env.update(extra)
+    return env
+
+
+class Installed:
+    def __init__(self, python: Path, site: Path, pip, seconds: float, tmp: Path) -> None:
+        self.python, self.site, self.pip, self.seconds, self.tmp = python, site, pip, seconds, tmp
+
+    def py(self, code: str, check: bool = True, **env: str):
+        """Run code in the target environment, from a directory without any flash_attn in it."""
+        return run(
+            [self.python, "-c", textwrap.dedent(code)],
+            check=check,
+            cwd=self.tmp,
+            env=_clean_env(**env),
+        )
+
+    @property
+    def dist_info(self) -> Path:
+        (found,) = self.site.glob("flash_attn-*.dist-info")
+        return found
+
+
+def _overlay_venv(base_python: Path, path: Path) -> tuple[Path, Path]:
+    """A venv of its own whose import path continues into the base venv's (its torch, pip and
+    build tools, .pth entries included) through a .pth file: flash-attn installs here, and the
+    base venv stays untouched."""
+    run([base_python, "-m", "venv", "--without-pip", path])
+    python = path / "bin" / "python"
+    purelib = run(
+        [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"]
+    ).stdout.strip()
+    base_path = run(
+        [
+            base_python,
+            "-c",
+            "import os, sys, sysconfig\n"
+            "std = {os.path.normpath(sysconfig.get_path(k)) for k in ('stdlib', 'platstdlib')}\n"
+            "print('\\n'.join(p for p in sys.path[1:] if os.path.isdir(p)"
+            " and os.path.normpath(p) not in std and os.path.basename(p) != 'lib-dynload'))",
+        ]
+    ).stdout
+    Path(purelib, "_base_venv.pth").write_text(base_path)
+    return python, Path(purelib)
+
+
+@pytest.fixture(scope="module")
+def installed(torch211_python, tmp_path_factory) -> Installed:
+    tmp = tmp_path_factory.mktemp("real-build")
+    python, site = _overlay_venv(torch211_python, tmp / "venv")
+    options = [a for key, value in SETTINGS.items() for a in ("-C", f"{key}={value}")]
+    options += ["-C", f"cache-dir={tmp / 'fa-shim-cache'}"]
+    scratch = tmp / "tmp"  # fa-shim's scratch build dir lives here, away from any /tmp cleanup
+    scratch.mkdir()
+    start = time.monotonic()
+    pip = run(
+        [python, "-m", "pip", "install", "--no-build-isolation", "--no-index", REPO, *options],
+        cwd=tmp,
+        env=_clean_env(
+            XDG_CACHE_HOME=str(tmp / "xdg-cache"), PIP_NO_CACHE_DIR="1", TMPDIR=str(scratch)
+        ),
+    )
+    seconds = time.monotonic() - start
+    print(f"\nreal build: pip install took {seconds:.0f} s")
+    return Installed(python, site, pip, seconds, tmp)
+
+
+# ------------------------------------------------------------------------------------ the wheel
+
+
+def test_wheel_name_and_tags_carry_the_kernel_set(installed):
+    interpreter = "cp{}{}".format(
+        *installed.py("import sys; print(*sys.version_info[:2])").stdout.split()
+    )
+    machine = installed.py("import platform; print(platform.machine())").stdout.strip()
+    expected = f"flash_attn-{VERSION}-{interpreter}-{interpreter}-linux_{machine}.whl"
+    created = re.search(r"Created wheel for flash[-_]attn: filename=(\S+)", installed.pip.stdout)
+    assert created, installed.pip.stdout
+    assert created.group(1) == expected
+    wheel_file = (installed.dist_info / "WHEEL").read_text()
+    assert f"Tag: {interpreter}-{interpreter}-linux_{machine}\n" in wheel_file
+    assert "Root-Is-Purelib: false" in wheel_file
+    metadata = (installed.dist_info / "METADATA").read_text()
+    found = re.search(r"^Version: (\S+)$", metadata, re.MULTILINE)
+    assert found and Version(found.group(1)) == Version(VERSION)
+
+
+def test_provenance_names_torch_cuda_abi_archs_and_kernel_set(installed):
+    prov = json.loads((installed.dist_info / "fa_shim_provenance.json").read_text())
+    assert prov["flash_attn_version"] == "2.8.3"
+    assert prov["sdist"]["pinned"] is True and prov["sdist"]["file"] == "flash_attn-2.8.3.tar.gz"
+    assert Version(prov["torch"]["version"]).public == "2.11.0"
+    assert prov["torch"]["cuda"] == "13.0"
+    assert prov["torch"]["cxx11_abi"] == 1
+    assert prov["nvcc"]["version"] == "13.0"
+    assert prov["cuda_archs"] == [ARCH]
+    kernel_set = prov["kernel_set"]
+    assert kernel_set["kernel_set"] == KERNEL_SET
+    assert kernel_set["head_dims"] == [128]
+    assert kernel_set["dtypes"] == ["bf16"]
+    assert kernel_set["backward"] is False
+    assert prov["compile_commands"] == {"cxx": 1, "nvcc": len(KERNELS)}
+    assert {p["name"] for p in prov["patches"]} >= {
+        "10-import-guard.patch",
+        "20-kernel-set-dispatch.patch",
+    }
+
+
+def test_the_wheel_holds_the_module_and_the_guard(installed):
+    record = (installed.dist_info / "RECORD").read_text()
+    suffix = installed.py(
+        "import sysconfig; print(sysconfig.get_config_var('EXT_SUFFIX'))"
+    ).stdout.strip()
+    assert f"flash_attn_2_cuda{suffix}," in record
+    assert "flash_attn/_fa_shim_guard.py," in record
+    assert (installed.site / f"flash_attn_2_cuda{suffix}").is_file()
+
+
+def test_only_the_kernel_sets_kernels_are_in_the_module(installed):
+    """The .so defines the hdim128 bf16 forward launchers and nothing of what was left out."""
+    code = r"""
+        import glob, json, sys
+        from elftools.elf.elffile import ELFFile
+        (path,) = glob.glob(sys.argv[1] + "/flash_attn_2_cuda*.so")
+        names = set()
+        with open(path, "rb") as f:
+            elf = ELFFile(f)
+            for section in ("symtab", "dynsym"):
+                table = elf.get_section_by_name("." + section)
+                if table is not None:
+                    names |= {s.name for s in table.iter_symbols()
+                              if s["st_shndx"] != "SHN_UNDEF" and "run_mha_" in s.name}
+        print(json.dumps(sorted(names)))
+    """
+    proc = run(
+        [installed.python, "-c", textwrap.dedent(code), installed.site],
+        cwd=installed.tmp,
+        env=_clean_env(),
+    )
+    names = json.loads(proc.stdout)
+    launchers = [n for n in names if re.search(r"run_mha_(fwd|bwd)_I", n)]
+    assert launchers, names
+    for name in launchers:
+        assert "Li128E" in name and "bfloat16" in name, name
+        assert "run_mha_bwd_I" not in name, name
+
+
+# --------------------------------------------------------------------------- the installed package
+
+
+def test_fa_shim_verify_passes_on_the_installed_package(installed):
+    proc = run(
+        [installed.python, "-m", "fa_backend", "verify", "flash_attn", "--json"],
+        check=False,
+        cwd=installed.tmp,
+        env=_clean_env(PYTHONPATH=str(REPO)),
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["ok"] and report["kind"] == "installed"
+    status = {c["name"]: c["status"] for c in report["checks"]}
+    for name in ("module", "symbols", "provenance", "cuda archs"):
+        assert status.get(name) == "pass", (name, report)
+    assert all(s in ("pass", "skip") for s in status.values()), report
+    archs = next(c for c in report["checks"] if c["name"] == "cuda archs")
+    assert f"sm_{ARCH}" in archs["summary"], archs
+
+
+def test_flash_attn_and_its_module_import_without_a_gpu(installed):
+    proc = installed.py(
+        """
+        import torch, flash_attn, flash_attn_2_cuda
+        from flash_attn import flash_attn_func
+        print(torch.cuda.is_available(), flash_attn.__version__)
+        print(flash_attn.__file__)
+        print(flash_attn_2_cuda.__file__)
+        """
+    )
+    available, version, package, module = proc.stdout.split()
+    assert available == "False"
+    assert version == "2.8.3"
+    assert Path(package).is_relative_to(installed.site)
+    assert Path(module).parent == installed.site
+
+
+def test_calls_reach_the_compiled_module(installed):
+    proc = installed.py(
+        """
+        import json, torch
+        import flash_attn_2_cuda
+        from flash_attn import flash_attn_func
+
+        q, k, v = (torch.randn(1, 128, 2, 128, dtype=torch.bfloat16) for _ in range(3))
+        out = {}
+
+        def catch(name, call):
+            try:
+                call()
+            except Exception as exc:
+                out[name] = [type(exc).__name__, str(exc)]
+            else:
+                out[name] = None
+
+        catch("func", lambda: flash_attn_func(q, k, v, causal=True))
+        catch("fwd", lambda: flash_attn_2_cuda.fwd(
+            q, k, v, None, None, 0.0, 128 ** -0.5, True, -1, 0, 0.0, False, None))
+        o = torch.empty_like(q)
+        lse = torch.empty(1, 2, 128, dtype=torch.float32)
+        catch("bwd", lambda: flash_attn_2_cuda.bwd(
+            o, q, k, v, o, lse, None, None, None, None, 0.0, 128 ** -0.5, True, -1, 0, 0.0,
+            False, None, None))
+        print(json.dumps(out))
+        """
+    )
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    # Upstream's op, registered for CUDA only: torch finds no CPU kernel for it.
+    kind, message = out["func"]
+    assert kind == "NotImplementedError", out
+    assert "flash_attn::_flash_attn_forward" in message and "'CPU' backend" in message
+    # Upstream's mha_fwd ran: its CUDA device guard is the first thing to see the CPU tensor.
+    kind, message = out["fwd"]
+    assert kind == "RuntimeError", out
+    assert "CUDAGuardImpl initialized with non-CUDA DeviceType: cpu" in message
+    # fa-shim's dispatch patch, compiled into mha_bwd: forward-only means no backward pass.
+    kind, message = out["bwd"]
+    assert kind == "RuntimeError", out
+    assert BACKWARD_MESSAGE in message
+
+
+def test_the_import_guard_names_the_torch_and_the_rebuild(installed):
+    """The installed provenance says another torch: importing flash_attn says so, with the fix.
+    (Runs last: it edits the installed provenance and puts it back.)"""
+    provenance = installed.dist_info / "fa_shim_provenance.json"
+    original = provenance.read_text()
+    data = json.loads(original)
+    data["torch"]["version"] = "2.10.0+cu130"
+    provenance.write_text(json.dumps(data))
+    try:
+        proc = installed.py(
+            """
+            try:
+                import flash_attn
+            except ImportError as exc:
+                print(exc)
+            else:
+                print("IMPORTED")
+            """
+        )
+        message = proc.stdout
+        assert "IMPORTED" not in message
+        assert "flash-attn's flash_attn_2_cuda was built for a different torch" in message
+        assert "torch version 2.10.0+cu130 vs 2.11.0" in message
+        assert "FLASH_ATTN_IGNORE_TORCH_MISMATCH=1" in message
+        rebuild = message.rstrip().splitlines()[-1].split()
+        assert rebuild[:3] == [str(installed.python), "-m", "pip"], message
+        assert {"install", "--no-build-isolation", "--force-reinstall"} <= set(rebuild), message
+        assert rebuild[-1] == str(REPO), message
+        forced = installed.py(
+            "import flash_attn; print('IMPORTED')", FLASH_ATTN_IGNORE_TORCH_MISMATCH="1"
+        )
+        assert forced.stdout.strip() == "IMPORTED"
+        verify = run(
+            [installed.python, "-m", "fa_backend", "verify", "flash_attn", "--json"],
+            check=False,
+            cwd=installed.tmp,
+            env=_clean_env(PYTHONPATH=str(REPO)),
+        )
+        assert verify.returncode == 1, verify.stdout + verify.stderr
+        status = {c["name"]: c["status"] for c in json.loads(verify.stdout)["checks"]}
+        assert status["provenance"] == "fail" and status["symbols"] == "pass", status
+    finally:
+        provenance.write_text(original)
+    assert installed.py("import flash_attn; print('IMPORTED')").stdout.strip() == "IMPORTED"
