@@ -21,7 +21,9 @@ import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from . import _log
+from packaging.version import Version
+
+from . import _log, _sdist
 from ._compile_commands import Command
 from ._errors import FaShimError
 
@@ -43,9 +45,16 @@ _FA28 = Mechanism("FLASH_ATTN_CUDA_ARCHS", ("80", "90", "100", "120"), ("80", "9
 _FIXED_80_90 = Mechanism(None, ("80", "90"), ("80", "90"))
 
 
+# 2.6.3-2.7.2.post1 read the variable through fa-shim's 02-cuda-archs.patch (80 and 90 only).
+_BACKPORT_80_90 = Mechanism("FLASH_ATTN_CUDA_ARCHS", ("80", "90"), ("80", "90"))
+
+
 def mechanism(version: str) -> Mechanism:
-    major_minor = tuple(int(x) for x in re.findall(r"\d+", version)[:2])
-    return _FA28 if major_minor >= (2, 8) else _FIXED_80_90
+    if Version(version) >= Version("2.7.3"):  # FLASH_ATTN_CUDA_ARCHS appeared upstream in 2.7.3
+        return _FA28
+    if (_sdist.VENDORED / version / "02-cuda-archs.patch").is_file():
+        return _BACKPORT_80_90
+    return _FIXED_80_90
 
 
 # ------------------------------------------------------------------------------- pure functions

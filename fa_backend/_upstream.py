@@ -89,7 +89,7 @@ def run(
         "report": str(report_path),
         "abi": plan.torch.abi,
         "cxx_std": plan.torch.cxx_std,
-        "extra_sys_path": [plan.torch.site_dir],
+        "extra_sys_path": plan.torch.extra_sys_path,
         "exclude_sources": list(plan.tailoring.exclude_sources),
         "defines": list(plan.tailoring.defines),
         "heavy_sources_first": HEAVY_FIRST,

@@ -7,7 +7,6 @@ Real pip, uv and `python -m build`, real torch; the sample sdist (C++ only) keep
 
 from __future__ import annotations
 
-import inspect
 import json
 import os
 import shutil
@@ -18,7 +17,7 @@ from pathlib import Path
 import pytest
 from conftest import PY, REPO, SAMPLE_VERSION, copy_repo, make_venv, run, sample_settings
 
-from fa_backend import _build, _torch
+from fa_backend import _torch
 from fa_backend._errors import FaShimError
 
 HOST_LABEL = "cputorch2.13cxx11abiTRUE"  # the machine's torch 2.13.0+cpu, new C++ ABI
@@ -196,16 +195,7 @@ def test_torch_python_that_does_not_exist_is_refused(tmp_path):
     assert "does not exist or is not executable" in caught.value.render()
 
 
-def _plan_reads_torch_python() -> bool:
-    return "torch_python" in inspect.getsource(_build.plan)
-
-
 @pytest.mark.slow
-@pytest.mark.xfail(
-    not _plan_reads_torch_python(),
-    reason="fa_backend/_build.plan does not pass settings.torch_python to _torch.probe yet",
-    strict=True,
-)
 def test_torch_python_lets_an_isolated_uv_build_use_the_runtime_torch(
     host_venv, sample_sdist_dir, tmp_path
 ):

@@ -128,32 +128,8 @@ def _gencodes(command: dict) -> list[str]:
     return [args[i + 1] for i, a in enumerate(args[:-1]) if a == "-gencode"]
 
 
-def _archs_follow_the_setting(version: str) -> bool:
-    """Does fa-shim's arch selection hand -C cuda-archs to this version's setup.py?"""
-    try:
-        from fa_backend import _archs
-    except ImportError:  # the plain pipeline passes FLASH_ATTN_CUDA_ARCHS for every version
-        return True
-    return _archs.mechanism(version).env == "FLASH_ATTN_CUDA_ARCHS"
-
-
 @pytest.mark.slow
-@pytest.mark.parametrize(
-    "version",
-    [
-        pytest.param(
-            v,
-            marks=pytest.mark.xfail(
-                not _archs_follow_the_setting(v),
-                reason="fa_backend/_archs.mechanism does not yet know that this version reads "
-                "FLASH_ATTN_CUDA_ARCHS (2.7.3+ natively, 2.6.3-2.7.2.post1 through "
-                "02-cuda-archs.patch): see docs/upstream-versions.md",
-                strict=True,
-            ),
-        )
-        for v in SUPPORTED
-    ],
-)
+@pytest.mark.parametrize("version", SUPPORTED)
 def test_prepare_under_torch_2_11(version, torch211_python, upstream_sdists, tmp_path):
     summary, log = _prepare(
         torch211_python,
