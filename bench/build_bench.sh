@@ -2,9 +2,9 @@
 # Build-time benchmark (issue "Build speed"), on the GPU machine, from the repository root:
 #   RESULTS=dir bench/build_bench.sh PHASE...
 # Phases:
-#   tailored   fa-shim tailored builds, timed cold (wheel cache off):
-#              hdim128+bf16+forward-only, then the same with upstream's five DISABLE switches
-#   cache-hit  the first tailored build again with the wheel cache on: seed, then the timed hit
+#   tailored   fa-shim tailored builds, timed cold (empty caches): hdim128+bf16+forward-only
+#              (this seeds the wheel cache), then the same with upstream's five DISABLE switches
+#   cache-hit  the first tailored build again: a wheel cache hit
 #   stock-start / stock-wait   upstream's own build, FORCE_BUILD, FLASH_ATTN_CUDA_ARCHS=90,
 #              MAX_JOBS=16 (what the issue measured), in the background; wait polls it
 # Each timing is bench/measure.py's JSON (wall time, peak RSS of the process tree) in $RESULTS.
@@ -12,6 +12,7 @@ set -euo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 RESULTS=${RESULTS:-$REPO/bench-results}
 WORK=${WORK:-/tmp/fa-bench}
+CACHE=${CACHE:-/tmp/fa-acceptance/fa-shim-cache}
 PY=${PY:-python3}
 SDISTS=${SDISTS:-$REPO/.carry/sdists}
 mkdir -p "$RESULTS" "$WORK"
@@ -24,18 +25,17 @@ fa_shim_wheel() {  # NAME SETTINGS...: one timed pip wheel of fa-shim
     local name=$1; shift
     (cd "$WORK" && $PY "$REPO/bench/measure.py" "$RESULTS/$name.json" -- \
         $PY -m pip wheel -v --no-deps --no-build-isolation --no-index -w "$WORK/w-$name" "$REPO" \
-        -C sdist-dir="$SDISTS" "$@" > "$WORK/$name.log" 2>&1) || { tail -30 "$WORK/$name.log"; return 1; }
+        -C sdist-dir="$SDISTS" -C cache-dir="$CACHE" -C compiler-cache=none "$@" > "$WORK/$name.log" 2>&1) || { tail -30 "$WORK/$name.log"; return 1; }
     grep -E "fa-shim: (CUDA arch|[0-9]+ compile job|wheel cache hit|built|verified)" "$WORK/$name.log" || true
 }
 
 for phase in "$@"; do
     case $phase in
         tailored)
-            fa_shim_wheel tailored "${TAILORED[@]}" -C wheel-cache=false
-            fa_shim_wheel tailored-disable "${TAILORED[@]}" -C wheel-cache=false \
+            fa_shim_wheel tailored "${TAILORED[@]}"
+            fa_shim_wheel tailored-disable "${TAILORED[@]}" \
                 -C disable=dropout,alibi,softcap,local,uneven_k ;;
         cache-hit)
-            fa_shim_wheel cache-seed "${TAILORED[@]}"
             fa_shim_wheel cache-hit "${TAILORED[@]}" ;;
         stock-start)
             rm -rf "$WORK/stock" && mkdir -p "$WORK/stock"

@@ -190,8 +190,8 @@ upstream_tests() {  # ENV PLAN NAME: select, run, judge; appends to upstream-tes
     fi
     cat "$dir/verdict.txt" >> "$WORK/upstream-tests.txt"
     echo >> "$WORK/upstream-tests.txt"
-    md "" "Upstream tests ($name, plan $plan, seed $SEED, $PER_FUNCTION per function; $took s;" \
-        "selection and failures: upstream-tests.txt):" ""
+    md "" "Upstream tests ($name: plan $plan, seed $SEED, $(cat "$dir"/ids-*.txt | wc -l) cases;" \
+        "$took s; the selection and any failures: upstream-tests.txt):" ""
     grep '^|' "$dir/verdict.txt" >> "$SECTION" || true
     md "" "$(grep -E 'every selected case|broke their expectation' "$dir/verdict.txt" || echo 'no verdict')"
     return "$verdict"
@@ -201,6 +201,7 @@ speed() {  # ENV NAME [speed.py args]
     local env=$1 name=$2
     shift 2
     local out=$WORK/speed-$name.json
+    [ "$(left)" -gt 40 ] || { say "no time left for the speed table ($name)"; return 1; }
     (cd "$WORK" && timeout -k 10 $(($(left) - 10)) "$env/bin/python" "$REPO/bench/speed.py" \
         --label "$name" --out "$out" --markdown "$WORK/speed-$name.md" "$@") \
         >> "$WORK/speed-$name.log" 2>&1
