@@ -10,6 +10,7 @@
 #               setsid nohup; returns at once
 #   status      the full build's progress; returns at once
 #   wait-full   wait for the full build, at most until this phase's time is up
+#   stop-full   stop a running full build (its process group)
 #   tailored    build + install the tailored wheel (head dim 128, bf16, forward only, arch from
 #               the visible GPU), verify, direct checks, upstream tests, speed (forward)
 #   full-tests  after the full build: verify, upstream test selection, speed table
@@ -28,6 +29,8 @@
 #   TAILORED_ARCHS  the same for the tailored build (default none; the phase checks the result)
 #   FULL_JOBS, NVCC_THREADS  -C max-jobs / -C nvcc-threads of the full build (default: fa-shim's
 #                choice from cores and memory: one job per core, 1 thread, for one arch)
+#   FULL_NICE    nice level of the full build (default 10: the tailored phase, run meanwhile,
+#                gets the CPU first)
 #   PHASE_LIMIT  seconds one invocation may take (default 540: 9 min)
 #   SEED, PER_FUNCTION   upstream test selection (default 0, 30 cases per test function)
 set -euo pipefail
@@ -47,6 +50,14 @@ DEADLINE=$((T0 + PHASE_LIMIT))
 SECTIONS=$WORK/sections
 export PYTHONUNBUFFERED=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1
 
+usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d'; }
+[ $# -ge 1 ] || { usage; exit 2; }
+for phase in "$@"; do
+    case $phase in
+        machine | tailored | start-full | status | stop-full | wait-full | full-tests | cache-hit | auto) ;;
+        *) echo "unknown phase: $phase" >&2; usage; exit 2 ;;
+    esac
+done
 mkdir -p "$RESULTS" "$WORK" "$SECTIONS"
 if ! command -v nvcc >/dev/null && [ -x /usr/local/cuda/bin/nvcc ]; then
     export PATH=/usr/local/cuda/bin:$PATH
@@ -217,7 +228,9 @@ publish() {  # results.md from the sections, the logs; at most 8 files into $RES
         echo
         echo "Phases run so far (UTC): $(cat "$WORK/phases.txt" 2>/dev/null | tr '\n' ';')"
         echo
-        cat "$SECTIONS"/*.md 2>/dev/null || true
+        for section in "$SECTIONS"/*.md; do
+            [ -f "$section" ] && { cat "$section"; echo; }
+        done
     } > "$RESULTS/results.md"
     [ -f "$WORK/tailored.log" ] && cp "$WORK/tailored.log" "$RESULTS/tailored.log"
     [ -f "$WORK/full-build.log" ] && tail -n 3000 "$WORK/full-build.log" > "$RESULTS/full-build.log"
@@ -340,19 +353,21 @@ phase_tailored() {
 # device keeps such processes until the machine goes back). Settings: FULL_SETTINGS (array).
 launch_full() {
     : > "$WORK/full-build.log"
-    rm -f "$WORK/full.rc" "$WORK/full.seconds"
+    rm -f "$WORK/full.rc" "$WORK/full.seconds" "$WORK/full.pid"
     echo "${FULL_SETTINGS[*]}" > "$WORK/full.settings"
     date +%s > "$WORK/full.start"
-    setsid nohup bash -c '
+    FULL_NICE=${FULL_NICE:-10} setsid nohup bash -c '
         echo $$ > "$0/full.pid"
         t=$(date +%s)
-        cd "$0" && "$1/bin/python" -m pip install -v --no-build-isolation --no-index "$2" \
+        cd "$0" && nice -n "$FULL_NICE" "$1/bin/python" -m pip install -v --no-build-isolation --no-index "$2" \
             -C sdist-dir="$3" -C cache-dir="$0/fa-shim-cache" "${@:4}"
         rc=$?
         echo $(( $(date +%s) - t )) > "$0/full.seconds"
         echo $rc > "$0/full.rc"
     ' "$WORK" "$FULL_ENV" "$REPO" "$SDIST_DIR" "${FULL_SETTINGS[@]}" \
         >> "$WORK/full-build.log" 2>&1 < /dev/null &
+    local waited=0
+    while [ ! -s "$WORK/full.pid" ] && [ "$waited" -lt 30 ]; do sleep 1; waited=$((waited + 1)); done
 }
 
 phase_start_full() {
@@ -411,6 +426,18 @@ phase_status_body() {
         say "full build process is gone without an exit status (machine restarted?)"
     fi
     grep -E 'fa-shim: (warning|error)|OOM|out of memory|retry' "$WORK/full-build.log" | tail -n 5 || true
+}
+
+phase_stop_full() {
+    begin stop-full
+    if full_running; then
+        kill -TERM -- "-$(cat "$WORK/full.pid")" 2>/dev/null || true
+        sleep 3
+        say "full build stopped"
+    else
+        say "no full build running"
+    fi
+    rm -f "$WORK/full.pid"
 }
 
 phase_status() {
@@ -496,12 +523,13 @@ phase_cache_hit() {
     [ "$(cat "$WORK/full.rc" 2>/dev/null)" = 0 ] || die "no successful full build to hit in the cache"
     local env log=$WORK/cache-hit.log rc=0 t
     : > "$log"
+    rm -rf "$WORK/env-cache"  # a fresh environment every time: nothing to reinstall over
     env=$(make_env cache)
     t=$(date +%s)
     # the full build's settings, as it recorded them (a restart adds cuda-archs)
     local settings=()
     read -r -a settings < "$WORK/full.settings" || true
-    pip_build "$env" "$log" $(($(left) - 20)) --force-reinstall "${settings[@]}" || rc=$?
+    pip_build "$env" "$log" $(($(left) - 20)) "${settings[@]}" || rc=$?
     local took=$(($(date +%s) - t))
     local hit
     hit=$(grep -o 'wheel cache hit: .*' "$log" | tail -1 || true)
@@ -543,6 +571,10 @@ phase_auto() {
     fi
     if [ -f "$WORK/cache-hit.done" ]; then
         say "ALL PHASES DONE"
+    elif [ -f "$WORK/full.start" ] && [ ! -f "$WORK/full.rc" ] && ! full_running; then
+        say "the full build process is gone without an exit status (stopped, or a fresh machine):"
+        say "run start-full again"
+        rc=1
     else
         say "not done yet: call auto again (full build: $(full_running && echo running || echo "exit status $(cat "$WORK/full.rc" 2>/dev/null || echo none)"))"
     fi
@@ -550,7 +582,6 @@ phase_auto() {
     return "$rc"
 }
 
-[ $# -ge 1 ] || { sed -n '2,33p' "$0"; exit 2; }
 status=0
 for phase in "$@"; do
     case $phase in
@@ -558,6 +589,7 @@ for phase in "$@"; do
         tailored) phase_tailored || status=1 ;;
         start-full) phase_start_full || status=1 ;;
         status) phase_status || status=1 ;;
+        stop-full) phase_stop_full || status=1 ;;
         wait-full) phase_wait_full || status=1 ;;
         full-tests)
             phase_full_tests || status=1
@@ -565,7 +597,6 @@ for phase in "$@"; do
             ;;
         cache-hit) phase_cache_hit || status=1 ;;
         auto) phase_auto || status=1 ;;
-        *) echo "unknown phase: $phase" >&2; sed -n '2,33p' "$0"; exit 2 ;;
     esac
 done
 say "phases $* done in $(($(date +%s) - T0)) s (exit status $status)"

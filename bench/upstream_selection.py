@@ -691,6 +691,11 @@ def judge(args) -> int:
                 first = next((ln for ln in message.splitlines() if ln.strip()), "")
                 broken.append(f"{case['id']}: {verdict}: {first[:300]}")
         rows.append((name, group["file"], len(group["cases"]), tally))
+    planned = {tuple(c["id"].split("::", 1)) for g in plan["groups"].values() for c in g["cases"]}
+    for (file, node), (outcome, message) in sorted(outcomes.items()):
+        if (file, node) not in planned and outcome == "error":  # e.g. a collection error
+            first = next((ln for ln in reversed(message.splitlines()) if ln.strip()), "")
+            broken.insert(0, f"{file}::{node}: error outside the selection: {first[:300]}")
     lines = ["| group | file | cases | outcomes |", "|---|---|---|---|"]
     for name, file, n, tally in rows:
         shown = ", ".join(f"{v} {k}" for k, v in sorted(tally.items()))
