@@ -308,7 +308,11 @@ phase_tailored() {
     fi
     local wheel
     wheel=$(grep -o 'filename=flash_attn-[^ ]*\.whl' "$log" | tail -1 | cut -d= -f2)
-    md "| pip install (tailored, 5 TUs) | ok: $wheel | $took |"
+    if grep -q 'wheel cache hit' "$log"; then  # e.g. bench/build_bench.sh built it already
+        md "| pip install (tailored) | ok, from fa-shim's wheel cache (built earlier): $wheel | $took |"
+    else
+        md "| pip install (tailored, 5 TUs compiled) | ok: $wheel | $took |"
+    fi
     local prov
     prov=$(provenance_summary "$env")
     local built_archs=${prov##*ARCHS=}
