@@ -19,7 +19,7 @@
 #               cache-hit (call it again until it prints "ALL PHASES DONE")
 #
 # Environment:
-#   RESULTS      where results.md and the logs are copied (the lead: $OUT); default ./acceptance
+#   RESULTS      where results.md and the logs are copied (the lead: $OUT); default $WORK/results
 #   WORK         state that outlives one command on the same machine (builds, envs, logs);
 #                default /tmp/fa-acceptance
 #   PY           the interpreter with torch (default python3)
@@ -38,8 +38,8 @@ set -euo pipefail
 T0=$(date +%s)
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 PY=${PY:-python3}
-RESULTS=${RESULTS:-$REPO/acceptance}
 WORK=${WORK:-/tmp/fa-acceptance}
+RESULTS=${RESULTS:-$WORK/results}
 SDIST_DIR=${SDIST_DIR:-$REPO/.carry/sdists}
 WHEELS=${WHEELS:-$REPO/.whl}
 FA_VERSION=${FA_VERSION:-2.8.3}
