@@ -218,9 +218,7 @@ speed() {  # ENV NAME [speed.py args]
         >> "$WORK/speed-$name.log" 2>&1
 }
 
-full_running() {
-    [ -f "$WORK/full.pid" ] && [ ! -f "$WORK/full.rc" ] && kill -0 "$(cat "$WORK/full.pid")" 2>/dev/null
-}
+full_running() { bg_running full; }
 
 publish() {  # results.md from the sections, the logs; at most 8 files into $RESULTS
     {
@@ -232,7 +230,9 @@ publish() {  # results.md from the sections, the logs; at most 8 files into $RES
             [ -f "$section" ] && { cat "$section"; echo; }
         done
     } > "$RESULTS/results.md"
-    [ -f "$WORK/tailored.log" ] && cp "$WORK/tailored.log" "$RESULTS/tailored.log"
+    if [ -f "$WORK/tailored-build.log" ]; then  # the build's end, then the tests' output
+        { tail -n 300 "$WORK/tailored-build.log"; cat "$WORK/tailored.log" 2>/dev/null; } > "$RESULTS/tailored.log"
+    fi
     [ -f "$WORK/full-build.log" ] && tail -n 3000 "$WORK/full-build.log" > "$RESULTS/full-build.log"
     [ -f "$WORK/full-tests.log" ] && cp "$WORK/full-tests.log" "$RESULTS/full-tests.log"
     [ -f "$WORK/cache-hit.log" ] && cp "$WORK/cache-hit.log" "$RESULTS/cache-hit.log"
@@ -286,32 +286,83 @@ phase_machine() {
     cat "$SECTION"
 }
 
+# A build in its own process session (setsid): it outlives the command that starts it (the device
+# keeps such processes until the machine goes back), so no build is ever cut by a call's limit.
+#   launch_bg NAME ENV NICE [pip -C settings...]: $WORK/NAME.{pid,start,settings,seconds,rc},
+#   output in $WORK/NAME-build.log
+launch_bg() {
+    local name=$1 env=$2 niceness=$3 waited=0
+    shift 3
+    : > "$WORK/$name-build.log"
+    rm -f "$WORK/$name.rc" "$WORK/$name.seconds" "$WORK/$name.pid"
+    echo "$*" > "$WORK/$name.settings"
+    date +%s > "$WORK/$name.start"
+    setsid nohup bash -c '
+        work=$0 env=$1 repo=$2 sdists=$3 name=$4 niceness=$5
+        shift 5
+        echo $$ > "$work/$name.pid"
+        t=$(date +%s)
+        cd "$work" && nice -n "$niceness" "$env/bin/python" -m pip install -v --no-build-isolation \
+            --no-index "$repo" -C sdist-dir="$sdists" -C cache-dir="$work/fa-shim-cache" "$@"
+        rc=$?
+        echo $(( $(date +%s) - t )) > "$work/$name.seconds"
+        echo $rc > "$work/$name.rc"
+    ' "$WORK" "$env" "$REPO" "$SDIST_DIR" "$name" "$niceness" "$@" \
+        >> "$WORK/$name-build.log" 2>&1 < /dev/null &
+    while [ ! -s "$WORK/$name.pid" ] && [ "$waited" -lt 30 ]; do sleep 1; waited=$((waited + 1)); done
+}
+
+bg_running() {  # NAME
+    [ -f "$WORK/$1.pid" ] && [ ! -f "$WORK/$1.rc" ] && kill -0 "$(cat "$WORK/$1.pid")" 2>/dev/null
+}
+
+tailored_pending() {  # its build has ended and its tests have not run yet
+    [ -f "$WORK/tailored.rc" ] && [ ! -f "$WORK/tailored.done" ]
+}
+
 phase_tailored() {
     begin tailored
     SECTION=$SECTIONS/10-tailored.md
-    local log=$WORK/tailored.log env t rc=0 archs=() expected
-    : > "$log"
+    local env archs=()
     env=$(make_env tailored)
-    expected=$(gpu_arch)
     [ -n "${TAILORED_ARCHS:-}" ] && archs=(-C cuda-archs="$TAILORED_ARCHS")
+    if [ ! -f "$WORK/tailored.start" ]; then
+        say "tailored build (arch: ${TAILORED_ARCHS:-detected from the GPU}) in the background -> $WORK/tailored-build.log"
+        launch_bg tailored "$env" 0 -C head-dims=128 -C dtypes=bf16 -C forward-only=true "${archs[@]}"
+    fi
+    while bg_running tailored && [ "$(left)" -gt 100 ]; do sleep 5; done
+    if bg_running tailored; then
+        say "the tailored build is still compiling ($(grep -o 'compiled [0-9]*/[0-9]*' "$WORK/tailored-build.log" | tail -1 || echo 'no progress yet')): auto tests it once it is done"
+        publish
+        return 0
+    fi
+    [ -f "$WORK/tailored.rc" ] || die "the tailored build process is gone without an exit status: run tailored again after rm $WORK/tailored.start"
+    tailored_tests "$env"
+}
+
+tailored_tests() {
+    local env=$1 log=$WORK/tailored.log rc=0 t expected
+    expected=$(gpu_arch)
+    : > "$log"
     echo "## Tailored wheel: head dim 128, bf16, forward only" > "$SECTION"
     md "" "| step | result | seconds |" "|---|---|---|"
-    say "tailored build (arch: ${TAILORED_ARCHS:-detected from the GPU}) -> $log"
-    t=$(date +%s)
-    pip_build "$env" "$log" $(($(left) - 150)) -C head-dims=128 -C dtypes=bf16 \
-        -C forward-only=true "${archs[@]}" || rc=$?
-    local took=$(($(date +%s) - t))
-    if [ "$rc" -ne 0 ]; then
-        md "| pip install (tailored) | FAILED (exit status $rc, see tailored.log) | $took |"
-        tail -n 40 "$log"
+    local build_rc took wheel
+    build_rc=$(cat "$WORK/tailored.rc")
+    took=$(cat "$WORK/tailored.seconds")
+    if [ "$build_rc" -ne 0 ]; then
+        md "| pip install (tailored) | FAILED (exit status $build_rc, see tailored.log) | $took |"
+        tail -n 40 "$WORK/tailored-build.log"
+        echo "done" > "$WORK/tailored.done"
         die "tailored build failed"
     fi
-    local wheel
-    wheel=$(grep -o 'filename=flash_attn-[^ ]*\.whl' "$log" | tail -1 | cut -d= -f2)
-    if grep -q 'wheel cache hit' "$log"; then  # e.g. bench/build_bench.sh built it already
+    wheel=$(grep -o 'filename=flash_attn-[^ ]*\.whl' "$WORK/tailored-build.log" | tail -1 | cut -d= -f2)
+    if grep -q 'wheel cache hit' "$WORK/tailored-build.log"; then  # e.g. build_bench.sh built it
         md "| pip install (tailored) | ok, from fa-shim's wheel cache (built earlier): $wheel | $took |"
     else
-        md "| pip install (tailored, 5 TUs compiled) | ok: $wheel | $took |"
+        local how="5 TUs compiled"
+        full_running && how="$how, beside the full build"
+        grep -q 'through the compiler cache' "$WORK/tailored-build.log" && how="$how, through the compiler cache"
+        md "| pip install (tailored, $how) | ok: $wheel | $took |"
     fi
     local prov
     prov=$(provenance_summary "$env")
@@ -339,7 +390,7 @@ phase_tailored() {
         rc=1
     fi
     md "" "${prov%ARCHS=*}"
-    upstream_tests "$env" tailored tailored 60 || rc=1
+    upstream_tests "$env" tailored tailored 20 || rc=1
     if full_running; then
         say "the full build is compiling: the tailored wheel's speed is measured in full-tests"
         md "" "Speed: measured in full-tests (the full build was compiling during this phase)."
@@ -348,30 +399,10 @@ phase_tailored() {
     else
         md "" "Speed (tailored): FAILED, see speed-tailored.log in the work dir"; rc=1
     fi
+    echo "done" > "$WORK/tailored.done"
     publish
     [ "$rc" -eq 0 ] || { say "tailored phase: some checks FAILED"; return 1; }
     say "tailored phase: all checks passed"
-}
-
-# The full build's own process session (setsid): it outlives the command that starts it (the
-# device keeps such processes until the machine goes back). Settings: FULL_SETTINGS (array).
-launch_full() {
-    : > "$WORK/full-build.log"
-    rm -f "$WORK/full.rc" "$WORK/full.seconds" "$WORK/full.pid"
-    echo "${FULL_SETTINGS[*]}" > "$WORK/full.settings"
-    date +%s > "$WORK/full.start"
-    FULL_NICE=${FULL_NICE:-10} setsid nohup bash -c '
-        echo $$ > "$0/full.pid"
-        t=$(date +%s)
-        cd "$0" && nice -n "$FULL_NICE" "$1/bin/python" -m pip install -v --no-build-isolation --no-index "$2" \
-            -C sdist-dir="$3" -C cache-dir="$0/fa-shim-cache" "${@:4}"
-        rc=$?
-        echo $(( $(date +%s) - t )) > "$0/full.seconds"
-        echo $rc > "$0/full.rc"
-    ' "$WORK" "$FULL_ENV" "$REPO" "$SDIST_DIR" "${FULL_SETTINGS[@]}" \
-        >> "$WORK/full-build.log" 2>&1 < /dev/null &
-    local waited=0
-    while [ ! -s "$WORK/full.pid" ] && [ "$waited" -lt 30 ]; do sleep 1; waited=$((waited + 1)); done
 }
 
 phase_start_full() {
@@ -387,7 +418,7 @@ phase_start_full() {
     [ -n "${CUDA_ARCHS:-}" ] && FULL_SETTINGS+=(-C cuda-archs="$CUDA_ARCHS")
     [ -n "${FULL_JOBS:-}" ] && FULL_SETTINGS+=(-C max-jobs="$FULL_JOBS")
     [ -n "${NVCC_THREADS:-}" ] && FULL_SETTINGS+=(-C nvcc-threads="$NVCC_THREADS")
-    launch_full
+    launch_bg full "$FULL_ENV" "${FULL_NICE:-10}" "${FULL_SETTINGS[@]}"
     # The arch decision is logged within seconds; a wrong one would cost 4x the time: restart.
     while [ "$waited" -lt 120 ] && ! grep -q 'compiling sm_' "$WORK/full-build.log" && full_running; do
         sleep 3; waited=$((waited + 3))
@@ -407,7 +438,7 @@ phase_start_full() {
         kill -TERM -- "-$(cat "$WORK/full.pid")" 2>/dev/null || true
         sleep 3
         FULL_SETTINGS+=(-C cuda-archs="$gpu")
-        launch_full
+        launch_bg full "$FULL_ENV" "${FULL_NICE:-10}" "${FULL_SETTINGS[@]}"
         sleep 5
     elif [ -z "${CUDA_ARCHS:-}" ] && [ -n "$compiled" ]; then
         md "- arch detection: ok, $compiled for the visible sm_$gpu GPU (no cuda-archs given)"
@@ -418,6 +449,18 @@ phase_start_full() {
 }
 
 phase_status_body() {
+    if [ -f "$WORK/tailored.start" ]; then
+        local state tests="not yet"
+        if [ -f "$WORK/tailored.rc" ]; then
+            state="exit status $(cat "$WORK/tailored.rc") after $(cat "$WORK/tailored.seconds") s"
+        elif bg_running tailored; then
+            state="running, $(grep -o 'compiled [0-9]*/[0-9]*' "$WORK/tailored-build.log" | tail -1 || echo 'no progress yet')"
+        else
+            state="gone without an exit status"
+        fi
+        [ -f "$WORK/tailored.done" ] && tests="run"
+        say "tailored build: $state; its tests: $tests"
+    fi
     if [ ! -f "$WORK/full.start" ]; then say "no full build started"; return 0; fi
     local elapsed=$(($(date +%s) - $(cat "$WORK/full.start")))
     local progress
@@ -563,8 +606,16 @@ phase_cache_hit() {
 phase_auto() {
     begin auto
     local rc=0
+    if tailored_pending && [ "$(left)" -ge 150 ]; then
+        SECTION=$SECTIONS/10-tailored.md
+        tailored_tests "$WORK/env-tailored" || rc=1
+    fi
     if full_running; then
         phase_wait_full
+    fi
+    if tailored_pending && [ "$(left)" -ge 150 ]; then
+        SECTION=$SECTIONS/10-tailored.md
+        tailored_tests "$WORK/env-tailored" || rc=1
     fi
     if [ -f "$WORK/full.rc" ] && [ ! -f "$WORK/full-tests.done" ] && [ "$(left)" -ge 330 ]; then
         phase_full_tests || rc=1
@@ -573,7 +624,7 @@ phase_auto() {
     if [ -f "$WORK/full-tests.done" ] && [ ! -f "$WORK/cache-hit.done" ] && [ "$(left)" -ge 90 ]; then
         phase_cache_hit || rc=1
     fi
-    if [ -f "$WORK/cache-hit.done" ]; then
+    if [ -f "$WORK/cache-hit.done" ] && { [ -f "$WORK/tailored.done" ] || [ ! -f "$WORK/tailored.start" ]; }; then
         say "ALL PHASES DONE"
     elif [ -f "$WORK/full.start" ] && [ ! -f "$WORK/full.rc" ] && ! full_running; then
         say "the full build process is gone without an exit status (stopped, or a fresh machine):"
