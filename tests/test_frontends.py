@@ -4,7 +4,7 @@ pip --no-build-isolation and `python -m build --no-isolation` are in test_e2e_sa
 isolated build in test_isolation.py. Here: `pip wheel`, `uv pip install --no-build-isolation`,
 uv projects (no-build-isolation-package; match-runtime), a pip consumer project depending on
 `flash-attn @ file://...`, a consumer of plain `flash-attn>=0.1`, and the caches of pip and uv
-when the torch changes (see docs/using-as-dependency.md).
+when the torch changes (see README, "Use fa-shim from your project").
 
 Settings reach the backend the way each frontend passes them: -C for pip and uv pip, FA_SHIM_*
 variables or [tool.uv] config-settings-package for uv projects.
