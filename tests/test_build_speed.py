@@ -19,24 +19,26 @@ from conftest import PY, REPO, SAMPLE_VERSION, TOOLS, run, sample_settings
 pytestmark = pytest.mark.slow
 
 
+def _pip_wheel_cmd(out: Path, sdist_dir: Path, *extra: str) -> list:
+    return [
+        PY,
+        "-m",
+        "pip",
+        "wheel",
+        "-v",
+        "--no-build-isolation",
+        "--no-deps",
+        "-w",
+        out,
+        REPO,
+        *sample_settings(sdist_dir),
+        *extra,
+    ]
+
+
 def _pip_wheel(out: Path, sdist_dir: Path, *extra: str, env=None, check=True):
     return run(
-        [
-            PY,
-            "-m",
-            "pip",
-            "wheel",
-            "-v",
-            "--no-build-isolation",
-            "--no-deps",
-            "-w",
-            out,
-            REPO,
-            *sample_settings(sdist_dir),
-            *extra,
-        ],
-        env={**os.environ, **(env or {})},
-        check=check,
+        _pip_wheel_cmd(out, sdist_dir, *extra), env={**os.environ, **(env or {})}, check=check
     )
 
 
@@ -90,19 +92,7 @@ def test_concurrent_builders_of_one_wheel_compile_once(sample_sdist_dir, tmp_pat
     env = {**os.environ, "CXX": str(slow_cxx)}
     procs = [
         subprocess.Popen(
-            [
-                PY,
-                "-m",
-                "pip",
-                "wheel",
-                "-v",
-                "--no-build-isolation",
-                "--no-deps",
-                "-w",
-                tmp_path / f"w{i}",
-                REPO,
-                *sample_settings(sample_sdist_dir),
-            ],
+            _pip_wheel_cmd(tmp_path / f"w{i}", sample_sdist_dir),
             env=env,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
@@ -124,19 +114,7 @@ def test_an_interrupted_build_leaves_no_cache_entry(sample_sdist_dir, tmp_path):
     hang_cxx.write_text('#!/bin/sh\ncase "$*" in *" -c "*) sleep 600;; esac\nexec g++ "$@"\n')
     hang_cxx.chmod(0o755)
     proc = subprocess.Popen(
-        [
-            PY,
-            "-m",
-            "pip",
-            "wheel",
-            "-v",
-            "--no-build-isolation",
-            "--no-deps",
-            "-w",
-            tmp_path / "w",
-            REPO,
-            *sample_settings(sample_sdist_dir),
-        ],
+        _pip_wheel_cmd(tmp_path / "w", sample_sdist_dir),
         env={**os.environ, "CXX": str(hang_cxx)},
         start_new_session=True,
         stdout=subprocess.DEVNULL,
