@@ -128,12 +128,16 @@ def test_arch_upstream_cannot_serve_is_an_error():
     assert "110" in exc.value.cause and "80, 90, 100, 120" in exc.value.cause
 
 
-def test_older_versions_have_fixed_archs():
-    old = _archs.mechanism("2.7.4.post1")
-    assert old.env is None
-    assert upstream_targets(["86", "90"], old)[0] == ["80", "90"]
+def test_older_versions_map_onto_their_mechanism():
+    assert _archs.mechanism("2.7.4.post1") == FA28  # FLASH_ATTN_CUDA_ARCHS since 2.7.3
+    backport = _archs.mechanism("2.6.3")  # through fa-shim's 02-cuda-archs.patch
+    assert backport.env == "FLASH_ATTN_CUDA_ARCHS" and backport.known == ("80", "90")
+    assert upstream_targets(["86", "90"], backport)[0] == ["80", "90"]
     with pytest.raises(FaShimError):
-        upstream_targets(["100"], old)
+        upstream_targets(["100"], backport)
+    fixed = _archs.mechanism("2.5.0")  # unpinned and unpatched: its list is hard-coded
+    assert fixed.env is None
+    assert upstream_targets(["86", "90"], fixed)[0] == ["80", "90"]
 
 
 def test_arch_env():
@@ -141,7 +145,11 @@ def test_arch_env():
         "FLASH_ATTN_CUDA_ARCHS": "80;120",
         "TORCH_CUDA_ARCH_LIST": "8.0;12.0",
     }
-    assert "FLASH_ATTN_CUDA_ARCHS" not in _archs.arch_env(["80"], _archs.mechanism("2.6.3"))
+    assert _archs.arch_env(["80"], _archs.mechanism("2.6.3")) == {
+        "FLASH_ATTN_CUDA_ARCHS": "80",
+        "TORCH_CUDA_ARCH_LIST": "8.0",
+    }
+    assert "FLASH_ATTN_CUDA_ARCHS" not in _archs.arch_env(["80"], _archs.mechanism("2.5.0"))
 
 
 # ------------------------------------------------------------------------------- gencode check

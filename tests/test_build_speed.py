@@ -140,9 +140,9 @@ def test_a_compiler_killed_for_memory_is_retried_with_fewer_jobs(sample_sdist_di
     """The OOM killer, played by a compiler wrapper that SIGKILLs itself on its first compile."""
     marker = tmp_path / "killed-once"
     env = {"CXX": str(TOOLS / "oom-once-g++"), "OOM_ONCE_MARKER": str(marker)}
-    proc = _pip_wheel(
-        tmp_path / "w", sample_sdist_dir, "-C", "max-jobs=2", "-C", "wheel-cache=false", env=env
-    )
+    # compiler-cache=none: the wrapper plays the compiler itself, not a child of ccache
+    settings = ("-C", "max-jobs=2", "-C", "wheel-cache=false", "-C", "compiler-cache=none")
+    proc = _pip_wheel(tmp_path / "w", sample_sdist_dir, *settings, env=env)
     assert marker.exists(), "the wrapper never killed itself"
     assert "a compiler was killed for lack of memory; retrying with 1 job(s)" in proc.stderr
     log = Path(proc.stderr.split("full log: ")[1].split()[0]).read_text()
