@@ -39,29 +39,31 @@ def index(tmp_path):
     server.shutdown()
 
 
-def _prepare(tmp_path: Path, index_url: str, name: str) -> tuple[dict, str]:
+def _run_prepare(tmp_path: Path, index_url: str, name: str, check: bool = True):
+    """`python -m fa_backend prepare` of the sample with pip configured for just this index."""
     env = {
         **os.environ,
         "PIP_CONFIG_FILE": os.devnull,
         "PIP_INDEX_URL": index_url,
         "PIP_EXTRA_INDEX_URL": "",
     }
-    proc = run(
-        [
-            PY,
-            "-m",
-            "fa_backend",
-            "prepare",
-            "--build-dir",
-            tmp_path / name,
-            "-C",
-            f"flash-attn-version={SAMPLE_VERSION}",
-            "-C",
-            "allow-unknown-version=true",
-        ],
-        cwd=REPO,
-        env=env,
-    )
+    command = [
+        PY,
+        "-m",
+        "fa_backend",
+        "prepare",
+        "--build-dir",
+        tmp_path / name,
+        "-C",
+        f"flash-attn-version={SAMPLE_VERSION}",
+        "-C",
+        "allow-unknown-version=true",
+    ]
+    return run(command, cwd=REPO, env=env, check=check)
+
+
+def _prepare(tmp_path: Path, index_url: str, name: str) -> tuple[dict, str]:
+    proc = _run_prepare(tmp_path, index_url, name)
     return json.loads(proc.stdout), proc.stderr
 
 
@@ -83,29 +85,7 @@ def test_downloads_the_sdist_through_pips_index_setting_then_uses_the_cache(inde
 def test_a_download_that_does_not_match_the_index_hash_is_refused(index, tmp_path):
     page = index["root"] / "simple" / "flash-attn" / "index.html"
     page.write_text(page.read_text().replace("#sha256=", "#sha256=0"))
-    env = {
-        **os.environ,
-        "PIP_CONFIG_FILE": os.devnull,
-        "PIP_INDEX_URL": index["url"],
-        "PIP_EXTRA_INDEX_URL": "",
-    }
-    proc = run(
-        [
-            PY,
-            "-m",
-            "fa_backend",
-            "prepare",
-            "--build-dir",
-            tmp_path / "b",
-            "-C",
-            f"flash-attn-version={SAMPLE_VERSION}",
-            "-C",
-            "allow-unknown-version=true",
-        ],
-        cwd=REPO,
-        env=env,
-        check=False,
-    )
+    proc = _run_prepare(tmp_path, index["url"], "b", check=False)
     assert proc.returncode == 1
     assert "the index's sha256 does not match the downloaded bytes" in proc.stderr
     assert not (Path(os.environ["XDG_CACHE_HOME"]) / "fa-shim" / "sdists").exists() or not list(
