@@ -76,6 +76,22 @@ def sample_sdist_dir(tmp_path_factory) -> Path:
     return directory
 
 
+def pip_wheel_cmd(python, out: Path, *args) -> list:
+    """`pip wheel` of this checkout without isolation or dependencies, into `out`."""
+    return [
+        python,
+        "-m",
+        "pip",
+        "wheel",
+        "--no-build-isolation",
+        "--no-deps",
+        "-w",
+        out,
+        REPO,
+        *args,
+    ]
+
+
 def sample_settings(sdist_dir: Path) -> list[str]:
     """-C options that build the sample instead of the pinned upstream release."""
     return [

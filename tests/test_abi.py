@@ -10,7 +10,7 @@ import shutil
 import zipfile
 
 import pytest
-from conftest import PY, REPO, SAMPLE, SAMPLE_VERSION, TOOLS, run, sample_settings
+from conftest import PY, REPO, SAMPLE, SAMPLE_VERSION, TOOLS, pip_wheel_cmd, run, sample_settings
 
 pytestmark = pytest.mark.slow
 
@@ -54,18 +54,7 @@ def test_old_abi_compiler_is_overridden_by_fa_shim(host_venv, sample_sdist_dir):
 def test_torch_2_6_gets_abi_0_injected(torch26_python, sample_sdist_dir, tmp_path):
     out = tmp_path / "wheels"
     run(
-        [
-            torch26_python,
-            "-m",
-            "pip",
-            "wheel",
-            "--no-build-isolation",
-            "--no-deps",
-            "-w",
-            out,
-            REPO,
-            *sample_settings(sample_sdist_dir),
-        ],
+        pip_wheel_cmd(torch26_python, out, *sample_settings(sample_sdist_dir)),
         env=dict(os.environ),
     )
     (wheel,) = out.glob("*.whl")

@@ -14,26 +14,13 @@ from pathlib import Path
 
 import psutil
 import pytest
-from conftest import PY, REPO, SAMPLE_VERSION, TOOLS, run, sample_settings
+from conftest import PY, SAMPLE_VERSION, TOOLS, pip_wheel_cmd, run, sample_settings
 
 pytestmark = pytest.mark.slow
 
 
 def _pip_wheel_cmd(out: Path, sdist_dir: Path, *extra: str) -> list:
-    return [
-        PY,
-        "-m",
-        "pip",
-        "wheel",
-        "-v",
-        "--no-build-isolation",
-        "--no-deps",
-        "-w",
-        out,
-        REPO,
-        *sample_settings(sdist_dir),
-        *extra,
-    ]
+    return pip_wheel_cmd(PY, out, "-v", *sample_settings(sdist_dir), *extra)
 
 
 def _pip_wheel(out: Path, sdist_dir: Path, *extra: str, env=None, check=True):

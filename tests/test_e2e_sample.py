@@ -7,7 +7,7 @@ import json
 import zipfile
 
 import pytest
-from conftest import PY, REPO, SAMPLE_VERSION, run, sample_settings
+from conftest import PY, REPO, SAMPLE_VERSION, pip_wheel_cmd, run, sample_settings
 
 pytestmark = pytest.mark.slow
 
@@ -92,18 +92,7 @@ def test_a_download_attempt_by_upstream_code_fails_the_build(host_venv, sample_s
     """A future upstream download path that ignores FORCE_BUILD cannot sneak a binary in."""
     out = tmp_path / "wheels"
     proc = run(
-        [
-            host_venv,
-            "-m",
-            "pip",
-            "wheel",
-            "--no-build-isolation",
-            "--no-deps",
-            "-w",
-            out,
-            REPO,
-            *sample_settings(sample_sdist_dir),
-        ],
+        pip_wheel_cmd(host_venv, out, *sample_settings(sample_sdist_dir)),
         env={**_env(), "SAMPLE_ALWAYS_DOWNLOAD": "1"},
         check=False,
     )
