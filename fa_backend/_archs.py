@@ -14,16 +14,14 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import json
 import re
 import subprocess
-import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from packaging.version import Version
 
-from . import _log, _sdist
+from . import _cuda_driver, _log, _sdist
 from ._compile_commands import Command
 from ._errors import FaShimError
 
@@ -269,40 +267,6 @@ def check_gencodes(commands: Sequence[Command], targets: Sequence[str]) -> None:
 # ------------------------------------------------------------------------------- probes
 
 
-_GPU_PROBE = r"""
-import json, torch
-caps = []
-try:
-    caps = [list(torch.cuda.get_device_capability(i)) for i in range(torch.cuda.device_count())]
-except Exception:
-    pass
-try:
-    arch_list = torch._C._cuda_getArchFlags().split()  # known without a GPU, unlike get_arch_list
-except Exception:
-    arch_list = torch.cuda.get_arch_list()
-print(json.dumps({"gpu_caps": caps, "arch_list": arch_list}))
-"""
-
-
-@functools.cache
-def probe_gpus(python: str, isolated: bool) -> tuple[tuple[tuple[int, int], ...], tuple[str, ...]]:
-    """(capabilities of the visible GPUs, torch's compiled arch list) from the build's torch."""
-    flags = ["-E"] if isolated else []
-    proc = subprocess.run(
-        [python or sys.executable, *flags, "-c", _GPU_PROBE],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=300,
-    )
-    if proc.returncode != 0:
-        _log.warn(f"could not ask torch about GPUs ({proc.stderr.strip()[-200:]}); assuming none")
-        return (), ()
-    data = json.loads(proc.stdout.strip().splitlines()[-1])
-    caps = tuple(sorted({(int(a), int(b)) for a, b in data["gpu_caps"]}))
-    return caps, tuple(parse_arch_list(" ".join(data["arch_list"])))
-
-
 @functools.cache
 def nvcc_arch_list(nvcc: Path) -> tuple[str, ...]:
     """`nvcc --list-gpu-arch`: the virtual architectures this nvcc can compile for."""
@@ -345,12 +309,11 @@ def resolve(settings, torch, nvcc_path: Path, version: str, environ) -> ArchChoi
     if not setting and mech.env and environ.get(mech.env, "").strip():
         # upstream's own knob, set by someone who knows it: as explicit as the setting
         setting, setting_source = tuple(parse_arch_list(environ[mech.env])), mech.env
-    caps, torch_list = ((), ()) if setting else probe_gpus(torch.python, torch.isolated)
     selection = select_archs(
         setting,
-        caps,
+        () if setting else _cuda_driver.capabilities(),
         environ.get("TORCH_CUDA_ARCH_LIST"),
-        torch_list,
+        parse_arch_list(" ".join(torch.arch_list)),
         nvcc_arch_list(nvcc_path),
         mech.default,
         setting_source,

@@ -72,7 +72,7 @@ def plan(config_settings: _settings.ConfigSettings | None) -> Plan:
     settings = _settings.load(config_settings)
     _log.set_verbose(settings.verbose)
     _requirements.check()
-    torch = _torch.probe(settings.torch_python)
+    torch = _torch.probe(settings.torch_python, settings.resolved_cache_dir / "torch-probes")
     sdist = _sdist.locate(settings)
     patches = tuple(_patches.patches_for(sdist.version)) if sdist.pinned else ()
     tailoring = _kernels.tailoring(settings, sdist.version)

@@ -16,8 +16,10 @@ find the target environment: the build stops and says how to proceed.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
+import hashlib
 import json
 import os
 import subprocess
@@ -32,39 +34,54 @@ from ._errors import FaShimError
 
 _PROBE = r"""
 import json, os, sys, sysconfig
+stdlib = {os.path.normpath(sysconfig.get_path(k)) for k in ("stdlib", "platstdlib")}
 info = {
     "python": sys.executable,
     "ext_suffix": sysconfig.get_config_var("EXT_SUFFIX"),
     "python_version": "%d.%d" % sys.version_info[:2],
+    "search_path": [
+        p for p in sys.path[1:]
+        if p and os.path.isdir(p) and os.path.normpath(p) not in stdlib
+        and os.path.basename(p) != "lib-dynload"
+    ],
 }
-try:
-    import inspect, re
-    import torch
-    from torch.utils import cpp_extension
-except Exception as exc:
-    info["error"] = "%s: %s" % (type(exc).__name__, exc)
+if sys.argv[1:] == ["locate"]:  # where torch is, without importing it (milliseconds)
+    try:
+        import importlib.util
+        spec = importlib.util.find_spec("torch")
+        info["torch_init"] = spec.origin if spec else None
+    except Exception:
+        info["torch_init"] = None
 else:
-    src = inspect.getsource(cpp_extension.BuildExtension.build_extensions)
-    std = re.search(r"cpp_flag_prefix \+ '(c\+\+\d+)'", src)
-    stdlib = {os.path.normpath(sysconfig.get_path(k)) for k in ("stdlib", "platstdlib")}
-    info.update({
-        "version": torch.__version__,
-        "cuda": torch.version.cuda,
-        "abi": int(torch._C._GLIBCXX_USE_CXX11_ABI),
-        "cuda_home": cpp_extension.CUDA_HOME,
-        "package_dir": os.path.dirname(torch.__file__),
-        "cxx_std": std.group(1) if std else "c++17",
-        "search_path": [
-            p for p in sys.path[1:]
-            if p and os.path.isdir(p) and os.path.normpath(p) not in stdlib
-            and os.path.basename(p) != "lib-dynload"
-        ],
-    })
+    try:
+        import inspect, re
+        import torch
+        from torch.utils import cpp_extension
+    except Exception as exc:
+        info["error"] = "%s: %s" % (type(exc).__name__, exc)
+    else:
+        src = inspect.getsource(cpp_extension.BuildExtension.build_extensions)
+        std = re.search(r"cpp_flag_prefix \+ '(c\+\+\d+)'", src)
+        try:  # what torch was compiled for, known without a GPU (unlike get_arch_list)
+            arch_list = torch._C._cuda_getArchFlags().split()
+        except Exception:
+            arch_list = []
+        info.update({
+            "version": torch.__version__,
+            "cuda": torch.version.cuda,
+            "abi": int(torch._C._GLIBCXX_USE_CXX11_ABI),
+            "cuda_home": cpp_extension.CUDA_HOME,
+            "package_dir": os.path.dirname(torch.__file__),
+            "cxx_std": std.group(1) if std else "c++17",
+            "arch_list": arch_list,
+        })
 print(json.dumps(info))
 """
 
 # What the probe reports that TorchInfo does not keep as a field of its own.
-_INTERPRETER_KEYS = ("ext_suffix", "python_version")
+_INTERPRETER_KEYS = ("ext_suffix", "python_version", "torch_init")
+# cpp_extension.CUDA_HOME, part of the answer, is found through these
+_ENV_KEYS = ("CUDA_HOME", "CUDA_PATH", "PATH")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,6 +100,9 @@ class TorchInfo:
     # entries), in its order: what the upstream build needs to import torch and its dependencies
     # when it runs in a frontend's build environment.
     search_path: tuple[str, ...] = ()
+    # The CUDA architectures this torch was compiled for (`sm_90`, `compute_90`...): the
+    # fallback arch selection on a machine without a GPU.
+    arch_list: tuple[str, ...] = ()
 
     @property
     def site_dir(self) -> str:
@@ -113,11 +133,11 @@ class TorchInfo:
         )
 
 
-def _run_probe(python: str, flags: list[str]) -> dict:
+def _run_probe(python: str, flags: list[str], *args: str) -> dict:
     """The probe's answer; {"error": ...} when torch is not importable or the probe failed."""
     try:
         proc = subprocess.run(
-            [python, *flags, "-c", _PROBE],
+            [python, *flags, "-c", _PROBE, *args],
             capture_output=True,
             text=True,
             check=False,
@@ -135,18 +155,53 @@ def _run_probe(python: str, flags: list[str]) -> dict:
         return {"error": f"unexpected output: {lines[-1][:200]}"}
 
 
-def _probe_with_fallback(python: str) -> tuple[dict, bool]:
+def _cached_probe(python: str, flags: list[str], cache_dir: Path | None) -> dict:
+    """The probe's answer, importing torch only when this torch was not probed before.
+
+    Importing torch costs seconds, twice per pip install (metadata, then wheel): too much for a
+    wheel-cache hit. The torch facts are kept under a key of the interpreter, the torch files'
+    identity (a reinstall rewrites them) and the environment the answer depends on; the
+    interpreter's own facts (its import path) are always asked afresh.
+    """
+    where = _run_probe(python, flags, "locate") if cache_dir else {}
+    init = where.get("torch_init")
+    try:
+        stamp = [
+            (st.st_ino, st.st_size, st.st_mtime_ns)
+            for st in (os.stat(init), os.stat(Path(init).with_name("version.py")))
+        ]
+    except (OSError, TypeError):
+        return _run_probe(python, flags)  # no torch to be found: the full probe says why
+    key_facts = [_PROBE, python, flags, init, stamp, {k: os.environ.get(k) for k in _ENV_KEYS}]
+    key = hashlib.sha256(json.dumps(key_facts).encode()).hexdigest()[:32]
+    entry = cache_dir / f"{key}.json"
+    try:
+        return {**json.loads(entry.read_text(encoding="utf-8")), **where}
+    except (OSError, ValueError):
+        pass
+    answer = _run_probe(python, flags)
+    if "error" not in answer:
+        with contextlib.suppress(OSError):  # an unwritable cache only costs the next probe
+            entry.parent.mkdir(parents=True, exist_ok=True)
+            tmp = entry.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_text(json.dumps(answer), encoding="utf-8")
+            os.replace(tmp, entry)
+    return answer
+
+
+def _probe_with_fallback(python: str, cache_dir: Path | None) -> tuple[dict, bool]:
     """(answer, isolated): as the interpreter sees itself, then past a PYTHONPATH overlay."""
-    answer = _run_probe(python, [])
+    answer = _cached_probe(python, [], cache_dir)
     if "error" not in answer or not os.environ.get("PYTHONPATH"):
         return answer, False
-    past = _run_probe(python, ["-E"])
+    past = _cached_probe(python, ["-E"], cache_dir)
     return (past, True) if "error" not in past else (answer, False)
 
 
 def _info(answer: dict, isolated: bool, found_by: str) -> TorchInfo:
     fields = {k: v for k, v in answer.items() if k not in _INTERPRETER_KEYS}
     fields["search_path"] = tuple(fields.get("search_path") or ())
+    fields["arch_list"] = tuple(fields.get("arch_list") or ())
     return TorchInfo(isolated=isolated, found_by=found_by, **fields)
 
 
@@ -209,7 +264,7 @@ def _not_found(error: str) -> FaShimError:
     )
 
 
-def _probe_named(python: Path) -> TorchInfo:
+def _probe_named(python: Path, cache_dir: Path | None) -> TorchInfo:
     """The torch of the interpreter named by the torch-python setting."""
     if not (python.is_file() and os.access(python, os.X_OK)):
         raise FaShimError(
@@ -218,7 +273,7 @@ def _probe_named(python: Path) -> TorchInfo:
             fix="point torch-python at the python of the environment that has your torch, "
             "e.g. -C torch-python=/path/to/venv/bin/python.",
         )
-    answer, isolated = _probe_with_fallback(str(python))
+    answer, isolated = _probe_with_fallback(str(python), cache_dir)
     version, suffix = _this_python()
     if answer.get("ext_suffix") and answer["ext_suffix"] != suffix:
         raise FaShimError(
@@ -241,12 +296,13 @@ def _probe_named(python: Path) -> TorchInfo:
 
 
 @functools.cache
-def probe(torch_python: Path | None = None) -> TorchInfo:
-    """The torch the build compiles against (see the module docstring for the order)."""
+def probe(torch_python: Path | None = None, cache_dir: Path | None = None) -> TorchInfo:
+    """The torch the build compiles against (see the module docstring for the order); with a
+    cache_dir, a torch probed before is not imported again."""
     if torch_python is not None:
-        info = _probe_named(Path(torch_python))
+        info = _probe_named(Path(torch_python), cache_dir)
     else:
-        answer, isolated = _probe_with_fallback(sys.executable)
+        answer, isolated = _probe_with_fallback(sys.executable, cache_dir)
         if "error" in answer:
             raise _not_found(answer["error"])
         found_by = (

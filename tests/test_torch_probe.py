@@ -1,0 +1,71 @@
+"""The torch probe's cache: a torch probed before is not imported again (a wheel-cache hit must
+take seconds), a reinstalled torch is, and the interpreter's own facts are always fresh.
+
+Real interpreter, real torch (the machine's torch 2.13 CPU build).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from fa_backend import _torch
+
+VERSION_PY = Path(torch.__file__).with_name("version.py")
+
+
+@pytest.fixture
+def cached(tmp_path) -> Path:
+    """A probe cache holding one real answer whose version is then marked, so that an answer
+    read from the cache can be told from a fresh one."""
+    cache = tmp_path / "probes"
+    first = _torch._cached_probe(sys.executable, [], cache)
+    assert first["version"] == torch.__version__
+    (entry,) = cache.glob("*.json")
+    entry.write_text(json.dumps({**first, "version": "0.0.0+from.cache"}))
+    return cache
+
+
+def test_a_torch_probed_before_is_read_from_the_cache(cached):
+    again = _torch._cached_probe(sys.executable, [], cached)
+    assert again["version"] == "0.0.0+from.cache"
+    assert again["package_dir"] == os.path.dirname(torch.__file__)
+
+
+def test_a_reinstalled_torch_is_probed_again(cached):
+    stat = VERSION_PY.stat()
+    try:  # what a reinstall does to torch/version.py: a new file, a new mtime
+        os.utime(VERSION_PY, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000_000))
+        fresh = _torch._cached_probe(sys.executable, [], cached)
+    finally:
+        os.utime(VERSION_PY, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    assert fresh["version"] == torch.__version__
+    assert len(list(cached.glob("*.json"))) == 2
+
+
+def test_another_cuda_home_is_probed_again(cached, monkeypatch):
+    monkeypatch.setenv("CUDA_HOME", "/opt/elsewhere/cuda")  # cpp_extension.CUDA_HOME follows it
+    fresh = _torch._cached_probe(sys.executable, [], cached)
+    assert fresh["version"] == torch.__version__
+    assert len(list(cached.glob("*.json"))) == 2
+
+
+def test_the_import_path_is_fresh_on_a_hit(cached, monkeypatch, tmp_path):
+    extra = tmp_path / "extra-site"
+    extra.mkdir()
+    monkeypatch.setenv("PYTHONPATH", str(extra))
+    again = _torch._cached_probe(sys.executable, [], cached)
+    assert again["version"] == "0.0.0+from.cache"
+    assert str(extra) in again["search_path"]
+
+
+def test_an_unwritable_cache_only_costs_the_next_probe(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    answer = _torch._cached_probe(sys.executable, [], blocker / "probes")
+    assert answer["version"] == torch.__version__
