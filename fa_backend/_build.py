@@ -31,6 +31,7 @@ from . import (
     _settings,
     _toolchain,
     _torch,
+    _tu_parts,
     _upstream,
     _verify,
     _wheel_cache,
@@ -129,6 +130,7 @@ class Tools:
     jobs: int
     nvcc_threads: int | None
     compiler_cache: str | None
+    tu_parts: int = 1  # forward kernel sources compiled as this many parts (see _tu_parts)
 
     @staticmethod
     def stats_file(scratch: Path) -> Path:
@@ -142,17 +144,29 @@ def toolchain(plan: Plan) -> Tools:
         nvcc = _toolchain.choose_nvcc(plan.torch, s.nvcc)
         _log.info(f"using nvcc {nvcc.describe()}, CUDA_HOME={nvcc.cuda_home}")
         archs = _archs.resolve(s, plan.torch, nvcc.path, plan.sdist.version, os.environ)
-    n_sources = (
-        len(_kernels.expected_kernels(plan.tailoring, plan.sdist.version))
+    n_archs = len(archs.targets) if archs else 1
+    kernels = (
+        sorted(_kernels.expected_kernels(plan.tailoring, plan.sdist.version))
         if plan.sdist.version in _kernels.SPACES
         else None
     )
-    env = _jobs.env_for(s, len(archs.targets) if archs else 1, n_sources)
+    # idle job slots become parts of the forward sources, and the parts more jobs
+    parts = _tu_parts.choose(
+        s.tu_parts,
+        _jobs.plan_jobs(_jobs.available_cores(), _jobs.available_memory(), n_archs)[0],
+        kernels,
+        _tu_parts.supported(p.name for p in plan.patches),
+    )
+    # the kernel TUs and flash_api.cpp, all compiled at once when cores and memory allow
+    n_sources = _tu_parts.count_sources(kernels, parts) + 1 if kernels else None
+    env = _jobs.env_for(s, n_archs, n_sources)
     threads = int(env["NVCC_THREADS"]) if nvcc else None
+    if parts > 1:
+        _log.info(f"compiling each forward kernel source as {parts} parts (-C tu-parts)")
     cache = _toolchain.compiler_cache(s.compiler_cache)
     if cache:
         _log.info(f"compiling through the compiler cache {cache}")
-    return Tools(nvcc, archs, int(env["MAX_JOBS"]), threads, cache)
+    return Tools(nvcc, archs, int(env["MAX_JOBS"]), threads, cache, parts)
 
 
 @dataclasses.dataclass
@@ -175,6 +189,7 @@ def prepare(plan: Plan, scratch: Path, tools: Tools | None = None) -> Prepared:
     log = log_dir / f"flash-attn-{plan.version}-{time.strftime('%Y%m%d-%H%M%S')}.log"
     source = _sdist.extract(plan.sdist, scratch / "src")
     _patches.apply_all(list(plan.patches), source)
+    _tu_parts.write(source / _tu_parts.KERNEL_DIR, tools.tu_parts)
     code, _, report = _upstream.run(plan, tools, source, scratch / "dist", "prepare", log)
     if code != 0:
         raise _upstream.failure(code, report, log)
@@ -233,7 +248,8 @@ def verify(plan: Plan, wheel: Path) -> None:
 
 
 def fingerprint(plan: Plan, tools: Tools) -> dict:
-    """Everything that decides the wheel's bytes; jobs and threads do not."""
+    """Everything that decides what the wheel computes; jobs, threads and tu-parts do not
+    (parts change how the objects are cut, not a kernel), so machines of any size share it."""
     env = (
         "CXX",
         "CC",
@@ -298,6 +314,7 @@ def provenance(plan: Plan, prep: Prepared) -> dict:
         else None,
         "cuda_arch_choice": prep.tools.archs.describe() if prep.tools.archs else None,
         "compiler_cache": prep.tools.compiler_cache,
+        "tu_parts": prep.tools.tu_parts,
         "host_compiler": _toolchain.host_compiler(),
         "cuda_archs": archs,
         "injected_flags": prep.report.get("extensions", []),

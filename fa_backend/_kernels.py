@@ -16,6 +16,7 @@ import difflib
 import re
 from collections.abc import Iterable
 
+from . import _tu_parts
 from ._compile_commands import Command
 from ._errors import FaShimError
 
@@ -188,18 +189,22 @@ def expected_kernels(t: Tailoring, version: str) -> set[str]:
 
 def check_sources(commands: list[Command], t: Tailoring, version: str) -> None:
     """The build compiles exactly the set's kernels: a missing one would be an undefined symbol
-    at import, an extra one wasted minutes (or an upstream renaming the patterns no longer hit)."""
-    if t.full:
-        return
-    compiled = {c.file.rsplit("/", 1)[-1] for c in commands if c.kind == "nvcc"}
-    expected = expected_kernels(t, version)
+    at import, an extra one wasted minutes (or an upstream renaming the patterns no longer hit).
+    A source split into parts (_tu_parts) counts as that source, and needs all of its parts."""
+    files = [c.file.rsplit("/", 1)[-1] for c in commands if c.kind == "nvcc"]
+    compiled = {_tu_parts.source_of(f) for f in files}
+    expected = compiled if t.full else expected_kernels(t, version)
     missing, extra = sorted(expected - compiled), sorted(compiled - expected)
-    if missing or extra:
+    incomplete = _tu_parts.check_complete(files)
+    if missing or extra or incomplete:
         details = [f"missing: {m}" for m in missing] + [f"unexpected: {e}" for e in extra]
+        details += [f"incomplete parts: {p}" for p in incomplete]
         raise FaShimError(
             f"the build of kernel set {t.kernel_set} does not compile exactly its "
-            f"{len(expected)} kernel sources ({len(missing)} missing, {len(extra)} unexpected).",
+            f"{len(expected)} kernel sources ({len(missing)} missing, {len(extra)} unexpected, "
+            f"{len(incomplete)} split into incomplete parts).",
             details="\n".join(details[:30]),
             fix="report this: flash-attn's source list differs from what fa-shim's kernel-set "
-            "patterns expect; build without head-dims/dtypes/forward-only meanwhile.",
+            "patterns expect; build without head-dims/dtypes/forward-only (or with -C "
+            "tu-parts=1) meanwhile.",
         )

@@ -65,6 +65,13 @@ class Settings:
     )
     max_jobs: int | None = _setting(None, "int", "Parallel compile jobs (ninja -j, MAX_JOBS).")
     nvcc_threads: int | None = _setting(None, "int", "nvcc --threads per job (NVCC_THREADS).")
+    tu_parts: int | None = _setting(
+        None,
+        "int",
+        "Compile each forward kernel source as this many parts in parallel (default: as many "
+        "as the idle compile jobs allow, e.g. 4 for a 4-source tailored set on 16 cores; "
+        "1 = never split; 2.8.3+ only).",
+    )
     head_dims: tuple[str, ...] = _setting(
         (), "list", "Tailored build: only these head dims, e.g. `64;128` (default: all)."
     )

@@ -10,7 +10,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from . import _log, _runner
+from . import _log, _runner, _tu_parts
 from ._errors import FaShimError
 
 DRIVER = Path(__file__).with_name("_upstream_driver.py")
@@ -93,6 +93,7 @@ def run(
         "exclude_sources": list(plan.tailoring.exclude_sources),
         "defines": list(plan.tailoring.defines),
         "heavy_sources_first": HEAVY_FIRST,
+        "split_sources": _tu_parts.layout(source / _tu_parts.KERNEL_DIR, tools.tu_parts),
     }
     spec_path.write_text(json.dumps(spec))
     _log.info(f"running upstream setup.py ({mode}); full log: {log}")

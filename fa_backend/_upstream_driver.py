@@ -73,7 +73,13 @@ def _tailor_sources(ext):
         name = os.path.basename(str(source))
         return next((i for i, p in enumerate(first) if fnmatch.fnmatch(name, p)), len(first))
 
-    ext.sources = sorted(kept, key=weight)
+    # a forward source split into parts (fa-shim's _tu_parts) is compiled as its parts
+    split = SPEC.get("split_sources") or {}
+    expanded = []
+    for source in kept:
+        directory, name = os.path.split(str(source))
+        expanded += [os.path.join(directory, p) for p in split.get(name, [])] or [source]
+    ext.sources = sorted(expanded, key=weight)
 
 
 def _inject(ext):

@@ -1,0 +1,105 @@
+"""Forward kernel sources compiled as several translation units (vendored 30-tu-parts.patch).
+
+A tailored build has a handful of kernel sources and many idle cores; its wall time is its
+slowest source (an hdim128 split-KV source instantiates ~50 kernels and takes minutes alone).
+Each forward source `X.cu` is replaced by `X.part0ofN.cu` ... `X.partNofN.cu`, small files that
+set FA_SHIM_TU_PARTS/FA_SHIM_TU_PART and include X.cu: part 0 keeps the runtime dispatch, parts
+1..N each compile a share of the kernels (the patch assigns them by a hash of their template
+arguments). The objects link into the same module; nothing changes at run time. Parts other than
+0 rename the source's entry point so that each part's copy is a distinct symbol.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+PATCH = "30-tu-parts.patch"
+KERNEL_DIR = Path("csrc/flash_attn/src")
+SPLITTABLE = ("flash_fwd_hdim*.cu", "flash_fwd_split_hdim*.cu")  # the launchers the patch splits
+ENTRY_POINTS = ("run_mha_fwd_", "run_mha_fwd_splitkv_dispatch")
+MAX_PARTS = 8  # beyond this the per-part fixed cost (headers, host code) outweighs the gain
+_PART = re.compile(r"^(?P<source>.+)\.part(?P<k>\d+)of(?P<n>\d+)\.cu$")
+
+
+def supported(patch_names: Iterable[str]) -> bool:
+    return PATCH in set(patch_names)
+
+
+def splittable(name: str) -> bool:
+    return any(fnmatch.fnmatch(name, p) for p in SPLITTABLE)
+
+
+def choose(setting: int | None, jobs: int, kernels: Sequence[str] | None, supported: bool) -> int:
+    """Parts per forward source: the setting, else as many as the idle job slots allow."""
+    if not supported or not kernels:
+        return 1
+    if setting is not None:
+        return max(1, min(MAX_PARTS, setting))
+    return max(1, min(MAX_PARTS, jobs // len(kernels)))
+
+
+def count_sources(kernels: Sequence[str], parts: int) -> int:
+    """Translation units compiled for these kernel sources (part 0 included)."""
+    if parts < 2:
+        return len(kernels)
+    return sum(parts + 1 if splittable(k) else 1 for k in kernels)
+
+
+def part_names(name: str, parts: int) -> list[str]:
+    stem = name[: -len(".cu")]
+    return [f"{stem}.part{k}of{parts}.cu" for k in range(parts + 1)]
+
+
+def _wrapper(name: str, k: int, parts: int) -> str:
+    lines = [
+        f"// fa-shim: part {k} of {parts} of {name} (vendored_patches/.../{PATCH})",
+        f"#define FA_SHIM_TU_PARTS {parts}",
+        f"#define FA_SHIM_TU_PART {k}",
+    ]
+    if k:  # the source's entry point again: a distinct name per part, never called
+        lines += [f"#define {e} fa_shim_part{k}_{e}" for e in ENTRY_POINTS]
+    return "\n".join([*lines, f'#include "{name}"', ""])
+
+
+def layout(kernel_dir: Path, parts: int) -> dict[str, list[str]]:
+    """{forward source name: its part names} for this source tree; {} when not splitting."""
+    if parts < 2:
+        return {}
+    return {
+        source.name: part_names(source.name, parts)
+        for source in sorted(kernel_dir.glob("flash_fwd_*.cu"))
+        if splittable(source.name) and not _PART.match(source.name)
+    }
+
+
+def write(kernel_dir: Path, parts: int) -> dict[str, list[str]]:
+    """Write the part files next to every forward source (see `layout`)."""
+    split = layout(kernel_dir, parts)
+    for source, names in split.items():
+        for k, part in enumerate(names):
+            (kernel_dir / part).write_text(_wrapper(source, k, parts), encoding="utf-8")
+    return split
+
+
+def source_of(name: str) -> str:
+    """The kernel source a compiled file stands for: X.cu for X.partKofN.cu."""
+    m = _PART.match(name)
+    return f"{m['source']}.cu" if m else name
+
+
+def check_complete(compiled: Iterable[str]) -> list[str]:
+    """Problems with the parts of a build: every split source needs all its parts, once."""
+    seen: dict[str, set[tuple[int, int]]] = {}
+    for name in compiled:
+        m = _PART.match(name)
+        if m:
+            seen.setdefault(f"{m['source']}.cu", set()).add((int(m["k"]), int(m["n"])))
+    problems = []
+    for source, got in sorted(seen.items()):
+        n = {n for _, n in got}
+        if len(n) != 1 or {k for k, _ in got} != set(range(next(iter(n)) + 1)):
+            problems.append(f"{source}: parts {sorted(got)}")
+    return problems
