@@ -4,7 +4,8 @@
 
 For each NAME-tus.jsonl (fa-shim's compiler launcher: one line per TU) and stock-ninja-log.txt
 (ninja's own log of upstream's stock build): the TUs, the sum of their times, the longest one,
-sum/cores, and with NAME.json (bench/measure.py) the wall time over max(longest, sum/cores).
+sum/cores, the compile phase (first TU start to last TU end, where recorded), and with NAME.json
+(bench/measure.py) the wall time over max(longest, sum/cores).
 Prints a markdown table.
 """
 
@@ -16,36 +17,44 @@ import os
 from pathlib import Path
 
 
-def fa_shim_tus(path: Path) -> list[tuple[str, float]]:
+def fa_shim_tus(path: Path) -> tuple[list[tuple[str, float]], float | None]:
+    """(name, seconds) per TU, and the compile phase's span where the launcher recorded starts."""
     rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     # the launcher also sees nvcc's own probes (no source, ~0 s): not translation units
-    return [
-        (r["source"].rsplit("/", 1)[-1], float(r["seconds"]))
-        for r in rows
-        if r.get("source") not in (None, "?") and r.get("exit") == 0
-    ]
+    rows = [r for r in rows if r.get("source") not in (None, "?") and r.get("exit") == 0]
+    tus = [(r["source"].rsplit("/", 1)[-1], float(r["seconds"])) for r in rows]
+    starts = [r for r in rows if "started" in r]
+    span = (
+        max(r["started"] + r["seconds"] for r in starts) - min(r["started"] for r in starts)
+        if starts
+        else None
+    )
+    return tus, span
 
 
-def ninja_tus(path: Path) -> list[tuple[str, float]]:
-    """ninja's .ninja_log v5: start ms, end ms, mtime, output, hash (the last entry per output)."""
+def ninja_tus(path: Path) -> tuple[list[tuple[str, float]], float | None]:
+    """ninja's .ninja_log: start ms, end ms, mtime, output, hash (the last entry per output)."""
     last = {}
     for line in path.read_text().splitlines():
         if line.startswith("#"):
             continue
         start, end, _, output, *_ = line.split("\t")
         if output.endswith(".o"):
-            last[output] = (int(end) - int(start)) / 1000
-    return [(o.rsplit("/", 1)[-1], s) for o, s in last.items()]
+            last[output] = (int(start), int(end))
+    tus = [(o.rsplit("/", 1)[-1], (e - s) / 1000) for o, (s, e) in last.items()]
+    span = (max(e for _, e in last.values()) - min(s for s, _ in last.values())) / 1000
+    return tus, span if last else None
 
 
-def row(name: str, tus: list[tuple[str, float]], cores: int, wall: float | None) -> str:
+def row(name, tus, span, cores: int, wall: float | None) -> str:
     total = sum(s for _, s in tus)
     longest_name, longest = max(tus, key=lambda t: t[1])
     bound = max(longest, total / cores)
     ratio = f"{wall / bound:.2f}" if wall else "—"
+    compiling = f"{span:.0f} ({span / bound:.2f})" if span else "—"
     return (
         f"| {name} | {len(tus)} | {total:.0f} | {longest:.0f} ({longest_name}) | "
-        f"{total / cores:.0f} | {wall if wall else '—'} | {ratio} |"
+        f"{total / cores:.0f} | {compiling} | {wall if wall else '—'} | {ratio} |"
     )
 
 
@@ -55,23 +64,24 @@ def main() -> int:
     parser.add_argument("--cores", type=int, default=os.cpu_count())
     args = parser.parse_args()
     print(
-        "| build | TUs | sum of TU times (s) | longest TU (s) | sum/cores (s) | wall (s) | "
-        "wall / max(longest, sum/cores) |"
+        "| build | TUs | sum of TU times (s) | longest TU (s) | sum/cores (s) | "
+        "compile phase (s) (/ bound) | wall (s) | wall / max(longest, sum/cores) |"
     )
-    print("|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|")
     sources = sorted(args.results.glob("*-tus.jsonl"))
     for path in sources:
         name = path.name[: -len("-tus.jsonl")]
-        tus = fa_shim_tus(path)
+        tus, span = fa_shim_tus(path)
         result = args.results / f"{name}.json"
         wall = json.loads(result.read_text())["wall_s"] if result.is_file() else None
         if tus:
-            print(row(name, tus, args.cores, wall))
+            print(row(name, tus, span, args.cores, wall))
     stock = args.results / "stock-ninja-log.txt"
     if stock.is_file():
         result = args.results / "stock.json"
         wall = json.loads(result.read_text())["wall_s"] if result.is_file() else None
-        print(row("stock (ninja log)", ninja_tus(stock), args.cores, wall))
+        tus, span = ninja_tus(stock)
+        print(row("stock (ninja log)", tus, span, args.cores, wall))
     return 0
 
 

@@ -213,6 +213,7 @@ def compile_wheel(plan: Plan, prep: Prepared, scratch: Path) -> Path:
     objects already compiled). Returns the repacked wheel, still in scratch."""
     dist = scratch / "dist"
     jobs = prep.tools.jobs
+    started = time.monotonic()
     while True:
         code, output, report = _upstream.run(
             plan, prep.tools, prep.source, dist, "wheel", prep.log, jobs
@@ -227,6 +228,11 @@ def compile_wheel(plan: Plan, prep: Prepared, scratch: Path) -> Path:
             f"a compiler was killed for lack of memory; retrying with {jobs} job(s), "
             f"keeping the {done} object(s) already compiled (set -C max-jobs to choose)"
         )
+    stats = [r for r in _runner.tu_stats(Tools.stats_file(scratch)) if r.get("source") != "?"]
+    _log.info(
+        f"upstream build: {time.monotonic() - started:.0f} s, of which "
+        f"{_runner.compile_span(stats):.0f} s compiling {len(stats)} translation units"
+    )
     _compile_commands.verify_abi(
         _compile_commands.read(prep.ninja_file), plan.torch.abi, prep.ninja_file
     )
@@ -236,15 +242,21 @@ def compile_wheel(plan: Plan, prep: Prepared, scratch: Path) -> Path:
             f"upstream bdist_wheel produced {len(built)} wheels in {dist}.",
             fix=f"read the log: {prep.log}",
         )
+    started = time.monotonic()
     wheel = repack(plan, built[0], scratch / "wheel" / plan.wheel_name, provenance(plan, prep))
+    _log.info(f"repacked as {wheel.name} ({time.monotonic() - started:.1f} s)")
     verify(plan, wheel)  # a wheel that fails is neither published nor cached
     return wheel
 
 
 def verify(plan: Plan, wheel: Path) -> None:
+    started = time.monotonic()
     report = _verify.verify_wheel(wheel, plan.torch)
     report.raise_for_failures()
-    _log.info(f"verified {wheel.name} against torch {plan.torch.version}: {report.summary()}")
+    _log.info(
+        f"verified {wheel.name} against torch {plan.torch.version}: {report.summary()} "
+        f"({time.monotonic() - started:.1f} s)"
+    )
 
 
 def fingerprint(plan: Plan, tools: Tools) -> dict:

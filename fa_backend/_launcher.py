@@ -3,9 +3,10 @@
 Executed by path (stdlib only), once per translation unit:
     python _launcher.py STATS_FILE COMPILER [ARGS...]
 It runs the compiler (through ccache/sccache when fa-shim chose one: they are simply the first
-words of COMPILER), forwards its output, appends one JSON line with the TU's wall time, peak RSS
-and exit status to STATS_FILE (progress, ETA and benchmarks read it), and names a compiler death
-by signal in the log: the OOM killer's SIGKILL otherwise leaves nothing but "FAILED:" behind.
+words of COMPILER), forwards its output, appends one JSON line with the TU's start, wall time,
+peak RSS and exit status to STATS_FILE (progress, ETA and benchmarks read it), and names a
+compiler death by signal in the log: the OOM killer's SIGKILL otherwise leaves nothing but
+"FAILED:" behind.
 """
 
 import json
@@ -24,13 +25,14 @@ def _source(args):
 
 def main():
     stats_file, command = sys.argv[1], sys.argv[2:]
-    start = time.monotonic()
+    started, start = time.time(), time.monotonic()
     code = subprocess.call(command)
     seconds = time.monotonic() - start
     peak_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     record = {
         "source": _source(command),
         "seconds": round(seconds, 2),
+        "started": round(started, 2),  # wall clock: the compile phase's span, across jobs
         "peak_rss_mib": peak_kib // 1024,
         "exit": code,
     }

@@ -91,3 +91,11 @@ def tu_stats(stats_file: Path) -> list[dict]:
     if not stats_file.is_file():
         return []
     return [json.loads(line) for line in stats_file.read_text().splitlines() if line.strip()]
+
+
+def compile_span(stats: list[dict]) -> float:
+    """Seconds from the first translation unit's start to the last one's end."""
+    timed = [r for r in stats if "started" in r and r.get("source") != "?"]
+    if not timed:
+        return 0.0
+    return max(r["started"] + r["seconds"] for r in timed) - min(r["started"] for r in timed)

@@ -19,7 +19,10 @@ BLOCKED_EXIT = 86  # the driver's network guard fired
 _SCRUBBED_ENV = ("FLASH_ATTENTION_SKIP_CUDA_BUILD", "FLASH_ATTENTION_FORCE_CXX11_ABI")
 # Slowest kernel groups first (64-core measurement: split-KV, then backward): ninja starts
 # edges in file order, and a slow TU started last sets the wall time alone.
-HEAVY_FIRST = ["flash_fwd_split_*", "flash_bwd_*"]
+# ninja starts the sources in this order: measured, the kernel parts 1..n of a split source
+# (_tu_parts) are the heaviest TUs of a tailored build, then split-KV, then backward sources;
+# part 0 files and flash_api.cpp are light and fill the slots that free up last.
+HEAVY_FIRST = ["*.part[1-9]*of*.cu", "flash_fwd_split_*", "flash_bwd_*"]
 
 
 def _launcher_script(path: Path, stats: Path, compiler: str, cache: str | None) -> str:

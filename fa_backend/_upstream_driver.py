@@ -148,7 +148,8 @@ def main():
     os.chdir(SPEC["setup_dir"])
     sys.path.insert(0, SPEC["setup_dir"])
     _install_hooks()
-    sys.argv = ["setup.py", "bdist_wheel", "--dist-dir", SPEC["dist_dir"]]
+    # stored, not deflated: fa-shim's repack compresses the module once, not a second time
+    sys.argv = ["setup.py", "bdist_wheel", "--dist-dir", SPEC["dist_dir"], "--compression=stored"]
     try:
         runpy.run_path("setup.py", run_name="__main__")
     except _Prepared:
