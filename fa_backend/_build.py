@@ -222,13 +222,18 @@ def compile_wheel(plan: Plan, prep: Prepared, scratch: Path) -> Path:
             break
         if not (_runner.killed_for_memory(output) and jobs > 1):
             raise _upstream.failure(code, report, prep.log)
-        done = sum(r["exit"] == 0 for r in _runner.tu_stats(Tools.stats_file(scratch)))
+        stats = _runner.tu_stats(Tools.stats_file(prep.source.parent))
+        done = sum(r["exit"] == 0 and r.get("source") != "?" for r in stats)
         jobs = max(1, jobs // 2)
         _log.warn(
             f"a compiler was killed for lack of memory; retrying with {jobs} job(s), "
             f"keeping the {done} object(s) already compiled (set -C max-jobs to choose)"
         )
-    stats = [r for r in _runner.tu_stats(Tools.stats_file(scratch)) if r.get("source") != "?"]
+    stats = [
+        r
+        for r in _runner.tu_stats(Tools.stats_file(prep.source.parent))
+        if r.get("source") != "?" and r["exit"] == 0
+    ]
     _log.info(
         f"upstream build: {time.monotonic() - started:.0f} s, of which "
         f"{_runner.compile_span(stats):.0f} s compiling {len(stats)} translation units"

@@ -65,21 +65,27 @@ def _tailor_sources(ext):
     REPORT.setdefault("excluded_sources", []).extend(
         os.path.basename(str(s)) for s in ext.sources if s not in kept
     )
-    # Heaviest first (ninja starts edges in file order): the slowest TUs must not start last,
-    # or the build ends with one core busy and the rest idle.
-    first = SPEC.get("heavy_sources_first") or []
-
-    def weight(source):
-        name = os.path.basename(str(source))
-        return next((i for i, p in enumerate(first) if fnmatch.fnmatch(name, p)), len(first))
-
     # a forward source split into parts (fa-shim's _tu_parts) is compiled as its parts
     split = SPEC.get("split_sources") or {}
     expanded = []
     for source in kept:
         directory, name = os.path.split(str(source))
         expanded += [os.path.join(directory, p) for p in split.get(name, [])] or [source]
-    ext.sources = sorted(expanded, key=weight)
+    ext.sources = expanded
+
+
+def _heaviest_first(sources, objects):
+    """Reorder build.ninja's compile edges (ninja starts them in file order; setuptools hands
+    torch the sources sorted by name): the slowest TUs must not start last, or the build ends
+    with one core busy and the rest idle."""
+    first = SPEC.get("heavy_sources_first") or []
+
+    def weight(pair):
+        name = os.path.basename(str(pair[0]))
+        return next((i for i, p in enumerate(first) if fnmatch.fnmatch(name, p)), len(first))
+
+    pairs = sorted(zip(sources, objects), key=weight)
+    return [s for s, _ in pairs], [o for _, o in pairs]
 
 
 def _inject(ext):
@@ -130,6 +136,10 @@ def _install_hooks():
         path = kwargs.get("path", args[0] if args else None)
         REPORT["ninja_files"].append(os.path.abspath(path))
         _write_report()
+        if "sources" in kwargs and "objects" in kwargs:  # torch passes both by name
+            kwargs["sources"], kwargs["objects"] = _heaviest_first(
+                kwargs["sources"], kwargs["objects"]
+            )
         return original_write(*args, **kwargs)
 
     cpp_extension._write_ninja_file = write_ninja_file

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import time
@@ -132,6 +133,9 @@ def test_a_compiler_killed_for_memory_is_retried_with_fewer_jobs(sample_sdist_di
     proc = _pip_wheel(tmp_path / "w", sample_sdist_dir, *settings, env=env)
     assert marker.exists(), "the wrapper never killed itself"
     assert "a compiler was killed for lack of memory; retrying with 1 job(s)" in proc.stderr
+    # the launcher's per-TU records are where the build reads them: the retry's compile counted
+    compiled = re.search(r"of which \d+ s compiling (\d+) translation units", proc.stderr)
+    assert compiled and int(compiled.group(1)) >= 1, proc.stderr[-2000:]
     log = Path(proc.stderr.split("full log: ")[1].split()[0]).read_text()
     assert "the compiler was killed by signal 9 (SIGKILL) while compiling flash_api.cpp" in log
     assert len(list((tmp_path / "w").glob("*.whl"))) == 1

@@ -108,9 +108,12 @@ def _overlay_venv(base_python: Path, path: Path) -> tuple[Path, Path]:
 
 @pytest.fixture(scope="module")
 def installed(torch211_python, tmp_path_factory) -> Installed:
-    tmp = tmp_path_factory.mktemp("real-build")
+    return _install(torch211_python, tmp_path_factory.mktemp("real-build"), SETTINGS)
+
+
+def _install(torch211_python: Path, tmp: Path, settings: dict[str, str]) -> Installed:
     python, site = _overlay_venv(torch211_python, tmp / "venv")
-    options = [a for key, value in SETTINGS.items() for a in ("-C", f"{key}={value}")]
+    options = [a for key, value in settings.items() for a in ("-C", f"{key}={value}")]
     options += ["-C", f"cache-dir={tmp / 'fa-shim-cache'}"]
     scratch = tmp / "tmp"  # fa-shim's scratch build dir lives here, away from any /tmp cleanup
     scratch.mkdir()
@@ -333,3 +336,77 @@ def test_the_import_guard_names_the_torch_and_the_rebuild(installed):
     finally:
         provenance.write_text(original)
     assert installed.py("import flash_attn; print('IMPORTED')").stdout.strip() == "IMPORTED"
+
+
+# ------------------------------------------------------------- the same kernels, split into parts
+
+# Upstream's five DISABLE switches keep this second build short (6 kernels per source); two parts
+# per forward source: each source becomes part 0 (the dispatch) and parts 1 and 2 (the kernels).
+SPLIT_SETTINGS = {
+    **SETTINGS,
+    "disable": "dropout,alibi,softcap,local,uneven_k",
+    "tu-parts": "2",
+}
+SPLIT_KERNEL_SET = f"{KERNEL_SET}.nodropout.noalibi.nosoftcap.nolocal.nounevenk"
+
+
+@pytest.fixture(scope="module")
+def split(torch211_python, tmp_path_factory) -> Installed:
+    return _install(torch211_python, tmp_path_factory.mktemp("split-build"), SPLIT_SETTINGS)
+
+
+def test_split_build_compiles_every_part(split):
+    prov = json.loads((split.dist_info / "fa_shim_provenance.json").read_text())
+    assert prov["kernel_set"]["kernel_set"] == SPLIT_KERNEL_SET
+    assert prov["tu_parts"] == 2
+    assert prov["compile_commands"] == {"cxx": 1, "nvcc": 3 * len(KERNELS)}
+    assert "30-tu-parts.patch" in {p["name"] for p in prov["patches"]}
+
+
+def test_split_module_defines_every_launcher_part_0_calls(split):
+    """Part 0 of each source only declares the kernel launchers; parts 1..n define them. The
+    linked module must define every one (an undefined one would fail the import) and no part's
+    renamed entry point may have replaced a source's own."""
+    code = r"""
+        import glob, json, sys
+        from elftools.elf.elffile import ELFFile
+        (path,) = glob.glob(sys.argv[1] + "/flash_attn_2_cuda*.so")
+        defined, undefined = set(), set()
+        with open(path, "rb") as f:
+            for s in ELFFile(f).get_section_by_name(".dynsym").iter_symbols():
+                if "fa_shim" in s.name or "run_mha_fwd" in s.name:
+                    (undefined if s["st_shndx"] == "SHN_UNDEF" else defined).add(s.name)
+        print(json.dumps({"defined": sorted(defined), "undefined": sorted(undefined)}))
+    """
+    proc = run(
+        [split.python, "-c", textwrap.dedent(code), split.site],
+        cwd=split.tmp,
+        env=_clean_env(),
+    )
+    symbols = json.loads(proc.stdout)
+    assert symbols["undefined"] == []
+    launchers = [n for n in symbols["defined"] if "fa_shim_launch_" in n]
+    # with all five switches off: 6 kernels in each of the 4 forward sources
+    assert len([n for n in launchers if "fa_shim_launch_fwd" in n]) == 12, launchers
+    assert len([n for n in launchers if "fa_shim_launch_splitkv" in n]) == 12, launchers
+    entry = [
+        n
+        for n in symbols["defined"]
+        if re.search(r"run_mha_fwd_(splitkv_dispatch)?I", n) and "fa_shim_part" not in n
+    ]
+    assert len(entry) == 4, entry  # each source's own entry point, from its part 0
+
+
+def test_split_module_imports_and_runs_the_dispatch(split):
+    proc = split.py(
+        """
+        import torch, flash_attn_2_cuda
+        q, k, v = (torch.randn(1, 128, 2, 128, dtype=torch.bfloat16) for _ in range(3))
+        try:
+            flash_attn_2_cuda.fwd(q, k, v, None, None, 0.0, 128 ** -0.5, True, -1, 0, 0.0,
+                                  False, None)
+        except RuntimeError as exc:
+            print(exc)
+        """
+    )
+    assert "CUDAGuardImpl initialized with non-CUDA DeviceType: cpu" in proc.stdout

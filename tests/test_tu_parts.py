@@ -7,6 +7,7 @@ and importing is tests/test_real_build.py's split build; computing right, the GP
 from __future__ import annotations
 
 import os
+import re
 import tarfile
 from pathlib import Path
 
@@ -105,3 +106,13 @@ def test_prepare_compiles_the_parts_instead_of_the_sources(t211, tmp_path):
     assert "30-tu-parts.patch" in [p["name"] for p in prov["patches"]]
     # the same wheel name as unsplit: the parts change how objects are cut, not a kernel
     assert ".hdim128.bf16.fwd-" in summary["wheel"]
+    # ninja starts edges in file order: the kernel parts first, the light files after (part 0
+    # of split-KV sources, with the combine kernels, before the rest)
+    built = [
+        line.split(":", 1)[0].rsplit("/", 1)[-1]
+        for line in Path(summary["ninja_file"]).read_text().splitlines()
+        if line.startswith("build ") and line.endswith((".cu", ".cpp"))
+    ]
+    assert len(built) == 17
+    assert all(re.search(r"\.part[1-3]of3\.o$", b) for b in built[:12])
+    assert all(b.startswith("flash_fwd_split_") for b in built[12:14])
