@@ -316,13 +316,18 @@ def test_prepare_untailored_is_upstreams_build(t211, tmp_path):
 
 
 def preprocess(args: list[str], out: Path) -> str:
-    """nvcc -E of a compile command; line markers dropped, the source root's path neutralised."""
+    """nvcc -E of a compile command; line markers and blank lines dropped (a patch's inactive
+    #if block leaves blank lines where it was), the source root's path and the __LINE__ of the
+    CUDA error checks neutralised (a patch's lines shift them)."""
     args = list(args)
     for flag in ("-MF", "-o"):
         del args[args.index(flag) : args.index(flag) + 2]
     args = [a for a in args if a not in ("-MD", "-c")] + ["-E", "-o", str(out)]
     subprocess.run(args, capture_output=True, text=True, check=True)
-    return "\n".join(line for line in out.read_text().splitlines() if not line.startswith("#"))
+    code = "\n".join(
+        line for line in out.read_text().splitlines() if line.strip() and not line.startswith("#")
+    )
+    return re.sub(r"__func__, static_cast<uint32_t>\(\d+\)", "__func__, __LINE__", code)
 
 
 @pytest.mark.slow
