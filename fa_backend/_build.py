@@ -180,6 +180,11 @@ class Prepared:
     report: dict
     log: Path
 
+    @property
+    def stats_file(self) -> Path:
+        """Where the compiler launcher records each TU (the upstream run's scratch)."""
+        return Tools.stats_file(self.source.parent)
+
 
 def prepare(plan: Plan, scratch: Path, tools: Tools | None = None) -> Prepared:
     """Extract, patch and let torch write build.ninja (nothing compiled), then check it."""
@@ -222,18 +227,13 @@ def compile_wheel(plan: Plan, prep: Prepared, scratch: Path) -> Path:
             break
         if not (_runner.killed_for_memory(output) and jobs > 1):
             raise _upstream.failure(code, report, prep.log)
-        stats = _runner.tu_stats(Tools.stats_file(prep.source.parent))
-        done = sum(r["exit"] == 0 and r.get("source") != "?" for r in stats)
+        done = len(_runner.compiled(prep.stats_file))
         jobs = max(1, jobs // 2)
         _log.warn(
             f"a compiler was killed for lack of memory; retrying with {jobs} job(s), "
             f"keeping the {done} object(s) already compiled (set -C max-jobs to choose)"
         )
-    stats = [
-        r
-        for r in _runner.tu_stats(Tools.stats_file(prep.source.parent))
-        if r.get("source") != "?" and r["exit"] == 0
-    ]
+    stats = _runner.compiled(prep.stats_file)
     _log.info(
         f"upstream build: {time.monotonic() - started:.0f} s, of which "
         f"{_runner.compile_span(stats):.0f} s compiling {len(stats)} translation units"

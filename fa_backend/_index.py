@@ -17,7 +17,6 @@ import shlex
 import ssl
 import subprocess
 import sys
-import tempfile
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -26,7 +25,7 @@ from pathlib import Path
 from packaging.utils import InvalidSdistFilename, canonicalize_name, parse_sdist_filename
 from packaging.version import Version
 
-from . import _log
+from . import _atomic, _log
 from ._errors import FaShimError
 
 PYPI = "https://pypi.org/simple"
@@ -153,13 +152,7 @@ def download(version: str, dest_dir: Path) -> Path:
         if sha and hashlib.sha256(body).hexdigest() != sha:
             failures.append(f"{url}: the index's sha256 does not match the downloaded bytes")
             continue
-        dest_dir.mkdir(parents=True, exist_ok=True)
-        target = dest_dir / urllib.parse.unquote(url.rsplit("/", 1)[-1])
-        fd, tmp = tempfile.mkstemp(dir=dest_dir, prefix=".partial-")
-        with os.fdopen(fd, "wb") as f:
-            f.write(body)
-        os.replace(tmp, target)
-        return target
+        return _atomic.write(dest_dir / urllib.parse.unquote(url.rsplit("/", 1)[-1]), body)
     raise FaShimError(
         f"could not download the flash-attn {version} sdist (offline, or not on the index).",
         details="tried:\n" + "\n".join(failures or ["no index configured (pip no-index)"]),

@@ -93,9 +93,14 @@ def tu_stats(stats_file: Path) -> list[dict]:
     return [json.loads(line) for line in stats_file.read_text().splitlines() if line.strip()]
 
 
+def compiled(stats_file: Path) -> list[dict]:
+    """The translation units compiled so far (not nvcc's own probes, which name no source)."""
+    return [r for r in tu_stats(stats_file) if r.get("source") != "?" and r["exit"] == 0]
+
+
 def compile_span(stats: list[dict]) -> float:
     """Seconds from the first translation unit's start to the last one's end."""
-    timed = [r for r in stats if "started" in r and r.get("source") != "?"]
+    timed = [r for r in stats if "started" in r]
     if not timed:
         return 0.0
     return max(r["started"] + r["seconds"] for r in timed) - min(r["started"] for r in timed)

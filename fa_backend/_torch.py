@@ -29,7 +29,7 @@ from pathlib import Path
 
 from packaging.version import Version
 
-from . import _log
+from . import _atomic, _log
 from ._errors import FaShimError
 
 _PROBE = r"""
@@ -182,10 +182,7 @@ def _cached_probe(python: str, flags: list[str], cache_dir: Path | None) -> dict
     answer = _run_probe(python, flags)
     if "error" not in answer:
         with contextlib.suppress(OSError):  # an unwritable cache only costs the next probe
-            entry.parent.mkdir(parents=True, exist_ok=True)
-            tmp = entry.with_suffix(f".{os.getpid()}.tmp")
-            tmp.write_text(json.dumps(answer), encoding="utf-8")
-            os.replace(tmp, entry)
+            _atomic.write(entry, json.dumps(answer).encode())
     return answer
 
 

@@ -32,9 +32,9 @@ def splittable(name: str) -> bool:
     return any(fnmatch.fnmatch(name, p) for p in SPLITTABLE)
 
 
-def choose(setting: int | None, jobs: int, kernels: Sequence[str] | None, supported: bool) -> int:
+def choose(setting: int | None, jobs: int, kernels: Sequence[str] | None, patched: bool) -> int:
     """Parts per forward source: the setting, else as many as the idle job slots allow."""
-    if not supported or not kernels:
+    if not patched or not kernels:
         return 1
     if setting is not None:
         return max(1, min(MAX_PARTS, setting))

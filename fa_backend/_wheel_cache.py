@@ -13,12 +13,10 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-import os
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from . import _log
+from . import _atomic, _log
 from ._wheelfile import publish
 
 
@@ -53,11 +51,8 @@ def lookup(root: Path, entry_key: str, wheel_name: str) -> Path | None:
 def store(root: Path, entry_key: str, wheel: Path, fingerprint: dict) -> Path:
     """Publish atomically: an interrupted store leaves a .part file, never a partial entry."""
     entry = root / entry_key
-    fd, tmp = tempfile.mkstemp(dir=root, prefix=".fingerprint-")
-    with os.fdopen(fd, "w") as f:
-        json.dump(fingerprint, f, indent=1, sort_keys=True, default=str)
-    entry.mkdir(parents=True, exist_ok=True)
-    os.replace(tmp, entry / "fingerprint.json")
+    text = json.dumps(fingerprint, indent=1, sort_keys=True, default=str)
+    _atomic.write(entry / "fingerprint.json", text.encode())
     stored = publish(wheel, entry)
     publish(wheel, root)  # the flat --find-links view: latest build of this file name
     return stored

@@ -11,7 +11,17 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import BUILD_TOOLS, PY, REPO, SHARED_SDISTS, TOOLS, make_venv, pack_sample, run
+from conftest import (
+    BUILD_TOOLS,
+    PY,
+    REPO,
+    SHARED_SDISTS,
+    TOOLS,
+    make_venv,
+    pack_sample,
+    pip_wheel_cmd,
+    run,
+)
 
 SDIST_283 = SHARED_SDISTS / "flash_attn-2.8.3.tar.gz"
 
@@ -213,19 +223,7 @@ def test_unknown_setting_gets_a_did_you_mean(tmp_path):
 def test_pip_reports_the_error_once_and_readably(tmp_path):
     """The boundary's message survives pip's wrapping of a failed build."""
     proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "wheel",
-            "--no-build-isolation",
-            "--no-deps",
-            "-w",
-            tmp_path / "w",
-            REPO,
-            "-C",
-            "max-jobs=zero",
-        ],
+        pip_wheel_cmd(sys.executable, tmp_path / "w", "-C", "max-jobs=zero"),
         capture_output=True,
         text=True,
     )

@@ -1,0 +1,22 @@
+"""Whole-or-nothing file writes: readers see the old file or the new one, never a part."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+
+def write(target: Path, data: bytes) -> Path:
+    """Write data to target through a temporary file beside it and one rename."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    # the same leftover name as _wheelfile.publish: the wheel cache sweeps both
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".fa-shim-", suffix=".part")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return target
