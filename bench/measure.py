@@ -2,8 +2,9 @@
 
     python bench/measure.py RESULT.json -- COMMAND [ARGS...]
 
-Sampled once a second with psutil (a build's peak is many compilers at once, which the
-per-process maxima of getrusage cannot show). Used by the build benchmarks in docs/benchmarks.md.
+Memory sampled once a second with psutil (a build's peak is many compilers at once, which the
+per-process maxima of getrusage cannot show); the wall time is taken when the command exits,
+not at the next sample. Used by the build benchmarks in docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -33,12 +34,16 @@ def main() -> int:
     child = subprocess.Popen(command)
     ps = psutil.Process(child.pid)
     peak = 0
-    while child.poll() is None:
+    while True:
         try:
             peak = max(peak, tree_rss(ps))
         except psutil.NoSuchProcess:
+            pass
+        try:
+            child.wait(timeout=1.0)
             break
-        time.sleep(1.0)
+        except subprocess.TimeoutExpired:
+            continue
     wall = time.monotonic() - start
     result = {
         "command": command,
