@@ -9,6 +9,7 @@ not at the next sample. Used by the build benchmarks in docs/benchmarks.md.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import sys
@@ -34,16 +35,11 @@ def main() -> int:
     child = subprocess.Popen(command)
     ps = psutil.Process(child.pid)
     peak = 0
-    while True:
-        try:
+    while child.poll() is None:
+        with contextlib.suppress(psutil.NoSuchProcess):
             peak = max(peak, tree_rss(ps))
-        except psutil.NoSuchProcess:
-            pass
-        try:
-            child.wait(timeout=1.0)
-            break
-        except subprocess.TimeoutExpired:
-            continue
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            child.wait(timeout=1.0)  # returns at the exit: the wall time is not a sample's
     wall = time.monotonic() - start
     result = {
         "command": command,

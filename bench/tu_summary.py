@@ -14,22 +14,20 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 from pathlib import Path
+
+# the checkout's fa_backend: the same reading of the launcher's records as the build
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from fa_backend import _runner
 
 
 def fa_shim_tus(path: Path) -> tuple[list[tuple[str, float]], float | None]:
     """(name, seconds) per TU, and the compile phase's span where the launcher recorded starts."""
-    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    # the launcher also sees nvcc's own probes (no source, ~0 s): not translation units
-    rows = [r for r in rows if r.get("source") not in (None, "?") and r.get("exit") == 0]
+    # the build's own reading of the launcher's records (nvcc's probes name no source)
+    rows = _runner.compiled(path)
     tus = [(r["source"].rsplit("/", 1)[-1], float(r["seconds"])) for r in rows]
-    starts = [r for r in rows if "started" in r]
-    span = (
-        max(r["started"] + r["seconds"] for r in starts) - min(r["started"] for r in starts)
-        if starts
-        else None
-    )
-    return tus, span
+    return tus, _runner.compile_span(rows) or None
 
 
 def ninja_tus(path: Path) -> tuple[list[tuple[str, float]], float | None]:
@@ -41,9 +39,11 @@ def ninja_tus(path: Path) -> tuple[list[tuple[str, float]], float | None]:
         start, end, _, output, *_ = line.split("\t")
         if output.endswith(".o"):
             last[output] = (int(start), int(end))
+    if not last:
+        return [], None
     tus = [(o.rsplit("/", 1)[-1], (e - s) / 1000) for o, (s, e) in last.items()]
     span = (max(e for _, e in last.values()) - min(s for s, _ in last.values())) / 1000
-    return tus, span if last else None
+    return tus, span
 
 
 def row(name, tus, span, cores: int, wall: float | None) -> str:

@@ -17,11 +17,9 @@ DRIVER = Path(__file__).with_name("_upstream_driver.py")
 LAUNCHER = Path(__file__).with_name("_launcher.py")
 BLOCKED_EXIT = 86  # the driver's network guard fired
 _SCRUBBED_ENV = ("FLASH_ATTENTION_SKIP_CUDA_BUILD", "FLASH_ATTENTION_FORCE_CXX11_ABI")
-# Slowest kernel groups first (64-core measurement: split-KV, then backward): ninja starts
-# edges in file order, and a slow TU started last sets the wall time alone.
-# ninja starts the sources in this order: measured, the kernel parts 1..n of a split source
-# (_tu_parts) are the heaviest TUs of a tailored build, then split-KV, then backward sources;
-# part 0 files and flash_api.cpp are light and fill the slots that free up last.
+# ninja starts edges in file order, and a slow TU started last sets the wall time alone: the
+# slowest groups first (measured: the kernel parts 1..n of a split source, then split-KV, then
+# backward); part 0 files and flash_api.cpp are light and fill the slots that free up last.
 HEAVY_FIRST = ["*.part[1-9]*of*.cu", "flash_fwd_split_*", "flash_bwd_*"]
 
 
