@@ -66,6 +66,15 @@ def _base(arch: str) -> str:
     return str(_arch_number(arch))
 
 
+def _nvcc_builds(arch: str, supported: set[str]) -> bool:
+    """This nvcc can build code that runs on arch: its own, or that of a lower arch of the same
+    major (binary compatible; a 10.3 GPU runs sm_100 code from an nvcc that predates sm_103)."""
+    number = _arch_number(arch)
+    return any(
+        _arch_number(s) // 10 == number // 10 and _arch_number(s) <= number for s in supported
+    )
+
+
 def _sorted(archs: Iterable[str]) -> list[str]:
     return sorted(dict.fromkeys(archs), key=lambda a: (_arch_number(a), a))
 
@@ -136,7 +145,7 @@ def select_archs(
     candidates = _sorted(candidates)
 
     too_old = [a for a in candidates if _arch_number(a) < MIN_ARCH]
-    no_nvcc = [a for a in candidates if a not in too_old and _base(a) not in supported]
+    no_nvcc = [a for a in candidates if a not in too_old and not _nvcc_builds(a, supported)]
     if strict and (too_old or no_nvcc):
         problems = []
         if too_old:

@@ -82,6 +82,24 @@ def test_only_unsupported_gpus_is_an_error():
     assert "75 predate Ampere" in exc.value.cause and "-C cuda-archs" in exc.value.fix
 
 
+# `nvcc --list-gpu-arch` of CUDA 12.8: Blackwell's 10.0 and 12.0, not yet 10.3 or 12.1
+CUDA128 = [*CUDA124, "100", "101", "120"]
+
+
+@pytest.mark.parametrize(("cap", "target"), [((10, 3), "100"), ((12, 1), "120")])
+def test_gpu_newer_than_nvcc_runs_its_majors_code(cap, target):
+    """A B300 (10.3) or GB10 (12.1) with a CUDA 12.8 nvcc: sm_100 / sm_120 code runs on it."""
+    sel = pick(caps=[cap], nvcc=CUDA128)
+    assert sel.archs == (f"{cap[0]}{cap[1]}",) and sel.dropped == ()
+    assert upstream_targets(sel.archs, FA28)[0] == [target]
+
+
+def test_gpu_whose_major_this_nvcc_lacks_is_left_out():
+    with pytest.raises(FaShimError) as exc:
+        pick(caps=[(10, 3)], nvcc=CUDA124)
+    assert "103 are unknown to the chosen nvcc" in exc.value.cause
+
+
 def test_mixed_gpus_keep_the_supported_ones():
     sel = pick(caps=[(7, 5), (8, 0)])
     assert sel.archs == ("80",) and sel.dropped == ("75",)
