@@ -22,6 +22,7 @@ import functools
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -80,8 +81,8 @@ print(json.dumps(info))
 
 # What the probe reports that TorchInfo does not keep as a field of its own.
 _INTERPRETER_KEYS = ("ext_suffix", "python_version", "torch_init")
-# cpp_extension.CUDA_HOME, part of the answer, is found through these
-_ENV_KEYS = ("CUDA_HOME", "CUDA_PATH", "PATH")
+# cpp_extension.CUDA_HOME, part of the answer, is found through these and the nvcc on PATH
+_ENV_KEYS = ("CUDA_HOME", "CUDA_PATH")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -172,7 +173,10 @@ def _cached_probe(python: str, flags: list[str], cache_dir: Path | None) -> dict
         ]
     except (OSError, TypeError):
         return _run_probe(python, flags)  # no torch to be found: the full probe says why
-    key_facts = [_PROBE, python, flags, init, stamp, {k: os.environ.get(k) for k in _ENV_KEYS}]
+    env = {k: os.environ.get(k) for k in _ENV_KEYS}
+    # not PATH itself: pip's isolated builds put a fresh directory on it every time
+    env["nvcc"] = shutil.which("nvcc")
+    key_facts = [_PROBE, python, flags, init, stamp, env]
     key = hashlib.sha256(json.dumps(key_facts).encode()).hexdigest()[:32]
     entry = cache_dir / f"{key}.json"
     try:

@@ -55,6 +55,26 @@ def test_another_cuda_home_is_probed_again(cached, monkeypatch):
     assert len(list(cached.glob("*.json"))) == 2
 
 
+def test_a_fresh_directory_on_path_still_hits(cached, monkeypatch, tmp_path):
+    """pip's isolated builds put a new bin directory first on PATH on every run."""
+    overlay = tmp_path / "pip-build-env-x1y2" / "overlay" / "bin"
+    overlay.mkdir(parents=True)
+    monkeypatch.setenv("PATH", f"{overlay}{os.pathsep}{os.environ['PATH']}")
+    again = _torch._cached_probe(sys.executable, [], cached)
+    assert again["version"] == "0.0.0+from.cache"
+
+
+def test_another_nvcc_on_path_is_probed_again(cached, monkeypatch, tmp_path):
+    bin_dir = tmp_path / "cuda-x" / "bin"  # cpp_extension.CUDA_HOME follows `which nvcc`
+    bin_dir.mkdir(parents=True)
+    (bin_dir / "nvcc").write_text("#!/bin/sh\nexit 1\n")
+    (bin_dir / "nvcc").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    fresh = _torch._cached_probe(sys.executable, [], cached)
+    assert fresh["version"] == torch.__version__
+    assert len(list(cached.glob("*.json"))) == 2
+
+
 def test_the_import_path_is_fresh_on_a_hit(cached, monkeypatch, tmp_path):
     extra = tmp_path / "extra-site"
     extra.mkdir()
