@@ -2,15 +2,19 @@
 
 `pip download` cannot be used: for an sdist it prepares metadata, i.e. runs flash-attn's setup.py,
 which imports torch (pypa/pip#1884). So we read pip's own merged configuration (`pip config list`:
-files and PIP_* variables) and speak the simple repository API (PEP 691 JSON, PEP 503 HTML).
-Only sdists are ever considered.
+files and PIP_* variables; where pip is not installed, as in uv's environments, the PIP_* and
+uv's index variables) and speak the simple repository API (PEP 691 JSON, PEP 503 HTML).
+Only sdists are ever considered. Credentials in an index URL (user:token@host) are sent as
+HTTP basic auth to that host only, and never printed.
 """
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import hashlib
 import html.parser
+import http.client
 import json
 import os
 import shlex
@@ -36,20 +40,22 @@ def pip_config() -> dict[str, str]:
     """pip's merged configuration, as pip itself resolves it (later entries win)."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # see past build isolation
     try:
-        out = subprocess.run(
+        proc = subprocess.run(
             [sys.executable, "-m", "pip", "config", "list"],
             env=env,
             capture_output=True,
             text=True,
             timeout=120,
             check=False,
-        ).stdout
+        )
     except (OSError, subprocess.TimeoutExpired):
-        return {}
+        return _environment_config()
+    if proc.returncode != 0:  # no pip in this environment (uv's venvs)
+        return _environment_config()
     rank = {"global": 1, "download": 2, "install": 2, ":env:": 3}
     config: dict[str, str] = {}
     ranks: dict[str, int] = {}
-    for line in out.splitlines():
+    for line in proc.stdout.splitlines():
         key, sep, value = line.partition("=")
         section, _, name = key.rpartition(".")
         if not sep or rank.get(section, 0) < ranks.get(name, 0):
@@ -58,6 +64,50 @@ def pip_config() -> dict[str, str]:
             value = shlex.split(value)[0] if value.strip() else ""
         config[name], ranks[name] = value, rank.get(section, 0)
     return config
+
+
+# uv's index variables, for environments without pip (what uv itself would use)
+_UV = {
+    "index-url": ("UV_DEFAULT_INDEX", "UV_INDEX_URL"),
+    "extra-index-url": ("UV_INDEX", "UV_EXTRA_INDEX_URL"),
+}
+
+
+def _environment_config() -> dict[str, str]:
+    """PIP_* variables as pip maps them (PIP_INDEX_URL -> index-url), then uv's index ones."""
+    config = {
+        key[4:].lower().replace("_", "-"): value
+        for key, value in os.environ.items()
+        if key.startswith("PIP_") and key != "PIP_CONFIG_FILE"
+    }
+    for name, variables in _UV.items():
+        entries = " ".join(os.environ.get(v, "") for v in variables).split()
+        if entries and not config.get(name):
+            # UV_INDEX entries may be named: "name=https://..."
+            urls = [e.split("=", 1)[1] if "=" in e.split("://")[0] else e for e in entries]
+            config[name] = urls[0] if name == "index-url" else " ".join(urls)
+    if os.environ.get("UV_NO_INDEX") or os.environ.get("UV_OFFLINE"):
+        config.setdefault("no-index", "true")
+    return config
+
+
+def redact(url: str) -> str:
+    """The URL as it may be printed: user:****@host, as pip shows it."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = f"{parts.username}:****@{parts.netloc.rpartition('@')[2]}"
+    return urllib.parse.urlunsplit(parts._replace(netloc=netloc))
+
+
+def _split_auth(url: str) -> tuple[str, tuple[str, str] | None]:
+    """(url without user:password@, the credentials or None)."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.username is None:
+        return url, None
+    plain = urllib.parse.urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
+    user, password = (urllib.parse.unquote(x or "") for x in (parts.username, parts.password))
+    return plain, (user, password)
 
 
 class _Links(html.parser.HTMLParser):
@@ -89,7 +139,14 @@ def _opener(config: dict[str, str], url: str) -> urllib.request.OpenerDirector:
     return urllib.request.build_opener(*handlers)
 
 
-def _read(url: str, config: dict[str, str], accept: str | None = None) -> tuple[bytes, str]:
+def _read(
+    url: str,
+    config: dict[str, str],
+    accept: str | None = None,
+    auth: dict[str, tuple[str, str]] | None = None,
+) -> tuple[bytes, str]:
+    """Fetch url; credentials go to the host they were given for (url's own, else `auth`)."""
+    url, own = _split_auth(url)
     parts = urllib.parse.urlsplit(url)
     if parts.scheme == "file":
         path = Path(urllib.request.url2pathname(parts.path))
@@ -97,15 +154,21 @@ def _read(url: str, config: dict[str, str], accept: str | None = None) -> tuple[
             path = path / "index.html"
         return path.read_bytes(), "text/html"
     request = urllib.request.Request(url, headers={"Accept": accept} if accept else {})
+    credentials = own or (auth or {}).get(parts.netloc)
+    if credentials:  # unredirected: a redirect to another host does not get it
+        token = base64.b64encode(":".join(credentials).encode()).decode()
+        request.add_unredirected_header("Authorization", f"Basic {token}")
     timeout = float(config.get("timeout") or config.get("default-timeout") or 60)
     with _opener(config, url).open(request, timeout=timeout) as response:
         return response.read(), response.headers.get("Content-Type", "")
 
 
-def find_sdist_url(index: str, version: str, config: dict[str, str]) -> tuple[str, str | None]:
+def find_sdist_url(
+    index: str, version: str, config: dict[str, str], auth: dict[str, tuple[str, str]] | None = None
+) -> tuple[str, str | None]:
     """(url, sha256 or None) of the flash-attn sdist of that version on one index."""
     page = index.rstrip("/") + "/flash-attn/"
-    body, ctype = _read(page, config, _ACCEPT)
+    body, ctype = _read(page, config, _ACCEPT, auth)
     entries: list[tuple[str, str | None]] = []
     if "json" in ctype:
         for item in json.loads(body)["files"]:
@@ -131,26 +194,47 @@ def find_sdist_url(index: str, version: str, config: dict[str, str]) -> tuple[st
             and filename.endswith(".tar.gz")
         ):
             return url, sha
-    raise LookupError(f"{page} lists no sdist of flash-attn {version}")
+    raise LookupError(f"{redact(page)} lists no sdist of flash-attn {version}")
 
 
-def download(version: str, dest_dir: Path) -> Path:
-    """Fetch the sdist into dest_dir atomically; return its path."""
+def download(version: str, dest_dir: Path, pinned_sha256: str | None = None) -> Path:
+    """Fetch the sdist into dest_dir atomically; return its path. Bytes that fail the index's
+    or fa-shim's pinned hash are never written (a bad mirror would poison the cache)."""
     config = pip_config()
     indexes = [config.get("index-url") or PYPI, *config.get("extra-index-url", "").split()]
     if config.get("no-index", "").lower() in ("1", "true", "yes"):
         indexes = []
+    auth = {}
+    for index in indexes:
+        plain, credentials = _split_auth(index)
+        if credentials:
+            auth[urllib.parse.urlsplit(plain).netloc] = credentials
     failures = []
     for index in indexes:
         try:
-            url, sha = find_sdist_url(index, version, config)
-            _log.info(f"downloading {url}")
-            body, _ = _read(url, config)
-        except (OSError, LookupError, ValueError, urllib.error.URLError) as exc:
-            failures.append(f"{index}: {getattr(exc, 'reason', exc)}")
+            url, sha = find_sdist_url(index, version, config, auth)
+            _log.info(f"downloading {redact(url)}")
+            body, _ = _read(url, config, auth=auth)
+        except (
+            OSError,
+            LookupError,
+            ValueError,
+            urllib.error.URLError,
+            http.client.HTTPException,  # a connection cut mid-body (IncompleteRead)
+        ) as exc:
+            failures.append(f"{redact(index)}: {getattr(exc, 'reason', exc)}")
             continue
-        if sha and hashlib.sha256(body).hexdigest() != sha:
-            failures.append(f"{url}: the index's sha256 does not match the downloaded bytes")
+        digest = hashlib.sha256(body).hexdigest()
+        if sha and digest != sha:
+            failures.append(
+                f"{redact(url)}: the index's sha256 does not match the downloaded bytes"
+            )
+            continue
+        if pinned_sha256 and digest != pinned_sha256:
+            failures.append(
+                f"{redact(url)}: sha256 {digest} is not the upstream release's "
+                f"{pinned_sha256} (a mirror serving other bytes?)"
+            )
             continue
         return _atomic.write(dest_dir / urllib.parse.unquote(url.rsplit("/", 1)[-1]), body)
     raise FaShimError(

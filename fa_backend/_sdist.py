@@ -107,7 +107,8 @@ def locate(settings: Settings) -> Sdist:
             fix="pass -C sdist=FILE or -C sdist-dir=DIR, or allow downloading.",
         )
     else:
-        path, origin = _index.download(version, cache), "package index"
+        path = _index.download(version, cache, pin[0] if pin else None)
+        origin = "package index"
     assert path is not None
     digest = sha256_of(path)
     if pin is None:
@@ -119,8 +120,11 @@ def locate(settings: Settings) -> Sdist:
         raise FaShimError(
             f"sha256 mismatch for {path} (from {origin}): expected {pin[0]}, got {digest}. "
             "The file is truncated, corrupt or not the upstream release.",
-            fix=f"delete {path} and let fa-shim download it again, or fetch the original "
-            f"{pin[1]} from PyPI.",
+            fix=(
+                f"delete {path} and let fa-shim download it again."
+                if origin == "fa-shim cache"
+                else f"replace it with the original {pin[1]} from PyPI."
+            ),
         )
     _log.info(
         f"using {path} (from {origin}, sha256 {digest[:12]}…"
