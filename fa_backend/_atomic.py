@@ -20,3 +20,14 @@ def write(target: Path, data: bytes) -> Path:
         Path(tmp).unlink(missing_ok=True)
         raise
     return target
+
+
+def unwritable(directory: Path) -> str | None:
+    """Why no file can be created in directory (made if missing), or None when one can."""
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=directory, prefix=".fa-shim-", suffix=".part"):
+            pass
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    return None

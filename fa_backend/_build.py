@@ -19,6 +19,7 @@ from packaging import tags
 
 from . import (
     _archs,
+    _atomic,
     _compile_commands,
     _jobs,
     _kernels,
@@ -73,6 +74,12 @@ def plan(config_settings: _settings.ConfigSettings | None) -> Plan:
     settings = _settings.load(config_settings)
     _log.set_verbose(settings.verbose)
     _requirements.check()
+    why = _atomic.unwritable(settings.resolved_cache_dir)  # sdists and logs go there
+    if why:
+        raise FaShimError(
+            f"fa-shim's cache directory {settings.resolved_cache_dir} is not writable ({why}).",
+            fix="point -C cache-dir=DIR (or XDG_CACHE_HOME) at a writable directory.",
+        )
     torch = _torch.probe(settings.torch_python, settings.resolved_cache_dir / "torch-probes")
     sdist = _sdist.locate(settings)
     patches = tuple(_patches.patches_for(sdist.version)) if sdist.pinned else ()
@@ -153,7 +160,9 @@ def toolchain(plan: Plan) -> Tools:
     # idle job slots become parts of the forward sources, and the parts more jobs
     parts = _tu_parts.choose(
         s.tu_parts,
-        _jobs.plan_jobs(_jobs.available_cores(), _jobs.available_memory(), n_archs)[0],
+        _jobs.plan_jobs(
+            _jobs.available_cores(), _jobs.available_memory(), n_archs, s.max_jobs, s.nvcc_threads
+        )[0],
         kernels,
         _tu_parts.supported(p.name for p in plan.patches),
     )
@@ -192,12 +201,13 @@ def prepare(plan: Plan, scratch: Path, tools: Tools | None = None) -> Prepared:
     log_dir = plan.settings.resolved_cache_dir / "logs"
     log_dir.mkdir(parents=True, exist_ok=True)
     log = log_dir / f"flash-attn-{plan.version}-{time.strftime('%Y%m%d-%H%M%S')}.log"
+    shutil.rmtree(scratch / "src", ignore_errors=True)  # a prepare into a used directory
     source = _sdist.extract(plan.sdist, scratch / "src")
     _patches.apply_all(list(plan.patches), source)
     _tu_parts.write(source / _tu_parts.KERNEL_DIR, tools.tu_parts)
-    code, _, report = _upstream.run(plan, tools, source, scratch / "dist", "prepare", log)
+    code, output, report = _upstream.run(plan, tools, source, scratch / "dist", "prepare", log)
     if code != 0:
-        raise _upstream.failure(code, report, log)
+        raise _upstream.failure(code, report, log, output)
     if not report.get("ninja_files"):
         raise FaShimError(
             "upstream setup.py declared no compiled extension (a py3-none-any "
@@ -226,7 +236,7 @@ def compile_wheel(plan: Plan, prep: Prepared, scratch: Path) -> Path:
         if code == 0:
             break
         if not (_runner.killed_for_memory(output) and jobs > 1):
-            raise _upstream.failure(code, report, prep.log)
+            raise _upstream.failure(code, report, prep.log, output)
         done = len(_runner.compiled(prep.stats_file))
         jobs = max(1, jobs // 2)
         _log.warn(
@@ -368,16 +378,33 @@ def build(plan: Plan, wheel_directory: str, metadata_directory: str | None) -> s
             root = plan.settings.resolved_wheel_cache_dir
             facts = fingerprint(plan, tools)
             key = _wheel_cache.key(facts)
-            with _wheel_cache.locked(root, key):
-                cached = _wheel_cache.lookup(root, key, plan.wheel_name)
-                if cached:
-                    _log.info(f"wheel cache hit: {cached} (fingerprint {key})")
-                    verify(plan, cached)  # a damaged or stale entry is refused, not installed
-                else:
-                    cached = _wheel_cache.store(root, key, _compile(plan, tools, scratch), facts)
-                path = publish(cached, out_dir)  # only a complete wheel appears in out_dir
+            read_only = _atomic.unwritable(root)  # e.g. shared storage mounted read-only
+            if read_only:
+                _log.warn(f"the wheel cache {root} is not writable ({read_only}): only reading it")
+            with contextlib.nullcontext() if read_only else _wheel_cache.locked(root, key):
+                wheel = _from_cache(plan, tools, scratch, root, key, facts, not read_only)
+                path = publish(wheel, out_dir)  # only a complete wheel appears in out_dir
     _log.info(f"built {path}")
     return path.name
+
+
+def _from_cache(plan, tools, scratch, root: Path, key: str, facts: dict, store: bool) -> Path:
+    """The cached wheel, verified; else a fresh build, stored when the cache is writable."""
+    cached = _wheel_cache.lookup(root, key, plan.wheel_name)
+    if cached:
+        _log.info(f"wheel cache hit: {cached} (fingerprint {key})")
+        try:
+            verify(plan, cached)  # a damaged entry is never installed
+            return cached
+        except FaShimError as exc:
+            _log.warn(f"the cached wheel failed its check ({exc.cause}); building it again")
+            if store:
+                _wheel_cache.evict(root, key)
+    wheel = _compile(plan, tools, scratch)
+    if not store:
+        return wheel
+    _wheel_cache.clear_partials(root, key)
+    return _wheel_cache.store(root, key, wheel, facts)
 
 
 def _compile(plan: Plan, tools: Tools, scratch: Path) -> Path:

@@ -108,7 +108,9 @@ def run(
     return code, output, report
 
 
-def failure(code: int, report: dict, log: Path) -> FaShimError:
+def failure(code: int, report: dict, log: Path, output: str) -> FaShimError:
+    """The error for a failed upstream run; its excerpt comes from this run's output (the log
+    also holds earlier attempts, e.g. the one an out-of-memory kill ended)."""
     if code == BLOCKED_EXIT:
         return FaShimError(
             f"upstream's build tried to download something ({report.get('blocked')}); fa-shim "
@@ -118,19 +120,19 @@ def failure(code: int, report: dict, log: Path) -> FaShimError:
         )
     return FaShimError(
         f"the upstream build failed (exit status {code}).",
-        details=first_errors(log),
+        details=first_errors(output),
         fix=f"read the full log: {log}",
     )
 
 
-def first_errors(log: Path, limit: int = 15) -> str:
+def first_errors(output: str, limit: int = 15) -> str:
     """The first compiler error and the lines right after it, without the Python traceback."""
     pattern = re.compile(
         r"(error:|error\b.*:|FAILED:|fatal|Killed|killed by signal|"
         r"undefined reference)",
         re.IGNORECASE,
     )
-    lines = log.read_text(errors="replace").splitlines()
+    lines = output.splitlines()
     start = next((i for i, line in enumerate(lines) if pattern.search(line)), None)
     if start is None:
         return "\n".join(lines[-limit:])

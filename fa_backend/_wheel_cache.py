@@ -13,6 +13,8 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import shutil
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -58,10 +60,20 @@ def store(root: Path, entry_key: str, wheel: Path, fingerprint: dict) -> Path:
     return stored
 
 
-def clear_partials(root: Path) -> None:
-    for leftover in root.glob("**/.fa-shim-*.part"):
+def evict(root: Path, entry_key: str) -> None:
+    shutil.rmtree(root / entry_key, ignore_errors=True)
+
+
+def clear_partials(root: Path, entry_key: str, min_age_s: float = 3600) -> None:
+    """What killed writers left: all of this (locked) entry's, and the shared top level's once
+    they are old enough that no live writer can own them."""
+    for leftover in (root / entry_key).glob(".fa-shim-*.part"):
         with contextlib.suppress(OSError):
             leftover.unlink()
+    for leftover in root.glob(".fa-shim-*.part"):
+        with contextlib.suppress(OSError):
+            if time.time() - leftover.stat().st_mtime > min_age_s:
+                leftover.unlink()
 
 
 def copy_out(cached: Path, out_dir: Path) -> Path:

@@ -66,6 +66,33 @@ def test_second_build_is_a_cache_hit_and_the_cache_is_a_find_links_dir(
     assert "sample" in run([host_venv, "-c", "import flash_attn; print('sample')"]).stdout
 
 
+def test_a_damaged_cache_entry_is_built_again_not_installed(sample_sdist_dir, tmp_path):
+    _pip_wheel(tmp_path / "a", sample_sdist_dir)
+    entry = next(p for p in _cache_root().iterdir() if p.is_dir() and p.name != ".locks")
+    (cached,) = entry.glob("*.whl")
+    good = cached.read_bytes()
+    cached.write_bytes(good[: len(good) // 2])  # a disk error, a killed copy to shared storage
+    (entry / ".fa-shim-leftover.part").write_bytes(b"x")  # what a killed writer leaves
+    again = _pip_wheel(tmp_path / "b", sample_sdist_dir)
+    assert "wheel cache hit" in again.stderr and "is not a readable wheel" in again.stderr
+    assert "building it again" in again.stderr
+    assert "running upstream setup.py (wheel)" in again.stderr
+    (b,) = (tmp_path / "b").glob("*.whl")
+    assert cached.read_bytes() == b.read_bytes() and len(b.read_bytes()) > len(good) // 2
+    assert not list(entry.glob("*.part"))
+
+
+def test_an_unwritable_wheel_cache_still_builds(sample_sdist_dir, tmp_path):
+    blocker = tmp_path / "a-file"  # not a directory: unwritable even for root
+    blocker.write_text("")
+    proc = _pip_wheel(tmp_path / "w", sample_sdist_dir, "-C", f"wheel-cache-dir={blocker / 'c'}")
+    assert (
+        f"the wheel cache {blocker / 'c'} is not writable (Not a directory): only reading it"
+        in (proc.stderr)
+    )
+    assert len(list((tmp_path / "w").glob("*.whl"))) == 1
+
+
 def test_a_compile_relevant_change_misses_the_cache(sample_sdist_dir, tmp_path):
     _pip_wheel(tmp_path / "a", sample_sdist_dir)
     changed = _pip_wheel(tmp_path / "b", sample_sdist_dir, env={"CXXFLAGS": "-DSAMPLE_EXTRA=1"})

@@ -158,7 +158,25 @@ def test_one_byte_changed_sdist_is_refused(tmp_path):
     err = build_wheel(PY, tmp_path, {"sdist-dir": str(bad.parent)})
     assert f"sha256 mismatch for {bad}" in err
     assert "expected 1e71dd64a9e0280e0447b8a0c2541bad4bf6ac65bdeaa2f90e51a9e57de0370d" in err
-    assert f"delete {bad}" in err
+    assert f"replace it with the original {SDIST_283.name} from PyPI" in err
+
+
+def test_a_damaged_sdist_in_fa_shims_cache_is_deleted_and_fetched_again(tmp_path):
+    cache = tmp_path / "cache"
+    bad = cache / "sdists" / SDIST_283.name
+    bad.parent.mkdir(parents=True)
+    bad.write_bytes(SDIST_283.read_bytes()[: 1 << 20])
+    err = build_wheel(PY, tmp_path, {"cache-dir": str(cache)})
+    assert f"sha256 mismatch for {bad} (from fa-shim cache)" in err
+    assert f"fix: delete {bad} and let fa-shim download it again." in err
+
+
+def test_an_unwritable_cache_directory_is_one_error(tmp_path):
+    blocker = tmp_path / "a-file"  # not a directory: refused even for root
+    blocker.write_text("")
+    err = build_wheel(PY, tmp_path, {"sdist": str(SDIST_283), "cache-dir": str(blocker / "c")})
+    assert f"fa-shim's cache directory {blocker / 'c'} is not writable (Not a directory)" in err
+    assert "-C cache-dir=DIR (or XDG_CACHE_HOME)" in err
 
 
 def test_truncated_pinned_sdist_is_refused(tmp_path):

@@ -13,26 +13,25 @@ from conftest import REPO, SHARED_SDISTS, run
 pytestmark = pytest.mark.slow
 
 
+def _prepare(python, build_dir):
+    command = [python, "-m", "fa_backend", "prepare", "--build-dir", build_dir]
+    command += ["-C", f"sdist-dir={SHARED_SDISTS}", "-C", "cuda-archs=90"]
+    return run(command, cwd=REPO, env=dict(os.environ))
+
+
 @pytest.fixture(scope="module")
 def prepared(torch211_python, tmp_path_factory):
     build_dir = tmp_path_factory.mktemp("prepare-283")
-    proc = run(
-        [
-            torch211_python,
-            "-m",
-            "fa_backend",
-            "prepare",
-            "--build-dir",
-            build_dir,
-            "-C",
-            f"sdist-dir={SHARED_SDISTS}",
-            "-C",
-            "cuda-archs=90",
-        ],
-        cwd=REPO,
-        env=dict(os.environ),
-    )
+    proc = _prepare(torch211_python, build_dir)
     return json.loads(proc.stdout), proc.stderr, build_dir
+
+
+def test_a_second_prepare_into_the_same_directory_starts_afresh(prepared, torch211_python):
+    """The patches create files: applied over the first run's tree they would fail."""
+    summary, _, build_dir = prepared
+    again = json.loads(_prepare(torch211_python, build_dir).stdout)
+    assert again["ninja_file"] == summary["ninja_file"]
+    assert len(again["compile_commands"]) == len(summary["compile_commands"])
 
 
 def test_every_compile_command_defines_torchs_abi_last(prepared):
