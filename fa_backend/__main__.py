@@ -8,6 +8,13 @@ import sys
 from ._errors import boundary
 
 
+def _pair(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"{text!r} is not KEY=VALUE (e.g. -C max-jobs=8)")
+    return key, value
+
+
 def _settings(args: argparse.Namespace) -> int:
     from . import _settings
 
@@ -22,7 +29,7 @@ def _prepare(args: argparse.Namespace) -> int:
 
     from . import _build
 
-    config = dict(item.split("=", 1) for item in args.config_setting)
+    config = dict(args.config_setting)
     plan = _build.plan(config)
     out = Path(args.build_dir).absolute()
     out.mkdir(parents=True, exist_ok=True)
@@ -73,7 +80,9 @@ def main(argv: list[str] | None = None) -> int:
     p.set_defaults(func=_settings)
     p = sub.add_parser("prepare", help="prepare the build tree and print the build description")
     p.add_argument("--build-dir", required=True, help="where to extract and prepare")
-    p.add_argument("-C", "--config-setting", action="append", default=[], metavar="KEY=VALUE")
+    p.add_argument(
+        "-C", "--config-setting", action="append", default=[], metavar="KEY=VALUE", type=_pair
+    )
     p.set_defaults(func=_prepare)
     p = sub.add_parser(
         "verify",

@@ -98,10 +98,10 @@ def compiler_abi(cxx: str, std: str | None = None) -> tuple[int | None, str]:
 
 def _archs_to_compile(settings, torch, nvcc) -> tuple[list[str], str]:
     """The sm_XX a build would compile: the build's own choice (_archs.resolve)."""
+    if not settings.flash_attn_version:  # the settings did not load: no version to map onto
+        return [], "unknown: no flash-attn version configured"
     try:
-        choice = _archs.resolve(
-            settings, torch, nvcc.path, settings.flash_attn_version or "", os.environ
-        )
+        choice = _archs.resolve(settings, torch, nvcc.path, settings.flash_attn_version, os.environ)
     except FaShimError as exc:
         return [], f"none: {exc.cause}"
     return list(choice.targets), str(choice.selection.source)

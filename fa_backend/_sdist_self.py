@@ -5,11 +5,13 @@ from __future__ import annotations
 import gzip
 import io
 import os
+import re
 import tarfile
 import tempfile
 import time
 from pathlib import Path
 
+from ._errors import FaShimError
 from ._metadata import DIST_NAME
 
 # What a wheel build from the sdist needs; tests, CI and docs stay in the repository.
@@ -25,6 +27,24 @@ def _files(root: Path) -> list[Path]:
         elif path.is_dir():
             found += [p for p in path.rglob("*") if p.is_file() and "__pycache__" not in p.parts]
     return sorted(found)
+
+
+_VERSION_LINE = re.compile(r'^flash-attn-version\s*=\s*"[^"]*"', re.MULTILINE)
+
+
+def _content(path: Path, root: Path, version: str) -> bytes:
+    """The file as packed: pyproject.toml names the version the sdist is built for, so a
+    build from it (with no settings) builds that version, not the checkout's default."""
+    data = path.read_bytes()
+    if path == root / "pyproject.toml":
+        text, n = _VERSION_LINE.subn(f'flash-attn-version = "{version}"', data.decode())
+        if n != 1:
+            raise FaShimError(
+                "pyproject.toml has no single flash-attn-version line in [tool.fa-shim].",
+                fix='add flash-attn-version = "<version>" under [tool.fa-shim].',
+            )
+        data = text.encode()
+    return data
 
 
 def pkg_info(version: str) -> str:
@@ -51,7 +71,7 @@ def write(root: Path, sdist_directory: str, version: str) -> str:
             entries = [
                 (
                     f"{base}/{p.relative_to(root).as_posix()}",
-                    p.read_bytes(),
+                    _content(p, root, version),
                     0o755 if os.access(p, os.X_OK) else 0o644,
                 )
                 for p in _files(root)

@@ -173,9 +173,10 @@ def host_compiler() -> dict[str, str]:
 
 def compiler_cache(setting: str) -> str | None:
     """The ccache/sccache program to put in front of every compiler, or None."""
-    if setting in ("none", "off", "false", ""):
+    word = str(setting).strip().lower()  # `false` in TOML arrives as a bool
+    if word in ("none", "off", "false", "no", "0", ""):
         return None
-    if setting == "auto":
+    if word == "auto":
         return shutil.which("ccache") or shutil.which("sccache")
     found = shutil.which(setting)
     if not found:

@@ -14,6 +14,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+import tomllib
 from conftest import REPO, SAMPLE_VERSION
 from packaging import tags
 from packaging.utils import parse_wheel_filename
@@ -187,3 +188,15 @@ def test_build_sdist_contains_the_backend_and_patches_and_honours_relative_dirs(
     assert "flash_attn-2.8.3/vendored_patches/2.8.3/sdist.sha256" in names
     assert not any("/tests/" in n or "__pycache__" in n for n in names)
     assert "Name: flash-attn\nVersion: 2.8.3\n" in pkg_info
+
+
+def test_build_sdist_for_another_version_builds_that_version(tmp_path):
+    code = f"import fa_backend; print(fa_backend.build_sdist({str(tmp_path)!r}, "
+    code += "{'flash-attn-version': '2.7.4.post1'}))"
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True
+    )
+    assert proc.stdout.strip() == "flash_attn-2.7.4.post1.tar.gz"
+    with tarfile.open(tmp_path / "flash_attn-2.7.4.post1.tar.gz") as tar:
+        pyproject = tar.extractfile("flash_attn-2.7.4.post1/pyproject.toml").read().decode()
+    assert tomllib.loads(pyproject)["tool"]["fa-shim"]["flash-attn-version"] == "2.7.4.post1"
