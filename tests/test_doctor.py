@@ -114,6 +114,17 @@ def test_stale_nvcc_first_on_path_with_torch_211(cuda_torch_python, tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.skipif(not CUDA13.is_dir(), reason="needs the CUDA 13.0 toolkit")
+def test_a_bad_setting_is_reported_and_the_rest_still_runs(cuda_torch_python):
+    proc = doctor("--python", cuda_torch_python, "--json", FA_SHIM_MAX_JOBS="zero")
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    data = json.loads(proc.stdout)
+    assert any("max-jobs" in p["cause"] for p in data["problems"]), data["problems"]
+    assert data["torch"]["version"] == "2.11.0+cu130" and data["nvcc"]["chosen"]
+    assert data["gpus"]["archs_source"] == "unknown: no flash-attn version configured"
+
+
+@pytest.mark.slow
 def test_doctor_verifies_the_installed_flash_attn(host_venv, tmp_path):
     """An old-ABI flash-attn (built without fa-shim) installed next to torch 2.13 is caught."""
     source = shutil.copytree(SAMPLE, tmp_path / "sample-src")

@@ -108,3 +108,23 @@ def test_reference_lists_every_setting_and_its_environment_variable():
     table = _settings.reference_markdown()
     for key in _settings.FIELDS:
         assert f"| `{key}` | `{_settings.env_name(key)}` |" in table
+
+
+@pytest.mark.parametrize("value", ["none", "OFF", "False", False, " no "])
+def test_compiler_cache_can_be_turned_off_in_any_spelling(value):
+    from fa_backend import _toolchain
+
+    assert _toolchain.compiler_cache(value) is None
+
+
+def test_a_command_line_setting_without_a_value_is_a_usage_error(tmp_path):
+    import subprocess
+    import sys
+
+    proc = subprocess.run(
+        [sys.executable, "-m", "fa_backend", "prepare", "--build-dir", str(tmp_path), "-C", "foo"],
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "'foo' is not KEY=VALUE (e.g. -C max-jobs=8)" in proc.stderr
