@@ -116,3 +116,12 @@ def test_prepare_compiles_the_parts_instead_of_the_sources(t211, tmp_path):
     assert len(built) == 17
     assert all(re.search(r"\.part[1-3]of3\.o$", b) for b in built[:12])
     assert all(b.startswith("flash_fwd_split_") for b in built[12:14])
+
+
+@pytest.mark.slow
+def test_the_default_parts_follow_the_max_jobs_setting(t211, tmp_path):
+    """8 jobs for the 4-source inference set: 2 parts each, whatever this machine's cores."""
+    summary = prepare(
+        t211, tmp_path, "head-dims=128", "dtypes=bf16", "forward-only=true", "max-jobs=8"
+    )
+    assert summary["provenance"]["tu_parts"] == 2
