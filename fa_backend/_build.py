@@ -388,7 +388,9 @@ def build(plan: Plan, wheel_directory: str, metadata_directory: str | None) -> s
     return path.name
 
 
-def _from_cache(plan, tools, scratch, root: Path, key: str, facts: dict, store: bool) -> Path:
+def _from_cache(
+    plan: Plan, tools: Tools, scratch: Path, root: Path, key: str, facts: dict, writable: bool
+) -> Path:
     """The cached wheel, verified; else a fresh build, stored when the cache is writable."""
     cached = _wheel_cache.lookup(root, key, plan.wheel_name)
     if cached:
@@ -398,10 +400,10 @@ def _from_cache(plan, tools, scratch, root: Path, key: str, facts: dict, store: 
             return cached
         except FaShimError as exc:
             _log.warn(f"the cached wheel failed its check ({exc.cause}); building it again")
-            if store:
+            if writable:
                 _wheel_cache.evict(root, key)
     wheel = _compile(plan, tools, scratch)
-    if not store:
+    if not writable:
         return wheel
     _wheel_cache.clear_partials(root, key)
     return _wheel_cache.store(root, key, wheel, facts)

@@ -173,7 +173,7 @@ def host_compiler() -> dict[str, str]:
 
 def compiler_cache(setting: str) -> str | None:
     """The ccache/sccache program to put in front of every compiler, or None."""
-    word = str(setting).strip().lower()  # `false` in TOML arrives as a bool
+    word = str(setting).strip().lower()  # the loader turns TOML `false` into "False"
     if word in ("none", "off", "false", "no", "0", ""):
         return None
     if word == "auto":
