@@ -2,23 +2,34 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
+from typing import BinaryIO
 
 
-def write(target: Path, data: bytes) -> Path:
-    """Write data to target through a temporary file beside it and one rename."""
+@contextlib.contextmanager
+def writing(target: Path) -> Iterator[BinaryIO]:
+    """A file to write target's content into: a temporary name beside it (.fa-shim-*.part,
+    the leftover name the wheel cache sweeps) renamed into place once the block completes;
+    removed if it fails."""
     target.parent.mkdir(parents=True, exist_ok=True)
-    # the same leftover name as _wheelfile.publish: the wheel cache sweeps both
     fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".fa-shim-", suffix=".part")
     try:
         with os.fdopen(fd, "wb") as f:
-            f.write(data)
+            yield f
         os.replace(tmp, target)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def write(target: Path, data: bytes) -> Path:
+    """Write data to target through a temporary file beside it and one rename."""
+    with writing(target) as f:
+        f.write(data)
     return target
 
 

@@ -7,10 +7,10 @@ import io
 import os
 import re
 import tarfile
-import tempfile
 import time
 from pathlib import Path
 
+from . import _atomic
 from ._errors import FaShimError
 from ._metadata import DIST_NAME
 
@@ -61,30 +61,24 @@ def write(root: Path, sdist_directory: str, version: str) -> str:
     out_dir = Path(sdist_directory).absolute()
     out_dir.mkdir(parents=True, exist_ok=True)
     mtime = int(os.environ.get("SOURCE_DATE_EPOCH", time.time()))
-    fd, tmp = tempfile.mkstemp(dir=out_dir, prefix=".fa-shim-", suffix=".tar.gz.part")
-    try:
-        with (
-            os.fdopen(fd, "wb") as raw,
-            gzip.GzipFile(fileobj=raw, mode="wb", mtime=mtime) as gz,
-            tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar,
-        ):
-            entries = [
-                (
-                    f"{base}/{p.relative_to(root).as_posix()}",
-                    _content(p, root, version),
-                    0o755 if os.access(p, os.X_OK) else 0o644,
-                )
-                for p in _files(root)
-            ]
-            entries.append((f"{base}/PKG-INFO", pkg_info(version).encode(), 0o644))
-            for name, data, mode in sorted(entries):
-                info = tarfile.TarInfo(name)
-                info.size, info.mode, info.mtime = len(data), mode, mtime
-                info.uname = info.gname = "root"
-                tar.addfile(info, io.BytesIO(data))
-        target = out_dir / f"{base}.tar.gz"
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    target = out_dir / f"{base}.tar.gz"
+    with (
+        _atomic.writing(target) as raw,
+        gzip.GzipFile(fileobj=raw, mode="wb", mtime=mtime) as gz,
+        tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar,
+    ):
+        entries = [
+            (
+                f"{base}/{p.relative_to(root).as_posix()}",
+                _content(p, root, version),
+                0o755 if os.access(p, os.X_OK) else 0o644,
+            )
+            for p in _files(root)
+        ]
+        entries.append((f"{base}/PKG-INFO", pkg_info(version).encode(), 0o644))
+        for name, data, mode in sorted(entries):
+            info = tarfile.TarInfo(name)
+            info.size, info.mode, info.mtime = len(data), mode, mtime
+            info.uname = info.gname = "root"
+            tar.addfile(info, io.BytesIO(data))
     return target.name

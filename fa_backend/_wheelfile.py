@@ -1,18 +1,27 @@
-"""A small, deterministic wheel writer: sorted entries, SOURCE_DATE_EPOCH times, RECORD last,
-and an atomic publish (a temporary file renamed into place only once complete)."""
+"""A small, deterministic wheel writer: sorted entries, SOURCE_DATE_EPOCH times, RECORD (csv)
+last, members streamed (a module of hundreds of MB is never held in memory), and an atomic
+publish (a temporary file renamed into place only once complete)."""
 
 from __future__ import annotations
 
 import base64
+import csv
 import hashlib
+import io
 import os
 import shutil
-import tempfile
 import time
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
+from typing import IO
+
+from . import _atomic
 
 _MIN_EPOCH = 315532800  # 1980-01-01, the earliest time a zip entry can hold
+_CHUNK = 1024 * 1024
+
+Opener = Callable[[], IO[bytes]]  # opens one member's content for reading
 
 
 def _date_time() -> tuple[int, int, int, int, int, int]:
@@ -24,54 +33,54 @@ class WheelWriter:
     def __init__(self, path: Path, dist_info: str) -> None:
         self.path = path
         self.dist_info = dist_info
-        self._entries: dict[str, tuple[bytes, int]] = {}
+        self._entries: dict[str, tuple[Opener, int, int]] = {}
 
     def add(self, arcname: str, data: bytes, mode: int = 0o644) -> None:
+        self.add_stream(arcname, lambda: io.BytesIO(data), len(data), mode)
+
+    def add_stream(self, arcname: str, opener: Opener, size: int, mode: int = 0o644) -> None:
+        """An entry of `size` bytes read from opener() when the wheel is written."""
         if arcname in self._entries:
             raise ValueError(f"duplicate wheel entry {arcname}")
-        self._entries[arcname] = (data, mode)
+        self._entries[arcname] = (opener, size, mode)
 
     def write(self) -> Path:
         """Write everything, RECORD last, to a temporary name; rename into place when complete."""
-        record_name = f"{self.dist_info}/RECORD"
         names = sorted(self._entries, key=lambda n: (n.startswith(self.dist_info + "/"), n))
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".fa-shim-", suffix=".whl.part")
-        os.close(fd)
-        try:
-            with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED) as zf:
-                record = []
-                for name in names:
-                    data, mode = self._entries[name]
-                    self._zip(zf, name, data, mode)
-                    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=")
-                    record.append(f"{name},sha256={digest.decode()},{len(data)}")
-                record.append(f"{record_name},,")
-                self._zip(zf, record_name, ("\n".join(record) + "\n").encode(), 0o644)
-            os.replace(tmp, self.path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        with (
+            _atomic.writing(self.path) as raw,
+            zipfile.ZipFile(raw, "w", compression=zipfile.ZIP_DEFLATED) as zf,
+        ):
+            record = io.StringIO()
+            rows = csv.writer(record, lineterminator="\n")
+            for name in names:
+                opener, size, mode = self._entries[name]
+                with opener() as src:
+                    digest = self._zip(zf, name, src, size, mode)
+                rows.writerow([name, f"sha256={digest}", size])
+            rows.writerow([f"{self.dist_info}/RECORD", "", ""])
+            data = record.getvalue().encode()
+            self._zip(zf, f"{self.dist_info}/RECORD", io.BytesIO(data), len(data), 0o644)
         return self.path
 
     @staticmethod
-    def _zip(zf: zipfile.ZipFile, name: str, data: bytes, mode: int) -> None:
+    def _zip(zf: zipfile.ZipFile, name: str, src: IO[bytes], size: int, mode: int) -> str:
+        """Deflate src into the entry `name`; its urlsafe sha256 as RECORD writes it."""
         info = zipfile.ZipInfo(name, date_time=_date_time())
         info.external_attr = (0o100000 | (mode & 0o777)) << 16
         info.compress_type = zipfile.ZIP_DEFLATED
-        zf.writestr(info, data)
+        info.file_size = size  # decides zip64 up front, as writestr does from the data
+        sha = hashlib.sha256()
+        with zf.open(info, "w") as dst:
+            while chunk := src.read(_CHUNK):
+                sha.update(chunk)
+                dst.write(chunk)
+        return base64.urlsafe_b64encode(sha.digest()).rstrip(b"=").decode()
 
 
 def publish(wheel: Path, out_dir: Path) -> Path:
     """Copy a finished wheel into out_dir under a temporary name, then rename it into place."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=out_dir, prefix=".fa-shim-", suffix=".whl.part")
-    try:
-        with os.fdopen(fd, "wb") as dst, wheel.open("rb") as src:
-            shutil.copyfileobj(src, dst)
-        target = out_dir / wheel.name
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    target = out_dir / wheel.name
+    with _atomic.writing(target) as dst, wheel.open("rb") as src:
+        shutil.copyfileobj(src, dst)
     return target
