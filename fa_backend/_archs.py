@@ -15,15 +15,19 @@ from __future__ import annotations
 import dataclasses
 import functools
 import re
-import subprocess
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from packaging.version import Version
 
-from . import _cuda_driver, _log, _sdist
+from . import _cuda_driver, _log, _sdist, _subprocess
 from ._compile_commands import Command
 from ._errors import FaShimError
+
+if TYPE_CHECKING:
+    from ._settings import Settings
+    from ._torch import TorchInfo
 
 MIN_ARCH = 80  # flash-attn 2 needs Ampere or newer
 
@@ -279,15 +283,12 @@ def check_gencodes(commands: Sequence[Command], targets: Sequence[str]) -> None:
 @functools.cache
 def nvcc_arch_list(nvcc: Path) -> tuple[str, ...]:
     """`nvcc --list-gpu-arch`: the virtual architectures this nvcc can compile for."""
-    try:
-        out = subprocess.run(
-            [str(nvcc), "--list-gpu-arch"], capture_output=True, text=True, timeout=60, check=True
-        ).stdout
-    except (OSError, subprocess.SubprocessError) as exc:
-        raise FaShimError(
-            f"could not list the architectures of {nvcc} ({exc}).",
-            fix="check that this nvcc runs, or pick another with -C nvcc=...",
-        ) from None
+    out = _subprocess.run(
+        [nvcc, "--list-gpu-arch"],
+        timeout=60,
+        cause=f"could not list the architectures of {nvcc}.",
+        fix="check that this nvcc runs, or pick another with -C nvcc=...",
+    ).stdout
     return tuple(parse_arch_list(out))
 
 
@@ -311,7 +312,9 @@ class ArchChoice:
 _logged: set[tuple] = set()
 
 
-def resolve(settings, torch, nvcc_path: Path, version: str, environ) -> ArchChoice:
+def resolve(
+    settings: Settings, torch: TorchInfo, nvcc_path: Path, version: str, environ: Mapping[str, str]
+) -> ArchChoice:
     """Select, map and describe the architectures for one build (probes torch and nvcc)."""
     mech = mechanism(version)
     setting, setting_source = tuple(settings.cuda_archs), "setting cuda-archs"

@@ -10,9 +10,9 @@ import dataclasses
 import json
 import shlex
 import shutil
-import subprocess
 from pathlib import Path
 
+from . import _subprocess
 from ._errors import FaShimError
 
 RULES = {"compile": "cxx", "cuda_compile": "nvcc"}
@@ -40,12 +40,11 @@ def read(ninja_file: Path) -> list[Command]:
         raise FaShimError("ninja is not installed.", fix="pip install ninja")
     commands = []
     for rule, kind in RULES.items():
-        proc = subprocess.run(
+        proc = _subprocess.run(
             [ninja, "-f", ninja_file.name, "-t", "compdb", rule],
             cwd=ninja_file.parent,
-            capture_output=True,
-            text=True,
-            check=True,
+            fix=f"ninja could not read {ninja_file}, which torch wrote: report this with the "
+            "build log, or run with -C keep-build-dir=true to inspect it.",
         )
         for entry in json.loads(proc.stdout or "[]"):
             commands.append(Command(kind, entry["file"], tuple(shlex.split(entry["command"]))))

@@ -9,10 +9,9 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import shutil
-import subprocess
 from pathlib import Path
 
-from . import _log
+from . import _log, _subprocess
 from ._errors import FaShimError
 from ._sdist import VENDORED
 
@@ -56,15 +55,17 @@ def _patch_command() -> list[str]:
 def apply_all(patches: list[Patch], source_root: Path) -> None:
     for patch in patches:
         command = [*_patch_command(), str(patch.path)]
-        check = subprocess.run(
-            [*command, "--dry-run"], cwd=source_root, capture_output=True, text=True, check=False
+        _subprocess.run(
+            [*command, "--dry-run"],
+            cwd=source_root,
+            cause=f"vendored patch {patch.path} does not apply cleanly to this sdist.",
+            fix="the sdist differs from the one the patch was made for: use the pinned "
+            "sdist, or regenerate the patch for this version.",
         )
-        if check.returncode != 0:
-            raise FaShimError(
-                f"vendored patch {patch.path} does not apply cleanly to this sdist.",
-                details=(check.stdout + check.stderr).strip(),
-                fix="the sdist differs from the one the patch was made for: use the pinned "
-                "sdist, or regenerate the patch for this version.",
-            )
-        subprocess.run(command, cwd=source_root, capture_output=True, check=True)
+        _subprocess.run(
+            command,
+            cwd=source_root,
+            fix="the dry run of this patch passed: check the disk space and permissions of "
+            f"{source_root}.",
+        )
         _log.info(f"applied {patch.name}: {patch.reason}")
