@@ -13,8 +13,12 @@ from __future__ import annotations
 import math
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from . import _log
+
+if TYPE_CHECKING:
+    from ._settings import Settings
 
 GIB = 1024**3
 JOB_BYTES_ONE_ARCH = 6 * GIB  # top of the measured 4-6 GB: an OOM costs more than a slower build
@@ -114,7 +118,7 @@ def available_memory() -> int:
     return available
 
 
-def env_for(settings, n_archs: int, n_sources: int | None = None) -> dict[str, str]:
+def env_for(settings: Settings, n_archs: int, n_sources: int | None = None) -> dict[str, str]:
     """MAX_JOBS and NVCC_THREADS for the upstream build, logged with the reason."""
     cores, memory = available_cores(), available_memory()
     jobs, threads = plan_jobs(

@@ -15,10 +15,14 @@ import dataclasses
 import difflib
 import re
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from . import _tu_parts
 from ._compile_commands import Command
 from ._errors import FaShimError
+
+if TYPE_CHECKING:
+    from ._settings import Settings
 
 
 @dataclasses.dataclass(frozen=True)
@@ -118,7 +122,7 @@ def _choose(values, known, aliases, setting, example) -> tuple[str, ...]:
     return tuple(k for k in known if k in chosen)
 
 
-def tailoring(settings, version: str) -> Tailoring:
+def tailoring(settings: Settings, version: str) -> Tailoring:
     """The kernel set the settings ask for; FULL when they ask for nothing to be left out."""
     asked = settings.head_dims or settings.dtypes or settings.forward_only or settings.disable
     space = SPACES.get(version)

@@ -54,7 +54,7 @@ class Progress:
         return text
 
 
-def run(
+def run_logged(
     command: list[str], cwd: Path, env: dict[str, str], log: Path, progress_interval: float = 30.0
 ) -> tuple[int, str]:
     """Run to completion; return (exit status, this run's output)."""

@@ -33,7 +33,15 @@ class Nvcc:
     def cuda_home(self) -> Path:
         return nvcc_home(self.path)
 
-    def describe(self) -> str:
+    def describe(self) -> dict:
+        """For the wheel's provenance (like ArchChoice's and Tailoring's describe)."""
+        return {
+            "path": str(self.path),
+            "version": str(self.version),
+            "cuda_home": str(self.cuda_home),
+        }
+
+    def __str__(self) -> str:
         return f"{self.path} (CUDA {self.version or 'unknown'}, from {self.origin})"
 
 
@@ -137,7 +145,7 @@ def choose_nvcc(torch: TorchInfo, explicit: Path | None) -> Nvcc:
         )
     matching = [n for n in candidates if n.version and n.version.major == torch.cuda_major]
     if not matching:
-        listing = "\n".join(n.describe() for n in found)
+        listing = "\n".join(str(n) for n in found)
         which = (
             f"the nvcc named by {candidates[0].origin} ({candidates[0].path}, CUDA "
             f"{candidates[0].version}) does not match"
@@ -154,7 +162,7 @@ def choose_nvcc(torch: TorchInfo, explicit: Path | None) -> Nvcc:
             "or install a torch built for the CUDA you have.",
         )
     if matching[0] is not found[0]:
-        _log.info(f"skipping {found[0].describe()}: its CUDA major differs from torch's")
+        _log.info(f"skipping {found[0]}: its CUDA major differs from torch's")
     return matching[0]
 
 

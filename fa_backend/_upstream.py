@@ -9,9 +9,13 @@ import re
 import shlex
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from . import _log, _runner, _tu_parts
+from . import _log, _plan, _runner, _tu_parts
 from ._errors import FaShimError
+
+if TYPE_CHECKING:
+    from ._plan import Plan, Tools
 
 DRIVER = Path(__file__).with_name("_upstream_driver.py")
 LAUNCHER = Path(__file__).with_name("_launcher.py")
@@ -36,7 +40,7 @@ def _launcher_script(path: Path, stats: Path, compiler: str, cache: str | None) 
     return str(path)
 
 
-def environment(plan, tools, scratch: Path, jobs: int | None) -> dict[str, str]:
+def environment(plan: Plan, tools: Tools, scratch: Path, jobs: int | None) -> dict[str, str]:
     env = dict(os.environ)
     for name in _SCRUBBED_ENV:
         if env.pop(name, None) is not None:
@@ -51,7 +55,7 @@ def environment(plan, tools, scratch: Path, jobs: int | None) -> dict[str, str]:
     bin_dir.mkdir(exist_ok=True)
     env["CXX"] = _launcher_script(
         bin_dir / "cxx",
-        tools.stats_file(scratch),
+        _plan.stats_file(scratch),
         os.environ.get("CXX", "c++"),
         tools.compiler_cache,
     )
@@ -61,7 +65,7 @@ def environment(plan, tools, scratch: Path, jobs: int | None) -> dict[str, str]:
         env["PATH"] = f"{home / 'bin'}{os.pathsep}{env.get('PATH', '')}"
         real_nvcc = os.environ.get("PYTORCH_NVCC") or shlex.quote(str(tools.nvcc.path))
         env["PYTORCH_NVCC"] = _launcher_script(
-            bin_dir / "nvcc", tools.stats_file(scratch), real_nvcc, tools.compiler_cache
+            bin_dir / "nvcc", _plan.stats_file(scratch), real_nvcc, tools.compiler_cache
         )
         env.update(tools.archs.env)
     if tools.compiler_cache:
@@ -76,8 +80,14 @@ def environment(plan, tools, scratch: Path, jobs: int | None) -> dict[str, str]:
     return env
 
 
-def run(
-    plan, tools, source: Path, dist: Path, mode: str, log: Path, jobs: int | None = None
+def run_setup(
+    plan: Plan,
+    tools: Tools,
+    source: Path,
+    dist: Path,
+    mode: str,
+    log: Path,
+    jobs: int | None = None,
 ) -> tuple[int, str, dict]:
     """Run upstream setup.py bdist_wheel ("wheel") or stop once build.ninja exists ("prepare")."""
     scratch = source.parent
@@ -98,7 +108,7 @@ def run(
     }
     spec_path.write_text(json.dumps(spec))
     _log.info(f"running upstream setup.py ({mode}); full log: {log}")
-    code, output = _runner.run(
+    code, output = _runner.run_logged(
         [sys.executable, str(DRIVER), str(spec_path)],
         source,
         environment(plan, tools, scratch, jobs),

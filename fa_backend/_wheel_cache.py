@@ -15,10 +15,11 @@ import hashlib
 import json
 import shutil
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from . import _atomic, _log
+from ._errors import FaShimError
 from ._wheelfile import publish
 
 
@@ -76,6 +77,35 @@ def clear_partials(root: Path, entry_key: str, min_age_s: float = 3600) -> None:
                 leftover.unlink()
 
 
-def copy_out(cached: Path, out_dir: Path) -> Path:
-    out_dir.mkdir(parents=True, exist_ok=True)
-    return publish(cached, out_dir) if cached.parent != out_dir else cached
+def obtain(
+    root: Path,
+    fingerprint: dict,
+    wheel_name: str,
+    out_dir: Path,
+    check: Callable[[Path], None],
+    build: Callable[[], Path],
+) -> Path:
+    """The wheel of this fingerprint published into out_dir: the cached one when it passes
+    `check`, else a fresh `build()`, stored when the cache is writable. One builder per key:
+    the others wait for its lock, then hit."""
+    entry_key = key(fingerprint)
+    read_only = _atomic.unwritable(root)  # e.g. shared storage mounted read-only
+    if read_only:
+        _log.warn(f"the wheel cache {root} is not writable ({read_only}): only reading it")
+    with contextlib.nullcontext() if read_only else locked(root, entry_key):
+        wheel = lookup(root, entry_key, wheel_name)
+        if wheel:
+            _log.info(f"wheel cache hit: {wheel} (fingerprint {entry_key})")
+            try:
+                check(wheel)  # a damaged entry is never installed
+            except FaShimError as exc:
+                _log.warn(f"the cached wheel failed its check ({exc.cause}); building it again")
+                wheel = None
+                if not read_only:
+                    evict(root, entry_key)
+        if wheel is None:
+            wheel = build()
+            if not read_only:
+                clear_partials(root, entry_key)
+                wheel = store(root, entry_key, wheel, fingerprint)
+        return publish(wheel, out_dir)  # only a complete wheel appears in out_dir

@@ -1,0 +1,99 @@
+"""What went into a wheel, in the two forms fa-shim keeps: the fingerprint (what decides what
+the wheel computes: the wheel cache's key) and the provenance (the wheel's
+<dist-info>/fa_shim_provenance.json, which the runtime guard and `verify` read)."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from pathlib import Path
+
+from . import _toolchain
+from ._plan import Plan, Prepared, Tools
+from ._runtime_guard import PROVENANCE  # the one definition: the guard ships standalone
+
+__all__ = ["GUARD", "PROVENANCE", "fa_shim_version", "fingerprint", "provenance"]
+
+GUARD = Path(__file__).with_name("_runtime_guard.py")  # shipped as flash_attn/_fa_shim_guard.py
+# The environment the compilers read: a change in any of them can change the objects.
+_COMPILER_ENV = (
+    "CXX",
+    "CC",
+    "CFLAGS",
+    "CXXFLAGS",
+    "CPPFLAGS",
+    "LDFLAGS",
+    "NVCC_APPEND_FLAGS",
+    "NVCC_PREPEND_FLAGS",
+    "NVCC_CCBIN",
+    "PYTORCH_NVCC",
+)
+
+
+def fa_shim_version() -> str:
+    from . import __version__
+
+    return __version__
+
+
+def fingerprint(plan: Plan, tools: Tools) -> dict:
+    """Everything that decides what the wheel computes; jobs, threads and tu-parts do not
+    (parts change how the objects are cut, not a kernel), so machines of any size share it."""
+    return {
+        "wheel": plan.wheel_name,
+        "fa_shim": fa_shim_version(),
+        "sdist_sha256": plan.sdist.sha256,
+        "patches": [p.sha256 for p in plan.patches],
+        "guard": hashlib.sha256(GUARD.read_bytes()).hexdigest(),
+        "torch": [plan.torch.version, plan.torch.cuda, plan.torch.abi, plan.torch.cxx_std],
+        "nvcc": str(tools.nvcc.version) if tools.nvcc else None,
+        "archs": list(tools.archs.targets) if tools.archs else None,
+        "kernel_set": plan.tailoring.describe(),
+        "host_compiler": _toolchain.host_compiler()["version"],
+        "env": {name: os.environ.get(name) for name in _COMPILER_ENV},
+    }
+
+
+def provenance(plan: Plan, prep: Prepared) -> dict:
+    archs = sorted(
+        {
+            m.group(1)
+            for c in prep.commands
+            for g in c.values("-gencode")
+            for m in [re.search(r"code=sm_(\w+)", g)]
+            if m
+        }
+    )
+    return {
+        "fa_shim_version": fa_shim_version(),
+        "flash_attn_version": plan.sdist.version,
+        "sdist": {
+            "sha256": plan.sdist.sha256,
+            "pinned": plan.sdist.pinned,
+            "origin": plan.sdist.origin,
+            "file": plan.sdist.path.name,
+        },
+        "wheel_version": plan.version,
+        "python_tag": str(plan.tag),
+        "torch": {
+            "version": plan.torch.version,
+            "cuda": plan.torch.cuda,
+            "cxx11_abi": plan.torch.abi,
+            "cxx_std": plan.torch.cxx_std,
+            "path": plan.torch.package_dir,
+        },
+        "nvcc": prep.tools.nvcc.describe() if prep.tools.nvcc else None,
+        "cuda_arch_choice": prep.tools.archs.describe() if prep.tools.archs else None,
+        "compiler_cache": prep.tools.compiler_cache,
+        "tu_parts": prep.tools.tu_parts,
+        "host_compiler": _toolchain.host_compiler(),
+        "cuda_archs": archs,
+        "injected_flags": prep.report.get("extensions", []),
+        "patches": [{"name": p.name, "reason": p.reason, "sha256": p.sha256} for p in plan.patches],
+        "kernel_set": plan.tailoring.describe(),
+        "compile_commands": {
+            "cxx": sum(c.kind == "cxx" for c in prep.commands),
+            "nvcc": sum(c.kind == "nvcc" for c in prep.commands),
+        },
+    }
