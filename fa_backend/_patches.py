@@ -12,9 +12,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from . import _log
+from . import _log, _releases
 from ._errors import FaShimError
-from ._sdist import VENDORED
 
 
 @dataclasses.dataclass(frozen=True)
@@ -33,7 +32,7 @@ class Patch:
 
 def patches_for(version: str) -> list[Patch]:
     result = []
-    for path in sorted((VENDORED / version).glob("*.patch")):
+    for path in _releases.release(version).patches:
         first = path.read_text().splitlines()[0] if path.stat().st_size else ""
         if not first.startswith("Reason:"):
             raise FaShimError(
