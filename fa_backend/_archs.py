@@ -7,7 +7,8 @@ knows FLASH_ATTN_CUDA_ARCHS entries 80, 90, 100 and 120 and silently drops other
 would get a build with no kernels at all), so other GPUs are mapped onto the architecture whose
 code they run: sm_80 code runs on 8.6/8.7/8.9, sm_100 on 10.3, sm_120 on 12.1 (CUDA binary
 compatibility within a major). After torch has written build.ninja, `check_gencodes` verifies
-that every nvcc command compiles exactly the chosen architectures.
+that every nvcc command compiles exactly the chosen architectures. How each release's setup.py
+takes its architectures (the Mechanism) is recorded in _releases.
 """
 
 from __future__ import annotations
@@ -19,44 +20,16 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from packaging.version import Version
-
-from . import _cuda_driver, _log, _sdist, _subprocess
+from . import _cuda_driver, _log, _releases, _subprocess
 from ._compile_commands import Command
 from ._errors import FaShimError
+from ._releases import Mechanism
 
 if TYPE_CHECKING:
     from ._settings import Settings
     from ._torch import TorchInfo
 
 MIN_ARCH = 80  # flash-attn 2 needs Ampere or newer
-
-
-@dataclasses.dataclass(frozen=True)
-class Mechanism:
-    """How an upstream setup.py is told its architectures."""
-
-    env: str | None  # the variable setup.py reads; None: its list is fixed
-    known: tuple[str, ...]  # the architectures it can emit -gencode for
-    default: tuple[str, ...]  # what it compiles when not told
-
-
-_FA28 = Mechanism("FLASH_ATTN_CUDA_ARCHS", ("80", "90", "100", "120"), ("80", "90", "100", "120"))
-# Older releases hard-code sm_80 and sm_90 (from their setup.py; the -gencode check at prepare
-# time reports it if a version does otherwise).
-_FIXED_80_90 = Mechanism(None, ("80", "90"), ("80", "90"))
-
-
-# 2.6.3-2.7.2.post1 read the variable through fa-shim's 02-cuda-archs.patch (80 and 90 only).
-_BACKPORT_80_90 = Mechanism("FLASH_ATTN_CUDA_ARCHS", ("80", "90"), ("80", "90"))
-
-
-def mechanism(version: str) -> Mechanism:
-    if Version(version) >= Version("2.7.3"):  # FLASH_ATTN_CUDA_ARCHS appeared upstream in 2.7.3
-        return _FA28
-    if (_sdist.VENDORED / version / "02-cuda-archs.patch").is_file():
-        return _BACKPORT_80_90
-    return _FIXED_80_90
 
 
 # ------------------------------------------------------------------------------- pure functions
@@ -316,7 +289,7 @@ def resolve(
     settings: Settings, torch: TorchInfo, nvcc_path: Path, version: str, environ: Mapping[str, str]
 ) -> ArchChoice:
     """Select, map and describe the architectures for one build (probes torch and nvcc)."""
-    mech = mechanism(version)
+    mech = _releases.release(version).archs
     setting, setting_source = tuple(settings.cuda_archs), "setting cuda-archs"
     if not setting and mech.env and environ.get(mech.env, "").strip():
         # upstream's own knob, set by someone who knows it: as explicit as the setting

@@ -23,6 +23,7 @@ from . import (
     _log,
     _metadata,
     _patches,
+    _releases,
     _requirements,
     _runner,
     _sdist,
@@ -121,7 +122,7 @@ def toolchain(plan: Plan) -> Tools:
     n_archs = len(archs.targets) if archs else 1
     kernels = (
         sorted(_kernels.expected_kernels(plan.tailoring, plan.sdist.version))
-        if plan.sdist.version in _kernels.SPACES
+        if _releases.release(plan.sdist.version).kernels
         else None
     )
     # idle job slots become parts of the forward sources, and the parts more jobs
@@ -131,7 +132,7 @@ def toolchain(plan: Plan) -> Tools:
             _jobs.available_cores(), _jobs.available_memory(), n_archs, s.max_jobs, s.nvcc_threads
         )[0],
         kernels,
-        _tu_parts.supported(p.name for p in plan.patches),
+        _releases.release(plan.sdist.version).tu_parts,
     )
     # the kernel TUs and flash_api.cpp, all compiled at once when cores and memory allow
     n_sources = _tu_parts.count_sources(kernels, parts) + 1 if kernels else None

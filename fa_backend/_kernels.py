@@ -6,6 +6,7 @@ needs 4 of them. A tailored build drops the others from the extension's sources 
 `exclude_sources`) and defines macros that vendored_patches/<version>/20-kernel-set-dispatch.patch
 turns into a RuntimeError at dispatch ("flash-attn was built by fa-shim without head dim 64 ...")
 instead of a reference to a kernel nobody compiled. The wheel's local version label names the set.
+Which releases have a kernel space, and how they name their sources, is recorded in _releases.
 See docs/kernel-sets.md.
 """
 
@@ -17,33 +18,13 @@ import re
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from . import _tu_parts
+from . import _releases, _tu_parts
 from ._compile_commands import Command
 from ._errors import FaShimError
+from ._releases import KernelSpace
 
 if TYPE_CHECKING:
     from ._settings import Settings
-
-
-@dataclasses.dataclass(frozen=True)
-class KernelSpace:
-    """What one upstream version compiles, in the order labels and messages list it."""
-
-    head_dims: tuple[str, ...]
-    dtypes: tuple[str, ...]
-    switches: tuple[str, ...]  # upstream's FLASHATTENTION_DISABLE_<NAME> switches
-    patch: str  # the vendored patch that makes left-out kernels a clean error
-
-
-_FA2 = KernelSpace(
-    head_dims=("32", "64", "96", "128", "192", "256"),
-    dtypes=("fp16", "bf16"),
-    switches=("dropout", "alibi", "softcap", "local", "uneven_k"),
-    patch="20-kernel-set-dispatch.patch",
-)
-# Versions whose sources, dispatch and patch fa-shim has checked (flash_api.cpp and
-# static_switch.h are identical in these two).
-SPACES = {"2.8.3": _FA2, "2.8.3.post2": _FA2}
 
 _DTYPE_ALIASES = {"float16": "fp16", "half": "fp16", "bfloat16": "bf16"}
 _SWITCH_ALIASES = {"uneven-k": "uneven_k", "unevenk": "uneven_k", "softcapping": "softcap"}
@@ -125,14 +106,15 @@ def _choose(values, known, aliases, setting, example) -> tuple[str, ...]:
 def tailoring(settings: Settings, version: str) -> Tailoring:
     """The kernel set the settings ask for; FULL when they ask for nothing to be left out."""
     asked = settings.head_dims or settings.dtypes or settings.forward_only or settings.disable
-    space = SPACES.get(version)
+    release = _releases.release(version)
+    space, naming = release.kernels, release.naming
     if space is None:
         if asked:
             raise FaShimError(
                 f"tailored kernel sets (head-dims, dtypes, forward-only, disable) are not "
                 f"available for flash-attn {version}: fa-shim has no dispatch patch for it.",
                 fix="build the full set (drop those settings) or use flash-attn "
-                + " or ".join(sorted(SPACES))
+                + " or ".join(_releases.tailorable())
                 + ".",
             )
         return FULL
@@ -150,17 +132,17 @@ def tailoring(settings: Settings, version: str) -> Tailoring:
         label += [f"hdim{d}" for d in head_dims]
         for d in space.head_dims:
             if d not in head_dims:
-                exclude.append(f"flash_*_hdim{d}_*.cu")
+                exclude.append(naming.head_dim_sources.format(d))
                 defines.append(f"-DFA_SHIM_NO_HDIM{d}")
     if len(dtypes) < len(space.dtypes):
         label += list(dtypes)
         for t in space.dtypes:
             if t not in dtypes:
-                exclude.append(f"flash_*_{t}_*.cu")
+                exclude.append(naming.dtype_sources.format(t))
                 defines.append(f"-DFA_SHIM_NO_{t.upper()}")
     if not backward:
         label.append("fwd")
-        exclude.append("flash_bwd_*.cu")
+        exclude.append(naming.pass_sources.format(naming.backward))
         defines.append("-DFA_SHIM_NO_BACKWARD")
     if defines:  # switches dispatch through the patch only when some kernel is left out
         defines.insert(0, "-DFA_SHIM_TAILORED")
@@ -179,15 +161,17 @@ def tailoring(settings: Settings, version: str) -> Tailoring:
 
 
 def expected_kernels(t: Tailoring, version: str) -> set[str]:
-    """The kernel sources a build of this set compiles (upstream's 2.8.x file naming)."""
-    space = SPACES[version]
-    passes = ["fwd", "fwd_split"] + (["bwd"] if t.backward else [])
+    """The kernel sources a build of this set compiles (named as the release names them)."""
+    release = _releases.release(version)
+    space, naming = release.kernels, release.naming
+    assert space is not None, version
+    passes = [*naming.forward, *([naming.backward] if t.backward else [])]
     return {
-        f"flash_{p}_hdim{d}_{dt}{c}_sm80.cu"
+        naming.kernel.format(pass_=p, head_dim=d, dtype=dt, causal=c)
         for p in passes
         for d in (t.head_dims or space.head_dims)
         for dt in (t.dtypes or space.dtypes)
-        for c in ("", "_causal")
+        for c in naming.causal
     }
 
 

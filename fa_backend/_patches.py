@@ -11,9 +11,8 @@ import hashlib
 import shutil
 from pathlib import Path
 
-from . import _log, _subprocess
+from . import _log, _releases, _subprocess
 from ._errors import FaShimError
-from ._sdist import VENDORED
 
 
 @dataclasses.dataclass(frozen=True)
@@ -32,7 +31,7 @@ class Patch:
 
 def patches_for(version: str) -> list[Patch]:
     result = []
-    for path in sorted((VENDORED / version).glob("*.patch")):
+    for path in _releases.release(version).patches:
         first = path.read_text().splitlines()[0] if path.stat().st_size else ""
         if not first.startswith("Reason:"):
             raise FaShimError(

@@ -1,7 +1,7 @@
 """Find, verify and unpack the upstream flash-attn sdist.
 
 Order: explicit file (-C sdist) > directory of sdists (-C sdist-dir) > fa-shim's cache > download.
-Every source is checked against the sha256 pinned in vendored_patches/<version>/sdist.sha256.
+Every source is checked against the sha256 pinned in vendored_patches/<version>/release.toml.
 """
 
 from __future__ import annotations
@@ -17,11 +17,9 @@ from pathlib import Path
 from packaging.utils import InvalidSdistFilename, canonicalize_name, parse_sdist_filename
 from packaging.version import Version
 
-from . import _index, _log
+from . import _index, _log, _releases
 from ._errors import FaShimError
 from ._settings import Settings
-
-VENDORED = Path(__file__).resolve().parent.parent / "vendored_patches"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -31,19 +29,6 @@ class Sdist:
     sha256: str
     pinned: bool
     origin: str
-
-
-def known_versions() -> list[str]:
-    return sorted((p.parent.name for p in VENDORED.glob("*/sdist.sha256")), key=Version)
-
-
-def pinned_sha256(version: str) -> tuple[str, str] | None:
-    """(sha256, filename) pinned for a version, or None when fa-shim does not know it."""
-    pin = VENDORED / version / "sdist.sha256"
-    if not pin.is_file():
-        return None
-    digest, filename = pin.read_text().split()
-    return digest.lower(), filename
 
 
 def sha256_of(path: Path) -> str:
@@ -76,11 +61,11 @@ def locate(settings: Settings) -> Sdist:
             "no flash-attn version is configured.",
             fix="set flash-attn-version in [tool.fa-shim] or pass -C flash-attn-version=2.8.3.",
         )
-    pin = pinned_sha256(version)
-    if pin is None and not settings.allow_unknown_version:
+    release = _releases.release(version)
+    if not release.pinned and not settings.allow_unknown_version:
         raise FaShimError(
             f"flash-attn {version} is not a version fa-shim knows (no pinned sha256 or patches).",
-            fix=f"use one of {', '.join(known_versions())}, or opt in with "
+            fix=f"use one of {', '.join(_releases.known())}, or opt in with "
             "-C allow-unknown-version=true (built unverified and unpatched).",
         )
     cache = settings.resolved_cache_dir / "sdists"
@@ -107,30 +92,30 @@ def locate(settings: Settings) -> Sdist:
             fix="pass -C sdist=FILE or -C sdist-dir=DIR, or allow downloading.",
         )
     else:
-        path = _index.download(version, cache, pin[0] if pin else None)
+        path = _index.download(version, cache, release.sha256)
         origin = "package index"
     assert path is not None
     digest = sha256_of(path)
-    if pin is None:
+    if not release.pinned:
         _log.warn(
             f"flash-attn {version} is not pinned by fa-shim: building the unverified "
             f"sdist {path} (sha256 {digest}) without vendored patches."
         )
-    elif digest != pin[0]:
+    elif digest != release.sha256:
         raise FaShimError(
-            f"sha256 mismatch for {path} (from {origin}): expected {pin[0]}, got {digest}. "
+            f"sha256 mismatch for {path} (from {origin}): expected {release.sha256}, got {digest}. "
             "The file is truncated, corrupt or not the upstream release.",
             fix=(
                 f"delete {path} and let fa-shim download it again."
                 if origin == "fa-shim cache"
-                else f"replace it with the original {pin[1]} from PyPI."
+                else f"replace it with the original {release.sdist} from PyPI."
             ),
         )
     _log.info(
         f"using {path} (from {origin}, sha256 {digest[:12]}…"
-        f"{' verified' if pin else ' UNVERIFIED'})"
+        f"{' verified' if release.pinned else ' UNVERIFIED'})"
     )
-    return Sdist(path, version, digest, pin is not None, origin)
+    return Sdist(path, version, digest, release.pinned, origin)
 
 
 def extract(sdist: Sdist, dest: Path) -> Path:

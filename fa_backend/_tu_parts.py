@@ -24,10 +24,6 @@ MAX_PARTS = 8  # beyond this the per-part fixed cost (headers, host code) outwei
 _PART = re.compile(r"^(?P<source>.+)\.part(?P<k>\d+)of(?P<n>\d+)\.cu$")
 
 
-def supported(patch_names: Iterable[str]) -> bool:
-    return PATCH in set(patch_names)
-
-
 def splittable(name: str) -> bool:
     return any(fnmatch.fnmatch(name, p) for p in SPLITTABLE)
 

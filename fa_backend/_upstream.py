@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from . import _log, _plan, _runner, _tu_parts
+from . import _log, _plan, _releases, _runner, _tu_parts
 from ._errors import FaShimError
 
 if TYPE_CHECKING:
@@ -21,10 +21,6 @@ DRIVER = Path(__file__).with_name("_upstream_driver.py")
 LAUNCHER = Path(__file__).with_name("_launcher.py")
 BLOCKED_EXIT = 86  # the driver's network guard fired
 _SCRUBBED_ENV = ("FLASH_ATTENTION_SKIP_CUDA_BUILD", "FLASH_ATTENTION_FORCE_CXX11_ABI")
-# ninja starts edges in file order, and a slow TU started last sets the wall time alone: the
-# slowest groups first (measured: the kernel parts 1..n of a split source, then split-KV, then
-# backward); part 0 files and flash_api.cpp are light and fill the slots that free up last.
-HEAVY_FIRST = ["*.part[1-9]*of*.cu", "flash_fwd_split_*", "flash_bwd_*"]
 
 
 def _launcher_script(path: Path, stats: Path, compiler: str, cache: str | None) -> str:
@@ -103,7 +99,7 @@ def run_setup(
         "extra_sys_path": plan.torch.extra_sys_path,
         "exclude_sources": list(plan.tailoring.exclude_sources),
         "defines": list(plan.tailoring.defines),
-        "heavy_sources_first": HEAVY_FIRST,
+        "heavy_sources_first": list(_releases.release(plan.sdist.version).naming.heavy_first),
         "split_sources": _tu_parts.layout(source / _tu_parts.KERNEL_DIR, tools.tu_parts),
     }
     spec_path.write_text(json.dumps(spec))

@@ -76,8 +76,8 @@ def sample_sdist_dir(tmp_path_factory) -> Path:
     return directory
 
 
-def pip_wheel_cmd(python, out: Path, *args) -> list:
-    """`pip wheel` of this checkout without isolation or dependencies, into `out`."""
+def pip_wheel_cmd(python, out: Path, *args, project: Path = REPO) -> list:
+    """`pip wheel` of this checkout (or a copy) without isolation or dependencies, into `out`."""
     return [
         python,
         "-m",
@@ -87,7 +87,7 @@ def pip_wheel_cmd(python, out: Path, *args) -> list:
         "--no-deps",
         "-w",
         out,
-        REPO,
+        project,
         *args,
     ]
 

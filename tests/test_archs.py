@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from conftest import REPO, SHARED_SDISTS, run
 
-from fa_backend import _archs, _cuda_driver, _torch
+from fa_backend import _archs, _cuda_driver, _releases, _torch
 from fa_backend._archs import Selection, parse_arch_list, select_archs, upstream_targets
 from fa_backend._compile_commands import Command
 from fa_backend._errors import FaShimError
@@ -18,7 +18,13 @@ NVCC13 = Path("/usr/local/cuda-13.0/bin/nvcc")
 # `nvcc --list-gpu-arch` of CUDA 13.0 and of 12.4 (no Blackwell)
 CUDA130 = ["75", "80", "86", "87", "88", "89", "90", "100", "110", "103", "120", "121"]
 CUDA124 = ["50", "52", "53", "60", "61", "62", "70", "72", "75", "80", "86", "87", "89", "90"]
-FA28 = _archs.mechanism("2.8.3")
+
+
+def mechanism(version: str) -> _releases.Mechanism:
+    return _releases.release(version).archs
+
+
+FA28 = mechanism("2.8.3")
 DEFAULT = FA28.default
 # A prepared torch 2.11 venv can stand in for the session fixture: TORCH211_PYTHON=/path/python
 TORCH211 = os.environ.get("TORCH211_PYTHON")
@@ -147,13 +153,13 @@ def test_arch_upstream_cannot_serve_is_an_error():
 
 
 def test_older_versions_map_onto_their_mechanism():
-    assert _archs.mechanism("2.7.4.post1") == FA28  # FLASH_ATTN_CUDA_ARCHS since 2.7.3
-    backport = _archs.mechanism("2.6.3")  # through fa-shim's 02-cuda-archs.patch
+    assert mechanism("2.7.4.post1") == FA28  # FLASH_ATTN_CUDA_ARCHS since 2.7.3
+    backport = mechanism("2.6.3")  # through fa-shim's 02-cuda-archs.patch
     assert backport.env == "FLASH_ATTN_CUDA_ARCHS" and backport.known == ("80", "90")
     assert upstream_targets(["86", "90"], backport)[0] == ["80", "90"]
     with pytest.raises(FaShimError):
         upstream_targets(["100"], backport)
-    fixed = _archs.mechanism("2.5.0")  # unpinned and unpatched: its list is hard-coded
+    fixed = mechanism("2.5.0")  # unpinned and unpatched: its list is hard-coded
     assert fixed.env is None
     assert upstream_targets(["86", "90"], fixed)[0] == ["80", "90"]
 
@@ -163,11 +169,11 @@ def test_arch_env():
         "FLASH_ATTN_CUDA_ARCHS": "80;120",
         "TORCH_CUDA_ARCH_LIST": "8.0;12.0",
     }
-    assert _archs.arch_env(["80"], _archs.mechanism("2.6.3")) == {
+    assert _archs.arch_env(["80"], mechanism("2.6.3")) == {
         "FLASH_ATTN_CUDA_ARCHS": "80",
         "TORCH_CUDA_ARCH_LIST": "8.0",
     }
-    assert "FLASH_ATTN_CUDA_ARCHS" not in _archs.arch_env(["80"], _archs.mechanism("2.5.0"))
+    assert "FLASH_ATTN_CUDA_ARCHS" not in _archs.arch_env(["80"], mechanism("2.5.0"))
 
 
 # ------------------------------------------------------------------------------- gencode check

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from conftest import PY, REPO, SAMPLE_VERSION, SHARED_SDISTS, run, sample_settings
 
-from fa_backend import _index, _patches, _sdist
+from fa_backend import _index, _patches, _releases, _sdist
 
 # Every flash-attn release on PyPI from 2.6.3 to 2.8.3.post2 (see docs/upstream-versions.md).
 SUPPORTED = [
@@ -42,13 +42,14 @@ CUDA13_NVCC = Path("/usr/local/cuda-13.0/bin/nvcc")
 
 
 def test_supported_versions_are_exactly_the_pinned_ones():
-    assert _sdist.known_versions() == SUPPORTED
+    assert _releases.known() == SUPPORTED
 
 
 @pytest.mark.parametrize("version", SUPPORTED)
-def test_pin_is_one_sha256sum_line_naming_the_upstream_file(version):
-    text = (_sdist.VENDORED / version / "sdist.sha256").read_text()
-    assert re.fullmatch(rf"[0-9a-f]{{64}}  flash_attn-{re.escape(version)}\.tar\.gz\n", text)
+def test_pin_is_a_sha256_naming_the_upstream_file(version):
+    release = _releases.release(version)
+    assert re.fullmatch(r"[0-9a-f]{64}", release.sha256)
+    assert release.sdist == f"flash_attn-{version}.tar.gz"
 
 
 @pytest.fixture(scope="session")
@@ -57,7 +58,8 @@ def upstream_sdists(request) -> Path:
     once by fa-shim's own downloader into pytest's cache (kept between runs), all verified."""
     directory = request.config.cache.mkdir("fa-shim-upstream-sdists")
     for version in SUPPORTED:
-        digest, filename = _sdist.pinned_sha256(version)
+        release = _releases.release(version)
+        digest, filename = release.sha256, release.sdist
         target = directory / filename
         if target.is_file() and _sdist.sha256_of(target) == digest:
             continue
@@ -141,7 +143,7 @@ def test_prepare_under_torch_2_11(version, torch211_python, upstream_sdists, tmp
     )
     prov = summary["provenance"]
     assert prov["sdist"]["pinned"] is True
-    assert prov["sdist"]["sha256"] == _sdist.pinned_sha256(version)[0]
+    assert prov["sdist"]["sha256"] == _releases.release(version).sha256
     assert [p["name"] for p in prov["patches"]] == [p.name for p in _patches.patches_for(version)]
     assert prov["torch"]["version"].startswith("2.11.0")
     assert summary["wheel"].startswith(f"flash_attn-{version}+cu130torch2.11cxx11abiTRUE-cp")
