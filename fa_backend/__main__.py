@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import os
+import shutil
+import subprocess
 import sys
+from pathlib import Path
 
-from ._errors import boundary
+from ._errors import FaShimError, boundary
 
 
 def _pair(text: str) -> tuple[str, str]:
@@ -13,6 +17,32 @@ def _pair(text: str) -> tuple[str, str]:
     if not sep or not key:
         raise argparse.ArgumentTypeError(f"{text!r} is not KEY=VALUE (e.g. -C max-jobs=8)")
     return key, value
+
+
+def _delegate(python: str, argv: list[str]) -> int:
+    """Run `python -m fa_backend ARGV` in another interpreter (its torch, its tags), this
+    checkout's fa_backend first on its path; its report and exit status are ours."""
+    exe = shutil.which(python) or python
+    if not (os.path.isfile(exe) and os.access(exe, os.X_OK)):
+        raise FaShimError(
+            f"--python {python} is not an executable interpreter.",
+            fix="pass the python of the environment to check, e.g. --python /path/venv/bin/python.",
+        )
+    env = dict(os.environ)
+    root = str(Path(__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+    probe = subprocess.run(
+        [exe, "-c", "import elftools, packaging"], env=env, capture_output=True, text=True
+    )
+    if probe.returncode != 0:
+        raise FaShimError(
+            f"{exe} cannot run fa-shim's checks: {probe.stderr.strip().splitlines()[-1:]}.",
+            fix=f"install what they read ELF and tags with: `{exe} -m pip install pyelftools "
+            "packaging`.",
+        )
+    sys.stdout.flush()
+    sys.stderr.flush()
+    return subprocess.run([exe, "-m", "fa_backend", *argv], env=env).returncode
 
 
 def _settings(args: argparse.Namespace) -> int:
@@ -25,7 +55,6 @@ def _settings(args: argparse.Namespace) -> int:
 def _prepare(args: argparse.Namespace) -> int:
     """Extract, patch, inject and let torch write build.ninja, without compiling anything."""
     import json
-    from pathlib import Path
 
     from . import _build
 
@@ -54,7 +83,7 @@ def _verify(args: argparse.Namespace) -> int:
     from . import _verify
 
     if args.python:
-        return _verify.delegate(args.python, ["verify", args.path, *(["--json"] * args.json)])
+        return _delegate(args.python, ["verify", args.path, *(["--json"] * args.json)])
     report = _verify.verify_path(args.path)
     print(json.dumps(report.as_dict(), indent=1) if args.json else report.render())
     return 0 if report.ok else 1
@@ -67,7 +96,7 @@ def _doctor(args: argparse.Namespace) -> int:
     from . import _doctor
 
     if args.python:
-        return _doctor.delegate(args.python, args.json)
+        return _delegate(args.python, ["doctor", *(["--json"] * args.json)])
     report = _doctor.diagnose()
     print(json.dumps(report.as_dict(), indent=1) if args.json else report.render())
     return 0 if report.ok else 1

@@ -1,8 +1,9 @@
 """`python -m fa_backend doctor`: what a build here would use, and what is wrong with it.
 
-Every finding comes from the same code the build runs (settings, torch probe, nvcc choice) or
-from a real probe of the tool (the host compiler preprocesses <string>; ninja --version); each
-problem carries its fix. Errors would stop or break a build; warnings are worth knowing.
+Every finding comes from the same code the build runs (settings, torch probe, nvcc choice,
+architecture choice, and its toolchain step for the compile jobs) or from a real probe of the
+tool (the host compiler preprocesses <string>; ninja --version); each problem carries its fix.
+Errors would stop or break a build; warnings are worth knowing.
 """
 
 from __future__ import annotations
@@ -16,61 +17,55 @@ import subprocess
 import sys
 from pathlib import Path
 
-from . import _archs, _jobs, _log, _metadata, _settings, _toolchain, _torch, _verify
+from . import _archs, _build, _jobs, _log, _metadata, _settings, _toolchain, _torch, _verify
 from ._errors import FaShimError
+from ._fatbin import CudaCode
+from ._report import ERROR, WARNING, Check, Report, plural
+from ._verify_checks import REBUILD
 
 GIB = 1024**3
 ROOT = Path(__file__).resolve().parent.parent
-ERROR, WARNING = "error", "warning"
 
 
 @dataclasses.dataclass
-class Problem:
-    severity: str
-    cause: str
-    fix: str
+class DoctorReport(Report):
+    """What a build would use (a line and a --json section per topic) and the problems found:
+    Checks named after their section, with status ERROR or WARNING."""
 
-
-@dataclasses.dataclass
-class DoctorReport:
     sections: dict[str, dict] = dataclasses.field(default_factory=dict)
     lines: list[tuple[str, str]] = dataclasses.field(default_factory=list)
-    problems: list[Problem] = dataclasses.field(default_factory=list)
-
-    @property
-    def ok(self) -> bool:
-        return not any(p.severity == ERROR for p in self.problems)
+    checks: list[Check] = dataclasses.field(default_factory=list)
 
     def add(self, section: str, data: dict, *lines: str) -> None:
         self.sections[section] = data
         for i, line in enumerate(lines):
             self.lines.append((section if i == 0 else "", line))
 
-    def problem(self, severity: str, cause: str, fix: str) -> None:
-        self.problems.append(Problem(severity, cause, fix))
+    def problem(self, section: str, severity: str, cause: str, fix: str) -> None:
+        self.checks.append(Check(section, severity, cause, fix=fix))
 
-    def render(self) -> str:
-        out = [f"fa-shim doctor: what `pip install --no-build-isolation {ROOT}` would use here"]
-        out += [f"  {label:11} {text}" for label, text in self.lines]
-        if self.problems:
-            out.append("problems:")
-            for p in sorted(self.problems, key=lambda p: p.severity != ERROR):
-                out += _verify._wrap(f"{p.severity}: {p.cause}", "  ", "    ")
-                out += _verify._wrap(f"fix: {p.fix}", "    ", "      ")
-        errors = sum(p.severity == ERROR for p in self.problems)
-        warnings = len(self.problems) - errors
-        out.append(
-            "result: "
-            + ("OK" if not errors else "PROBLEMS")
-            + f" ({errors} error{'s' * (errors != 1)}, {warnings} warning{'s' * (warnings != 1)})"
-        )
-        return "\n".join(out)
+    def heading(self) -> list[str]:
+        head = f"fa-shim doctor: what `pip install --no-build-isolation {ROOT}` would use here"
+        return [head, *(f"  {label:11} {text}" for label, text in self.lines)]
+
+    def body(self) -> list[str]:
+        if not self.checks:
+            return []
+        ordered = sorted(self.checks, key=lambda p: p.status != ERROR)  # errors first
+        return ["problems:", *(x for p in ordered for x in p.lines("  ", "    ", f"{p.status}: "))]
+
+    def summary(self) -> str:
+        errors, warnings = self.count(ERROR), self.count(WARNING)
+        counts = f"{plural(errors, 'error')}, {plural(warnings, 'warning')}"
+        return f"{'PROBLEMS' if errors else 'OK'} ({counts})"
 
     def as_dict(self) -> dict:
         return {
             "ok": self.ok,
             **self.sections,
-            "problems": [dataclasses.asdict(p) for p in self.problems],
+            "problems": [
+                {"severity": p.status, "cause": p.summary, "fix": p.fix} for p in self.checks
+            ],
         }
 
 
@@ -107,6 +102,20 @@ def _archs_to_compile(settings, torch, nvcc) -> tuple[list[str], str]:
     return list(choice.targets), str(choice.selection.source)
 
 
+def _build_tools() -> tuple[_build.Tools | None, str]:
+    """The toolchain decisions a build here would make, by the build's own code (_build.plan
+    and _build.toolchain: jobs sized with the number of kernel sources, tu-parts), or why no
+    build could start. Offline: doctor never downloads the sdist."""
+    here = os.getcwd()
+    os.chdir(ROOT)  # pip runs the backend in the project directory: its [tool.fa-shim] counts
+    try:
+        return _build.toolchain(_build.plan({"offline": "true"})), ""
+    except FaShimError as exc:
+        return None, exc.cause.rstrip(".")
+    finally:
+        os.chdir(here)
+
+
 # --------------------------------------------------------------------------------- sections
 
 
@@ -116,7 +125,7 @@ def _python(report: DoctorReport) -> None:
         tag = str(_metadata.wheel_tag())
     except FaShimError as exc:
         tag = "none"
-        report.problem(ERROR, exc.cause, exc.fix or "")
+        report.problem("python", ERROR, exc.cause, exc.fix or "")
     report.add(
         "python",
         {"version": version, "executable": sys.executable, "wheel_tag": tag},
@@ -126,14 +135,11 @@ def _python(report: DoctorReport) -> None:
 
 def _torch_section(report: DoctorReport, settings) -> _torch.TorchInfo | None:
     try:
-        torch = (
-            _torch.probe(settings.torch_python)
-            if getattr(settings, "torch_python", None)
-            else _torch.probe()
-        )
+        # the build's very call: its plan (_build_tools) then reuses this answer
+        torch = _torch.probe(settings.torch_python, settings.resolved_cache_dir / "torch-probes")
     except FaShimError as exc:
         report.add("torch", {"error": exc.cause}, "not found")
-        report.problem(ERROR, exc.cause, exc.fix or "")
+        report.problem("torch", ERROR, exc.cause, exc.fix or "")
         return None
     report.add(
         "torch",
@@ -150,6 +156,7 @@ def _torch_section(report: DoctorReport, settings) -> _torch.TorchInfo | None:
     )
     if not torch.cuda:
         report.problem(
+            "torch",
             ERROR,
             f"torch {torch.version} is a CPU-only build: flash-attn's CUDA kernels cannot be "
             "built or run against it.",
@@ -184,7 +191,7 @@ def _nvcc_section(report: DoctorReport, settings, torch) -> _toolchain.Nvcc | No
         *lines,
     )
     if error is not None:
-        report.problem(ERROR, error.cause, error.fix or "")
+        report.problem("nvcc", ERROR, error.cause, error.fix or "")
     first = found[0] if found else None
     if (
         chosen is not None
@@ -195,6 +202,7 @@ def _nvcc_section(report: DoctorReport, settings, torch) -> _toolchain.Nvcc | No
         and first.version.major != torch.cuda_major
     ):
         report.problem(
+            "nvcc",
             WARNING,
             f"the first nvcc ({first.path}, from {first.origin}) is CUDA {first.version}, torch "
             f"{torch.version} is built with CUDA {torch.cuda}: fa-shim skips it and uses "
@@ -215,6 +223,7 @@ def _compiler_section(report: DoctorReport, torch) -> None:
     if abi is None:
         report.add("compiler", data, f"{cxx}: cannot preprocess <string> ({error})")
         report.problem(
+            "compiler",
             ERROR,
             f"the host C++ compiler `{cxx}` (from {'CXX' if os.environ.get('CXX') else 'c++'}) "
             f"does not work: {error}.",
@@ -230,6 +239,7 @@ def _compiler_section(report: DoctorReport, torch) -> None:
         if std_abi is None:
             std_note = f", REJECTS -std={torch.cxx_std}"
             report.problem(
+                "compiler",
                 ERROR,
                 f"`{cxx}` rejects -std={torch.cxx_std}, which torch {torch.version}'s headers "
                 f"need ({std_error}).",
@@ -243,6 +253,7 @@ def _compiler_section(report: DoctorReport, torch) -> None:
     )
     if torch is not None and abi != torch.abi:
         report.problem(
+            "compiler",
             WARNING,
             f"`{cxx}` defaults to _GLIBCXX_USE_CXX11_ABI={abi}, torch {torch.version} uses "
             f"{torch.abi}. fa-shim passes -D_GLIBCXX_USE_CXX11_ABI={torch.abi} to every compile "
@@ -271,6 +282,7 @@ def _ninja_section(report: DoctorReport) -> None:
     )
     if not (ninja and version):
         report.problem(
+            "ninja",
             ERROR,
             "ninja is not installed or does not run: torch's extension build needs it, and "
             "without it compiles run one at a time.",
@@ -286,10 +298,18 @@ def _machine_and_gpus(report: DoctorReport, settings, torch, nvcc) -> list[_veri
             [],
             "no usable nvcc" if torch is not None and torch.cuda else "no CUDA torch",
         )
+    tools, why = _build_tools() if nvcc is not None else (None, source)
     cores, memory = _jobs.available_cores(), _jobs.available_memory()
-    jobs, threads = _jobs.plan_jobs(
-        cores, memory, len(archs) or 1, settings.max_jobs, settings.nvcc_threads
-    )
+    if tools is not None:  # the build's own decision for this configuration
+        jobs, threads, parts = tools.jobs, tools.nvcc_threads, tools.tu_parts
+        sized = "the build's own sizing for this configuration" + (
+            f", each forward kernel source in {parts} parts" if parts > 1 else ""
+        )
+    else:  # no build could start here: what a full build would get
+        jobs, threads = _jobs.plan_jobs(
+            cores, memory, len(archs) or 1, settings.max_jobs, settings.nvcc_threads
+        )
+        parts, sized = None, f"sized for a full build: {why}"
     report.add(
         "machine",
         {
@@ -297,13 +317,16 @@ def _machine_and_gpus(report: DoctorReport, settings, torch, nvcc) -> list[_veri
             "available_memory_gib": round(memory / GIB, 1),
             "jobs": jobs,
             "nvcc_threads": threads,
+            "tu_parts": parts,
+            "sized": sized,
         },
         f"{cores} cores, {memory / GIB:.1f} GiB available -> {jobs} compile job(s) x "
         f"{threads} nvcc thread(s)",
-        "(sized from cores and available memory; override with -C max-jobs=N -C nvcc-threads=N)",
+        f"({sized}; override with -C max-jobs=N -C nvcc-threads=N)",
     )
     if memory < _jobs.job_bytes(1):
         report.problem(
+            "machine",
             WARNING,
             f"only {memory / GIB:.1f} GiB of memory is available; one nvcc job compiling a "
             f"flash-attn kernel may take {_jobs.job_bytes(1) / GIB:.0f} GiB and the build may "
@@ -337,18 +360,17 @@ def _machine_and_gpus(report: DoctorReport, settings, torch, nvcc) -> list[_veri
         f"a build would compile {compiled}",
     )
     for gpu in gpus or []:
-        if gpu.sm < 80:
+        if gpu.sm < _archs.MIN_ARCH:
             report.problem(
+                "gpus",
                 ERROR,
                 f"GPU {gpu.index} ({gpu.name}) has compute capability {gpu.capability[0]}."
                 f"{gpu.capability[1]}; flash-attn 2 needs 8.0 (Ampere) or newer.",
                 "run on an Ampere, Ada, Hopper or Blackwell GPU.",
             )
-        elif archs and not any(
-            _verify.CudaCode(int(re.sub(r"\D", "", a)), re.sub(r"\d", "", a), False).runs_on(gpu.sm)
-            for a in archs
-        ):
+        elif archs and not any(CudaCode.sass(a).runs_on(gpu.sm) for a in archs):
             report.problem(
+                "gpus",
                 ERROR,
                 f"a build would compile sm_{', sm_'.join(archs)}, none of which runs on GPU "
                 f"{gpu.index} ({gpu.name}, sm_{gpu.sm}).",
@@ -377,7 +399,7 @@ def _installed_section(report: DoctorReport, torch, gpus) -> None:
         result = _verify.verify_path("flash_attn", torch, gpus)
     except FaShimError as exc:
         report.add("flash_attn", {"installed": True, "error": exc.cause}, f"{dist.version}: ?")
-        report.problem(ERROR, exc.cause, exc.fix or "")
+        report.problem("flash_attn", ERROR, exc.cause, exc.fix or "")
         return
     failed = [c.name for c in result.failures]
     report.add(
@@ -395,10 +417,11 @@ def _installed_section(report: DoctorReport, torch, gpus) -> None:
     if failed:
         first = result.failures[0]
         report.problem(
+            "flash_attn",
             ERROR,
             f"the installed flash-attn {dist.version} does not fit torch {torch.version}: "
             + "; ".join(f"{c.name}: {c.summary}" for c in result.failures),
-            (first.fix or _verify.REBUILD) + " (details: `python -m fa_backend verify flash_attn`)",
+            (first.fix or REBUILD) + " (details: `python -m fa_backend verify flash_attn`)",
         )
 
 
@@ -408,7 +431,7 @@ def diagnose() -> DoctorReport:
     try:
         settings = _settings.load(None, project_dir=ROOT)
     except FaShimError as exc:
-        report.problem(ERROR, exc.cause, exc.fix or "")
+        report.problem("settings", ERROR, exc.cause, exc.fix or "")
         settings = _settings.Settings()
     report.sections["flash_attn_version"] = settings.flash_attn_version
     torch = _torch_section(report, settings)
@@ -418,7 +441,3 @@ def diagnose() -> DoctorReport:
     gpus = _machine_and_gpus(report, settings, torch, nvcc)
     _installed_section(report, torch, gpus)
     return report
-
-
-def delegate(python: str, as_json: bool) -> int:
-    return _verify.delegate(python, ["doctor", *(["--json"] if as_json else [])])

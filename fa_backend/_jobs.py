@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 GIB = 1024**3
 JOB_BYTES_ONE_ARCH = 6 * GIB  # top of the measured 4-6 GB: an OOM costs more than a slower build
 JOB_BYTES_PER_EXTRA_ARCH = 1 * GIB  # 6 + 3 = 9 GB at 4 concurrent archs, upstream's figure
+CGROUP = Path("/sys/fs/cgroup")
 
 
 def job_bytes(concurrent_archs: int) -> int:
@@ -73,7 +74,7 @@ def plan_jobs(
 # ------------------------------------------------------------------------------- the machine
 
 
-def _read(path: str) -> str | None:
+def _read(path: str | Path) -> str | None:
     try:
         return Path(path).read_text().strip()
     except OSError:
@@ -104,18 +105,24 @@ def available_memory() -> int:
         meminfo = _read("/proc/meminfo") or ""
         line = next((x for x in meminfo.splitlines() if x.startswith("MemAvailable:")), None)
         available = int(line.split()[1]) * 1024 if line else 8 * GIB
+    left = cgroup_memory_left()
+    if left is not None:
+        available = min(available, left)
+    return available
+
+
+def cgroup_memory_left(root: Path = CGROUP) -> int | None:
+    """What this cgroup's memory limit leaves (limit minus usage), or None without a limit:
+    cgroup v2 memory.max ("max": none) and memory.current, else cgroup v1's
+    memory/memory.limit_in_bytes (a number near 2**63: none) and memory.usage_in_bytes."""
     for limit_file, usage_file in (
-        ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),  # cgroup v2
-        (
-            "/sys/fs/cgroup/memory/memory.limit_in_bytes",  # cgroup v1
-            "/sys/fs/cgroup/memory/memory.usage_in_bytes",
-        ),
+        (root / "memory.max", root / "memory.current"),
+        (root / "memory" / "memory.limit_in_bytes", root / "memory" / "memory.usage_in_bytes"),
     ):
         limit, usage = _read(limit_file), _read(usage_file)
         if limit and usage and limit.isdigit() and usage.isdigit() and int(limit) < 2**60:
-            available = min(available, max(0, int(limit) - int(usage)))
-            break
-    return available
+            return max(0, int(limit) - int(usage))
+    return None
 
 
 def env_for(settings: Settings, n_archs: int, n_sources: int | None = None) -> dict[str, str]:

@@ -51,14 +51,21 @@ class Settings:
         "Directory holding upstream sdists (shared storage, e.g. /efs/shared/flash-attn).",
     )
     cache_dir: Path | None = _setting(
-        None, "path", "fa-shim's cache of downloaded sdists (default: $XDG_CACHE_HOME/fa-shim)."
+        None,
+        "path",
+        "fa-shim's cache (default: $XDG_CACHE_HOME/fa-shim, else ~/.cache/fa-shim): downloaded "
+        "sdists (`sdists/`), build logs (`logs/`), torch's probed facts (`torch-probes/`) and, "
+        "unless wheel-cache-dir is set, finished wheels (`wheels/`).",
     )
     offline: bool = _setting(False, "bool", "Never download; fail if no local sdist is found.")
     allow_unknown_version: bool = _setting(
         False, "bool", "Build a flash-attn version that has no pinned sha256 in vendored_patches/."
     )
     cuda_archs: tuple[str, ...] = _setting(
-        (), "archs", "CUDA architectures to compile, e.g. `90` or `80;90` (default: upstream's)."
+        (),
+        "archs",
+        "CUDA architectures to compile, e.g. `90` or `80;90` (default: the visible GPUs', else "
+        "TORCH_CUDA_ARCH_LIST, else torch's own list, else upstream's; below 8.0 dropped).",
     )
     nvcc: Path | None = _setting(
         None, "path", "The nvcc to use (default: the first one whose CUDA major matches torch)."

@@ -8,9 +8,9 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import PY, REPO, SAMPLE, TOOLS, run
+from conftest import PY, REPO, SAMPLE, SHARED_SDISTS, TOOLS, run
 
-from fa_backend import _doctor
+from fa_backend import _build, _doctor
 
 OLD_ABI_CXX = str(TOOLS / "oldabi-g++")
 CUDA13 = Path("/usr/local/cuda-13.0")
@@ -122,6 +122,37 @@ def test_a_bad_setting_is_reported_and_the_rest_still_runs(cuda_torch_python):
     assert any("max-jobs" in p["cause"] for p in data["problems"]), data["problems"]
     assert data["torch"]["version"] == "2.11.0+cu130" and data["nvcc"]["chosen"]
     assert data["gpus"]["archs_source"] == "unknown: no flash-attn version configured"
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not CUDA13.is_dir(), reason="needs the CUDA 13.0 toolkit")
+@pytest.mark.skipif(not SHARED_SDISTS.is_dir(), reason="needs the shared upstream sdists")
+def test_jobs_are_the_builds_own_for_a_tailored_set(cuda_torch_python, tmp_path, monkeypatch):
+    """The inference set with -C max-jobs=8: doctor reports the jobs, threads and tu-parts the
+    build's toolchain step chooses (8 jobs leave idle slots for 4 sources: 2 parts each)."""
+    settings = {
+        "FA_SHIM_TORCH_PYTHON": str(cuda_torch_python),
+        "FA_SHIM_SDIST_DIR": str(SHARED_SDISTS),
+        "FA_SHIM_CACHE_DIR": str(tmp_path / "cache"),
+        "FA_SHIM_HEAD_DIMS": "128",
+        "FA_SHIM_DTYPES": "bf16",
+        "FA_SHIM_FORWARD_ONLY": "true",
+        "FA_SHIM_MAX_JOBS": "8",
+    }
+    proc = doctor("--json", **settings)
+    machine = json.loads(proc.stdout)["machine"]
+
+    for name, value in settings.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.chdir(REPO)
+    tools = _build.toolchain(_build.plan(None))  # what `pip install` would decide here
+    assert (machine["jobs"], machine["nvcc_threads"], machine["tu_parts"]) == (
+        tools.jobs,
+        tools.nvcc_threads,
+        tools.tu_parts,
+    )
+    assert machine["jobs"] == 8 and machine["tu_parts"] == 2
+    assert "each forward kernel source in 2 parts" in doctor(**settings).stdout
 
 
 @pytest.mark.slow

@@ -161,7 +161,7 @@ def test_one_byte_changed_sdist_is_refused(tmp_path):
     assert f"replace it with the original {SDIST_283.name} from PyPI" in err
 
 
-def test_a_damaged_sdist_in_fa_shims_cache_is_deleted_and_fetched_again(tmp_path):
+def test_a_damaged_sdist_in_fa_shims_cache_is_refused_naming_the_file_to_delete(tmp_path):
     cache = tmp_path / "cache"
     bad = cache / "sdists" / SDIST_283.name
     bad.parent.mkdir(parents=True)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import tomllib
-from conftest import REPO, SAMPLE_VERSION
+from conftest import REPO, SAMPLE, SAMPLE_VERSION
 from packaging import tags
 from packaging.utils import parse_wheel_filename
 from pyproject_hooks import BuildBackendHookCaller
@@ -82,6 +82,14 @@ def test_wheel_name_and_tags(built):
     with zipfile.ZipFile(built["wheel"]) as zf:
         wheel_meta = zf.read(f"{built['dist_info']}/WHEEL").decode()
     assert f"Tag: {tag}" in wheel_meta and "Root-Is-Purelib: false" in wheel_meta
+
+
+def test_upstreams_license_files_travel_into_the_wheel(built):
+    """setuptools puts upstream's LICENSE in its wheel's <dist-info>/licenses/; the repack keeps
+    it under fa-shim's dist-info."""
+    with zipfile.ZipFile(built["wheel"]) as zf:
+        carried = zf.read(f"{built['dist_info']}/licenses/LICENSE")
+    assert carried == (SAMPLE / "LICENSE").read_bytes()
 
 
 def test_record_lists_every_file_with_its_hash(built):

@@ -18,6 +18,7 @@ import pytest
 from conftest import PY, REPO, SAMPLE_VERSION, pack_sample, run
 
 from fa_backend import _index
+from fa_backend._errors import FaShimError
 
 
 @pytest.fixture
@@ -162,3 +163,111 @@ def test_without_pip_the_pip_and_uv_index_variables_are_read(tmp_path, monkeypat
     }
     monkeypatch.setenv("PIP_INDEX_URL", "https://pip.example/simple")  # pip's own name first
     assert _index.pip_config()["index-url"] == "https://pip.example/simple"
+
+
+# ------------------------------------------- the client itself: PEP 691 JSON and file:// indexes
+
+JSON_TYPE = "application/vnd.pypi.simple.v1+json"
+
+
+class _JsonIndex(http.server.SimpleHTTPRequestHandler):
+    """A PEP 691 index: the project page only as JSON (there is no HTML page to fall back on);
+    the server records the Accept header of each page request."""
+
+    def do_GET(self):
+        if self.path.rstrip("/") != "/simple/flash-attn":
+            super().do_GET()  # the files
+            return
+        self.server.accepts.append(self.headers.get("Accept", ""))
+        files = sorted(Path(self.directory, "files").iterdir())
+        body = json.dumps(
+            {
+                "meta": {"api-version": "1.0"},
+                "name": "flash-attn",
+                "files": [
+                    {
+                        "filename": p.name,
+                        "url": f"../../files/{p.name}",
+                        "hashes": {"sha256": (Path(self.directory, "hashes") / p.name).read_text()},
+                    }
+                    for p in files
+                ],
+            }
+        ).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", JSON_TYPE)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+@pytest.fixture
+def json_index(tmp_path):
+    root = tmp_path / "json-index"
+    sdist = pack_sample(root / "files")
+    pack_sample(root / "files", "0.2.0")
+    (root / "files" / f"flash_attn-{SAMPLE_VERSION}-py3-none-any.whl").write_bytes(b"decoy")
+    (root / "hashes").mkdir()
+    for p in (root / "files").iterdir():
+        (root / "hashes" / p.name).write_text(hashlib.sha256(p.read_bytes()).hexdigest())
+    handler = functools.partial(_JsonIndex, directory=str(root))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server.accepts = []
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_port}/simple"
+    yield {"url": url, "sdist": sdist, "root": root, "accepts": server.accepts}
+    server.shutdown()
+    server.server_close()
+
+
+def _only_index(monkeypatch, url: str) -> None:
+    """pip configured for exactly this index, as a user would (no config file, PIP_INDEX_URL)."""
+    monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
+    monkeypatch.setenv("PIP_INDEX_URL", url)
+    monkeypatch.setenv("PIP_EXTRA_INDEX_URL", "")
+    monkeypatch.delenv("PIP_NO_INDEX", raising=False)
+
+
+def test_a_pep_691_json_index_is_asked_for_json_and_its_sdist_downloaded(
+    json_index, tmp_path, monkeypatch
+):
+    _only_index(monkeypatch, json_index["url"])
+    url, sha = _index.find_sdist_url(json_index["url"], SAMPLE_VERSION, {})
+    assert url.endswith(f"/files/flash_attn-{SAMPLE_VERSION}.tar.gz")  # not the wheel, not 0.2.0
+    assert sha == hashlib.sha256(json_index["sdist"].read_bytes()).hexdigest()
+    assert JSON_TYPE in json_index["accepts"][0]
+
+    got = _index.download(SAMPLE_VERSION, tmp_path / "dest")
+    assert got == tmp_path / "dest" / json_index["sdist"].name
+    assert got.read_bytes() == json_index["sdist"].read_bytes()
+
+
+def test_a_json_index_whose_hash_differs_from_the_bytes_is_refused(
+    json_index, tmp_path, monkeypatch
+):
+    (json_index["root"] / "hashes" / json_index["sdist"].name).write_text("0" * 64)
+    _only_index(monkeypatch, json_index["url"])
+    with pytest.raises(FaShimError) as caught:
+        _index.download(SAMPLE_VERSION, tmp_path / "dest")
+    assert "the index's sha256 does not match the downloaded bytes" in caught.value.details
+    assert not (tmp_path / "dest").exists() or not list((tmp_path / "dest").iterdir())
+
+
+def test_a_file_url_simple_index_on_disk(tmp_path, monkeypatch):
+    """index-url = file:///shared/simple: a PEP 503 tree of directories and index.html files."""
+    root = tmp_path / "on-disk"
+    sdist = pack_sample(root / "files")
+    (root / "files" / f"flash_attn-{SAMPLE_VERSION}-py3-none-any.whl").write_bytes(b"decoy")
+    _write_page(root)
+    url = (root / "simple").as_uri()
+    _only_index(monkeypatch, url)
+    found, sha = _index.find_sdist_url(url, SAMPLE_VERSION, {})
+    assert found == (root / "files" / sdist.name).as_uri()
+    assert sha == hashlib.sha256(sdist.read_bytes()).hexdigest()
+    got = _index.download(SAMPLE_VERSION, tmp_path / "dest", pinned_sha256=sha)
+    assert got.read_bytes() == sdist.read_bytes()
+
+    with pytest.raises(FaShimError) as caught:  # the pin is checked on file:// bytes too
+        _index.download(SAMPLE_VERSION, tmp_path / "dest2", pinned_sha256="0" * 64)
+    assert f"is not the upstream release's {'0' * 64}" in caught.value.details
+    assert not (tmp_path / "dest2").exists()

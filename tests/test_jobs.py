@@ -78,3 +78,42 @@ def test_env_for_uses_settings(capsys):
     env = _jobs.env_for(Settings(max_jobs=3, nvcc_threads=2), n_archs=2)
     assert env == {"MAX_JOBS": "3", "NVCC_THREADS": "2"}
     assert "3 compile job(s) x 2 nvcc thread(s)" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------ the cgroup's memory limit (files)
+
+
+def _cgroup(root, files: dict[str, str]):
+    """A directory laid out like /sys/fs/cgroup, holding these files (kernel-style: newline)."""
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text + "\n")
+    return root
+
+
+def test_cgroup_v2_limit_minus_usage(tmp_path):
+    root = _cgroup(tmp_path, {"memory.max": str(16 * GIB), "memory.current": str(10 * GIB)})
+    assert _jobs.cgroup_memory_left(root) == 6 * GIB
+
+
+def test_cgroup_v2_max_is_no_limit(tmp_path):
+    root = _cgroup(tmp_path, {"memory.max": "max", "memory.current": str(3 * GIB)})
+    assert _jobs.cgroup_memory_left(root) is None
+
+
+def test_cgroup_v1_limit_and_its_no_limit_value(tmp_path):
+    v1 = {"memory/memory.limit_in_bytes": str(8 * GIB), "memory/memory.usage_in_bytes": str(GIB)}
+    assert _jobs.cgroup_memory_left(_cgroup(tmp_path / "a", v1)) == 7 * GIB
+    unlimited = {**v1, "memory/memory.limit_in_bytes": "9223372036854771712"}  # v1's "none"
+    assert _jobs.cgroup_memory_left(_cgroup(tmp_path / "b", unlimited)) is None
+
+
+def test_cgroup_usage_over_the_limit_leaves_nothing(tmp_path):
+    root = _cgroup(tmp_path, {"memory.max": str(4 * GIB), "memory.current": str(5 * GIB)})
+    assert _jobs.cgroup_memory_left(root) == 0
+
+
+def test_no_cgroup_files_no_limit(tmp_path):
+    assert _jobs.cgroup_memory_left(tmp_path) is None
+    half = _cgroup(tmp_path / "half", {"memory.max": str(4 * GIB)})  # usage unreadable
+    assert _jobs.cgroup_memory_left(half) is None

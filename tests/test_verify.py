@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from conftest import PY, REPO, SAMPLE, SHARED_SDISTS, TOOLS, run, sample_settings
 
-from fa_backend import _verify
+from fa_backend import _elf, _mangling, _verify, _verify_checks, _verify_targets
 from fa_backend._errors import FaShimError
 
 OLD_ABI_CXX = str(TOOLS / "oldabi-g++")
@@ -60,13 +60,13 @@ def system_torch_lib() -> Path:
     ],
 )
 def test_torch_symbol_and_string_abi_rules(name, torch_owned, abi):
-    assert _verify.is_torch_symbol(name) is torch_owned
-    assert _verify.string_abi(name) == abi
+    assert _mangling.is_torch_symbol(name) is torch_owned
+    assert _mangling.string_abi(name) == abi
 
 
 def test_resolution_uses_torchs_hash_tables():
     """The new-ABI torchCheckFail is exported by this torch's libc10; the old-ABI one is not."""
-    with _verify.TorchExports(system_torch_lib()) as exports:
+    with _elf.TorchExports(system_torch_lib()) as exports:
         assert "libc10.so" in exports.libs and "libtorch_cpu.so" in exports.libs
         assert exports.provider(CHECK_FAIL_NEW) == "libc10.so"
         assert exports.provider(CHECK_FAIL_OLD) is None
@@ -105,7 +105,7 @@ def test_fatbin_archs_of_a_real_nvcc_build(tmp_path):
          "-gencode", "arch=compute_90a,code=sm_90a",
          "-gencode", "arch=compute_120,code=compute_120"]
     )  # fmt: skip
-    elf = _verify.read_module(module)
+    elf = _elf.read_module(module)
     codes = elf.cuda
     assert [str(c) for c in codes] == ["sm_80", "sm_90a", "compute_120"]
     cuobjdump = NVCC.parent / "cuobjdump"
@@ -113,14 +113,14 @@ def test_fatbin_archs_of_a_real_nvcc_build(tmp_path):
         listed = run([cuobjdump, "--list-elf", module]).stdout
         assert "sm_80" in listed and "sm_90a" in listed
 
-    target = _verify._Target(str(module), "module", None, "", [("k.so", module)], None)
+    target = _verify_targets.Target(str(module), "module", None, "", [("k.so", module)], None)
     torch = _verify.torch_here()
 
     def archs(gpus, provenance=None):
         target.provenance = provenance
-        return _verify.check_archs([elf], target, torch, gpus)
+        return _verify_checks.check_archs([elf], target, torch, gpus)
 
-    gpu = lambda sm: _verify.Gpu(0, f"GPU sm_{sm}", divmod(sm, 10))  # noqa: E731
+    gpu = lambda sm: _verify_checks.Gpu(0, f"GPU sm_{sm}", divmod(sm, 10))  # noqa: E731
     assert archs(None).status == "pass"
     assert archs([gpu(86)]).status == "pass"  # sm_80 SASS runs on 8.6
     assert archs([gpu(90)]).status == "pass"  # sm_90a runs on exactly 9.0

@@ -1,0 +1,88 @@
+"""The report model `verify` and `doctor` share: findings, each with a status, a summary,
+details and a fix, rendered as wrapped text for a terminal or as a dict for --json.
+
+verify's checks pass, fail or are skipped; doctor's problems are errors or warnings. A report is
+ok when no finding failed or is an error.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import textwrap
+
+PASS, FAIL, SKIP = "pass", "fail", "skip"  # verify's checks
+ERROR, WARNING = "error", "warning"  # doctor's problems
+_BLOCKING = (FAIL, ERROR)
+WIDTH = 100
+
+
+def wrap(text: str, first: str, rest: str) -> list[str]:
+    """text in lines of WIDTH, the first indented by first, the others by rest (words and
+    hyphenated names kept whole: commands and paths stay copyable)."""
+    return textwrap.wrap(
+        text,
+        WIDTH,
+        initial_indent=first,
+        subsequent_indent=rest,
+        break_on_hyphens=False,
+        break_long_words=False,
+    )
+
+
+def plural(count: int, word: str) -> str:
+    return f"{count} {word}{'' if count == 1 else 's'}"
+
+
+@dataclasses.dataclass
+class Check:
+    """One finding: a check of verify, or a problem doctor found (status ERROR or WARNING)."""
+
+    name: str
+    status: str
+    summary: str
+    details: list[str] = dataclasses.field(default_factory=list)
+    fix: str | None = None
+
+    def lines(self, head: str, indent: str, label: str = "") -> list[str]:
+        """head + label + summary wrapped at indent; details below it; the fix, if any."""
+        out = wrap(label + self.summary, head, indent)
+        out += [indent + "  " + d for d in self.details]
+        if self.fix is not None:
+            out += wrap("fix: " + self.fix, indent, indent + "  ")
+        return out
+
+
+class Report:
+    """Findings under a heading, then one `result:` line. Subclasses are dataclasses holding
+    `checks` and what their heading shows; they say how each part is written."""
+
+    checks: list[Check]
+
+    @property
+    def failures(self) -> list[Check]:
+        return [c for c in self.checks if c.status in _BLOCKING]
+
+    @property
+    def ok(self) -> bool:
+        return not self.failures
+
+    def count(self, status: str) -> int:
+        return sum(c.status == status for c in self.checks)
+
+    def check(self, name: str) -> Check | None:
+        return next((c for c in self.checks if c.name == name), None)
+
+    def heading(self) -> list[str]:
+        raise NotImplementedError
+
+    def body(self) -> list[str]:
+        raise NotImplementedError
+
+    def summary(self) -> str:
+        raise NotImplementedError
+
+    def render(self) -> str:
+        return "\n".join([*self.heading(), *self.body(), f"result: {self.summary()}"])
+
+    def as_dict(self) -> dict:
+        raise NotImplementedError
