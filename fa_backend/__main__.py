@@ -27,13 +27,18 @@ def _prepare(args: argparse.Namespace) -> int:
     import json
     from pathlib import Path
 
-    from . import _build
+    from . import _build, _estimate, _jobs, _log
 
     config = dict(args.config_setting)
     plan = _build.plan(config)
     out = Path(args.build_dir).absolute()
     out.mkdir(parents=True, exist_ok=True)
     prep = _build.prepare(plan, out)
+    estimate = _estimate.preview(
+        plan, prep.tools, _estimate.build_sources(prep.commands), _jobs.available_cores()
+    )
+    for line in estimate.lines:  # what a build would print before compiling
+        _log.info(line)
     summary = {
         "wheel": plan.wheel_name,
         "ninja_file": str(prep.ninja_file),
@@ -42,6 +47,13 @@ def _prepare(args: argparse.Namespace) -> int:
             {"kind": c.kind, "file": c.file, "args": c.args} for c in prep.commands
         ],
         "provenance": _build.provenance(plan, prep),
+        "estimate": {
+            "seconds": round(estimate.seconds),
+            "sources": len(prep.commands),
+            "archs": estimate.machine.archs,
+            "jobs": estimate.machine.jobs,
+            "lines": list(estimate.lines),
+        },
     }
     print(json.dumps(summary, indent=1, default=str))
     return 0
