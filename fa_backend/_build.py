@@ -26,6 +26,7 @@ from . import (
     _log,
     _metadata,
     _patches,
+    _progress,
     _requirements,
     _runner,
     _sdist,
@@ -73,6 +74,7 @@ class Plan:
 def plan(config_settings: _settings.ConfigSettings | None) -> Plan:
     settings = _settings.load(config_settings)
     _log.set_verbose(settings.verbose)
+    _progress.check_mode(settings.progress)  # a typo fails now, not after the prepare step
     _requirements.check()
     why = _atomic.unwritable(settings.resolved_cache_dir)  # sdists and logs go there
     if why:
@@ -410,7 +412,9 @@ def _from_cache(
 
 
 def _compile(plan: Plan, tools: Tools, scratch: Path) -> Path:
-    return compile_wheel(plan, prepare(plan, scratch, tools), scratch)
+    prep = prepare(plan, scratch, tools)
+    with _progress.watching(plan, prep):  # the estimate block, then progress a user can see
+        return compile_wheel(plan, prep, scratch)
 
 
 def repack(plan: Plan, upstream_wheel: Path, target: Path, prov: dict) -> Path:
