@@ -52,6 +52,7 @@ def _prepare(args: argparse.Namespace) -> int:
             "sources": len(prep.commands),
             "archs": estimate.machine.archs,
             "jobs": estimate.machine.jobs,
+            "threads": estimate.machine.threads,
             "lines": list(estimate.lines),
         },
     }

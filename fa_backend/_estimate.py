@@ -54,7 +54,7 @@ N_SWITCHES = 5
 # an assumption, consistent with the stock four-arch objects of run2 (docs/benchmarks.md).
 HOST_SHARE = 0.2
 OVERHEAD_SECONDS = 30  # torch facts, extraction, upstream's prepare, link, repack, verify
-RANGE = (0.8, 1.3)  # the recorded builds fall within it (docs/benchmarks.md, "Estimates")
+RANGE = (0.7, 1.3)  # the recorded builds fall within it but one (docs/benchmarks.md, "Estimates")
 
 _KERNEL = re.compile(
     r"flash_(?P<kind>fwd_split|fwd|bwd)_hdim(?P<hdim>\d+)_(?:fp16|bf16)(?P<causal>_causal)?"
