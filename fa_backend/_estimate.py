@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import heapq
 import math
+import os
 import re
 from collections.abc import Iterable, Sequence
 
@@ -192,6 +193,17 @@ def planned_sources(plan, tools, tailoring=None) -> list[str] | None:
     return [*names, "flash_api.cpp"]
 
 
+def _one_arch(plan, machine: Machine, n_sources: int) -> Machine:
+    """The machine a one-architecture build would get: jobs and threads sized again."""
+    from . import _jobs
+
+    s = plan.settings
+    jobs, threads = _jobs.plan_jobs(
+        machine.cores, _jobs.available_memory(), 1, s.max_jobs, s.nvcc_threads, n_sources
+    )
+    return Machine(jobs, threads, machine.cores, 1)
+
+
 def _suggestions(plan, tools, sources, machine, disabled) -> list[tuple[float, str]]:
     from . import _kernels
 
@@ -200,7 +212,7 @@ def _suggestions(plan, tools, sources, machine, disabled) -> list[tuple[float, s
         one = "90" if "90" in tools.archs.targets else tools.archs.targets[-1]
         options.append(
             (
-                predict(sources, dataclasses.replace(machine, archs=1), disabled),
+                predict(sources, _one_arch(plan, machine, len(sources)), disabled),
                 f"-C cuda-archs={one} (only the GPU you run on: 80 A100/RTX 30-40, 90 H100)",
             )
         )
@@ -252,6 +264,12 @@ def preview(plan, tools, sources: Sequence[str], cores: int) -> Preview:
         f"  estimate: {time_range(seconds)} (a per-source cost model calibrated on measured "
         "builds: docs/benchmarks.md)"
     )
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
+    if load > cores:  # others' work shares the cores: the model assumes them free
+        lines.append(
+            f"  note: this machine is busy (load average {load:.1f} on {cores} core(s)); "
+            "the estimate assumes the cores are free"
+        )
     if seconds > SUGGEST_ABOVE_SECONDS:
         for alt, setting in _suggestions(plan, tools, sources, machine, disabled):
             lines.append(f"  faster: {setting}: {time_range(alt)}")
