@@ -77,11 +77,12 @@ def _doctor(args: argparse.Namespace) -> int:
     """What a build here would use and what is wrong; exit status 1 if anything is."""
     import json
 
-    from . import _doctor
+    from . import _doctor, _log
 
     if args.python:
         return _doctor.delegate(args.python, args.json)
-    report = _doctor.diagnose()
+    with _log.quiet():  # it builds nothing: no "building against torch ..." from here
+        report = _doctor.diagnose()
     print(json.dumps(report.as_dict(), indent=1) if args.json else report.render())
     return 0 if report.ok else 1
 
