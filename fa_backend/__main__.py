@@ -56,13 +56,18 @@ def _prepare(args: argparse.Namespace) -> int:
     """Extract, patch, inject and let torch write build.ninja, without compiling anything."""
     import json
 
-    from . import _build
+    from . import _build, _estimate, _jobs, _log
 
     config = dict(args.config_setting)
     plan = _build.plan(config)
     out = Path(args.build_dir).absolute()
     out.mkdir(parents=True, exist_ok=True)
     prep = _build.prepare(plan, out)
+    estimate = _estimate.preview(
+        plan, prep.tools, _estimate.build_sources(prep.commands), _jobs.available_cores()
+    )
+    for line in estimate.lines:  # what a build would print before compiling
+        _log.info(line)
     summary = {
         "wheel": plan.wheel_name,
         "ninja_file": str(prep.ninja_file),
@@ -71,6 +76,14 @@ def _prepare(args: argparse.Namespace) -> int:
             {"kind": c.kind, "file": c.file, "args": c.args} for c in prep.commands
         ],
         "provenance": _build.provenance(plan, prep),
+        "estimate": {
+            "seconds": round(estimate.seconds),
+            "sources": len(prep.commands),
+            "archs": estimate.machine.archs,
+            "jobs": estimate.machine.jobs,
+            "threads": estimate.machine.threads,
+            "lines": list(estimate.lines),
+        },
     }
     print(json.dumps(summary, indent=1, default=str))
     return 0
@@ -93,11 +106,12 @@ def _doctor(args: argparse.Namespace) -> int:
     """What a build here would use and what is wrong; exit status 1 if anything is."""
     import json
 
-    from . import _doctor
+    from . import _doctor, _log
 
     if args.python:
         return _delegate(args.python, ["doctor", *(["--json"] * args.json)])
-    report = _doctor.diagnose()
+    with _log.quiet():  # it builds nothing: no "building against torch ..." from here
+        report = _doctor.diagnose()
     print(json.dumps(report.as_dict(), indent=1) if args.json else report.render())
     return 0 if report.ok else 1
 

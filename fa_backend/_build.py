@@ -23,6 +23,7 @@ from . import (
     _log,
     _metadata,
     _patches,
+    _progress,
     _releases,
     _requirements,
     _runner,
@@ -58,6 +59,7 @@ __all__ = [
 def plan(config_settings: _settings.ConfigSettings | None) -> Plan:
     settings = _settings.load(config_settings)
     _log.set_verbose(settings.verbose)
+    _progress.check_mode(settings.progress)  # a typo fails now, not after the prepare step
     _requirements.check()
     why = _atomic.unwritable(settings.resolved_cache_dir)  # sdists and logs go there
     if why:
@@ -216,7 +218,8 @@ def run_upstream_build(plan: Plan, prep: Prepared) -> Path:
 def fresh_wheel(plan: Plan, tools: Tools, scratch: Path) -> Path:
     """Prepare, compile, repack and verify: a checked wheel, still in scratch."""
     prep = prepare(plan, scratch, tools)
-    upstream_wheel = run_upstream_build(plan, prep)
+    with _progress.watching(plan, prep):  # the estimate block, then progress a user can see
+        upstream_wheel = run_upstream_build(plan, prep)
     started = time.monotonic()
     wheel = repack(
         plan, upstream_wheel, scratch / "wheel" / plan.wheel_name, provenance(plan, prep)

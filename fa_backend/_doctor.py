@@ -17,7 +17,18 @@ import subprocess
 import sys
 from pathlib import Path
 
-from . import _archs, _build, _jobs, _log, _metadata, _settings, _toolchain, _torch, _verify
+from . import (
+    _archs,
+    _build,
+    _jobs,
+    _log,
+    _metadata,
+    _prediction,
+    _settings,
+    _toolchain,
+    _torch,
+    _verify,
+)
 from ._errors import FaShimError
 from ._fatbin import CudaCode
 from ._report import ERROR, WARNING, Check, Report, plural
@@ -440,4 +451,6 @@ def diagnose() -> DoctorReport:
     _ninja_section(report)
     gpus = _machine_and_gpus(report, settings, torch, nvcc)
     _installed_section(report, torch, gpus)
+    _prediction.requirements_section(report)  # the build's own checks, plan and cache lookup
+    _prediction.build_section(report, ROOT)
     return report

@@ -6,7 +6,7 @@ It runs the compiler (through ccache/sccache when fa-shim chose one: they are si
 words of COMPILER), forwards its output, appends one JSON line with the TU's start, wall time,
 peak RSS and exit status to STATS_FILE (progress, ETA and benchmarks read it), and names a
 compiler death by signal in the log: the OOM killer's SIGKILL otherwise leaves nothing but
-"FAILED:" behind.
+"FAILED:" behind. A line in STATS_FILE.started marks a TU's start (progress shows what runs).
 """
 
 import json
@@ -23,9 +23,17 @@ def _source(args):
     return os.path.basename(sources[-1]) if sources else "?"
 
 
+def started_file(stats_file):
+    """Where a TU's start is recorded (a line each): progress tells running from pending."""
+    return type(stats_file)(str(stats_file) + ".started")
+
+
 def main():
     stats_file, command = sys.argv[1], sys.argv[2:]
     started, start = time.time(), time.monotonic()
+    if _source(command) != "?":  # nvcc's own probes name no source
+        with open(started_file(stats_file), "a") as f:
+            f.write(json.dumps({"source": _source(command), "started": round(started, 2)}) + "\n")
     code = subprocess.call(command)
     seconds = time.monotonic() - start
     peak_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import sys
+from collections.abc import Iterator
 
 _verbose = False
+_quiet = False
 
 
 def set_verbose(value: bool) -> None:
@@ -16,8 +19,20 @@ def is_verbose() -> bool:
     return _verbose
 
 
+@contextlib.contextmanager
+def quiet() -> Iterator[None]:
+    """No info lines meanwhile (warnings still): for commands that report, not build."""
+    global _quiet
+    old, _quiet = _quiet, True
+    try:
+        yield
+    finally:
+        _quiet = old
+
+
 def info(message: str) -> None:
-    print(f"fa-shim: {message}", file=sys.stderr, flush=True)
+    if not _quiet:
+        print(f"fa-shim: {message}", file=sys.stderr, flush=True)
 
 
 def debug(message: str) -> None:

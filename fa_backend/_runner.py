@@ -58,9 +58,11 @@ def run_logged(
     command: list[str], cwd: Path, env: dict[str, str], log: Path, progress_interval: float = 30.0
 ) -> tuple[int, str]:
     """Run to completion; return (exit status, this run's output)."""
+    from . import _progress  # (imports this module)
+
     progress = Progress(progress_interval)
     lines: list[str] = []
-    with log.open("a") as out:
+    with log.open("a", buffering=1) as out:  # whole lines: _progress appends to it too
         proc = subprocess.Popen(
             command,
             cwd=cwd,
@@ -77,7 +79,7 @@ def run_logged(
             if _log.is_verbose():
                 sys.stderr.write(line)
             message = progress.feed(line)
-            if message:
+            if message and not _progress.watching_now():  # else the monitor reports
                 _log.info(message)
         code = proc.wait()
     return code, "".join(lines)

@@ -119,6 +119,13 @@ class Settings:
         False, "bool", "Keep the scratch build directory after a successful build."
     )
     verbose: bool = _setting(False, "bool", "Echo the full upstream build output to stderr.")
+    progress: str = _setting(
+        "auto",
+        "str",
+        "Where build progress goes besides stderr and the log: `auto` (also the terminal, "
+        "updated in place, when the frontend hides the build's output, e.g. pip without -v), "
+        "`tty`, `stderr` (only), `none` (only the log). Never stdout.",
+    )
 
     @property
     def resolved_cache_dir(self) -> Path:

@@ -8,9 +8,19 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import PY, REPO, SAMPLE, SHARED_SDISTS, TOOLS, run
+from conftest import (
+    PY,
+    REPO,
+    SAMPLE,
+    SHARED_SDISTS,
+    TOOLS,
+    make_venv,
+    pip_wheel_cmd,
+    run,
+    sample_settings,
+)
 
-from fa_backend import _build, _doctor
+from fa_backend import _build, _doctor, _settings
 
 OLD_ABI_CXX = str(TOOLS / "oldabi-g++")
 CUDA13 = Path("/usr/local/cuda-13.0")
@@ -171,3 +181,68 @@ def test_doctor_verifies_the_installed_flash_attn(host_venv, tmp_path):
     assert "error: the installed flash-attn 0.1.0 does not fit torch 2.13.0+cpu" in text
     assert "built for the old C++ ABI" in text
     assert "--force-reinstall" in text and "python -m fa_backend verify flash_attn" in text
+
+
+# ------------------------------------------------- the build it predicts (requirements, cache)
+
+
+def test_doctor_reports_the_build_requirements_the_build_would_miss(tmp_path):
+    """The newcomer's venv: pip's setuptools 65.5, no wheel/ninja/psutil/filelock. A
+    --no-build-isolation build stops at once there; doctor says so, with the build's own fix."""
+    python = make_venv(tmp_path / "newcomer", ["packaging", "pyelftools"])
+    proc = doctor("--python", python, "--json")
+    assert proc.returncode == 1, proc.stderr
+    data = json.loads(proc.stdout)
+    unmet = data["requires"]["unmet"]
+    assert any(u.startswith("setuptools>=70 (found ") for u in unmet), unmet
+    assert {"ninja", "psutil", "filelock>=3.12", "wheel>=0.42"} <= set(unmet), unmet
+    stops = [p for p in data["problems"] if "a build would stop at once" in p["cause"]]
+    assert stops and "fa-shim's build requirements are missing" in stops[0]["cause"]
+    assert stops[0]["fix"].startswith(f"{python} -m pip install ")
+    text = doctor("--python", python).stdout
+    assert "  requires    MISSING: setuptools>=70 (found " in text
+
+
+@pytest.mark.slow
+def test_doctor_predicts_the_wheel_cache_hit(host_venv, sample_sdist_dir, tmp_path):
+    """Before the sample's build: not in the cache; after it: 'would be a wheel-cache hit' under
+    the very fingerprint the build stored. No 'building against torch' from doctor."""
+    settings = dict(item.split("=", 1) for item in sample_settings(sample_sdist_dir)[1::2])
+    env = {_settings.env_name(k): v for k, v in settings.items()}
+    env["XDG_CACHE_HOME"] = str(tmp_path / "xdg")
+    before = doctor("--python", host_venv, "--json", **env)
+    assert "building against torch" not in before.stderr, before.stderr
+    build = json.loads(before.stdout)["build"]
+    assert build["cache"] == "miss" and build["wheel"].startswith("flash_attn-0.1.0+cpu"), build
+    run(
+        [*pip_wheel_cmd(host_venv, tmp_path / "w"), "-C", "progress=none"],
+        env={**os.environ, **env},
+    )
+    after = doctor("--python", host_venv, **env)
+    assert "building against torch" not in after.stderr
+    lines = [line for line in after.stdout.splitlines() if "would be a wheel-cache hit" in line]
+    assert lines and str(tmp_path / "xdg" / "fa-shim" / "wheels") in lines[0], after.stdout
+    assert build["wheel"] in lines[0]
+    assert json.loads(doctor("--python", host_venv, "--json", **env).stdout)["build"]["cache"] == (
+        "hit"
+    )
+
+
+@pytest.mark.slow
+def test_doctor_shows_the_estimate_of_the_real_sdist(cuda_torch_python, tmp_path):
+    proc = doctor(
+        "--python",
+        cuda_torch_python,
+        FA_SHIM_SDIST_DIR=str(SHARED_SDISTS),
+        FA_SHIM_CUDA_ARCHS="80",
+        FA_SHIM_HEAD_DIMS="128",
+        FA_SHIM_DTYPES="bf16",
+        FA_SHIM_FORWARD_ONLY="true",
+        XDG_CACHE_HOME=str(tmp_path / "xdg"),
+    )
+    assert "building against torch" not in proc.stderr
+    out = proc.stdout
+    assert "flash_attn-2.8.3+cu130torch2.11cxx11abiTRUE.hdim128.bf16.fwd-cp3" in out
+    assert "would compile 5 source(s) x 1 architecture (kernel set hdim128.bf16.fwd)" in out
+    assert "architectures: 80 from setting cuda-archs -> sm_80" in out
+    assert "estimate: " in out and "not in the wheel cache" in out

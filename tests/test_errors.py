@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gzip
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -247,3 +248,25 @@ def test_pip_reports_the_error_once_and_readably(tmp_path):
     )
     assert proc.returncode != 0
     assert proc.stderr.count("setting 'max-jobs' from config_settings (-C) is 'zero'") == 1
+
+
+@pytest.mark.slow
+def test_missing_setuptools_fix_keeps_torchs_own_constraint(torch211_python, tmp_path):
+    """The newcomer's venv: its own setuptools 65.5 (ensurepip) in front of torch 2.11, which
+    requires setuptools<82. The printed fix must not install a setuptools torch refuses; pip
+    itself, asked the fix with --dry-run, picks one torch accepts."""
+    python = make_venv(tmp_path / "newcomer", [])  # with_pip: setuptools 65.5 of Python 3.11
+    site = run([torch211_python, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"])
+    purelib = run([python, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"])
+    Path(purelib.stdout.strip(), "torch211.pth").write_text(site.stdout.strip() + "\n")
+    own = run([python, "-c", "import setuptools; print(setuptools.__version__)"]).stdout.strip()
+    if int(own.split(".")[0]) >= 70:
+        pytest.skip(f"this Python's ensurepip brings setuptools {own}, not an old one")
+    err = build_wheel(python, tmp_path, {"sdist": str(SDIST_283)})
+    assert f"setuptools>=70 (found {own})" in err
+    assert f"fix: {python} -m pip install 'setuptools<82,>=70'" in err
+    assert "keeps setuptools<82 from torch 2.11.0" in err
+    fix = err.split("fix: ", 1)[1].split(" (keeps", 1)[0]
+    dry = run([*fix.split()[:4], "--dry-run", *(a.strip("'") for a in fix.split()[4:])])
+    chosen = re.search(r"Would install .*\bsetuptools-(\d+)\.", dry.stdout)
+    assert chosen and 70 <= int(chosen.group(1)) < 82, dry.stdout
