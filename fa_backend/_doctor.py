@@ -16,17 +16,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from . import (
-    _archs,
-    _jobs,
-    _log,
-    _metadata,
-    _prediction,
-    _settings,
-    _toolchain,
-    _torch,
-    _verify,
-)
+from . import _archs, _jobs, _log, _metadata, _settings, _toolchain, _torch, _verify
 from ._errors import FaShimError
 
 GIB = 1024**3
@@ -427,7 +417,9 @@ def diagnose() -> DoctorReport:
     _ninja_section(report)
     gpus = _machine_and_gpus(report, settings, torch, nvcc)
     _installed_section(report, torch, gpus)
-    _prediction.requirements_section(report)  # the build's own checks, plan and cache lookup
+    from . import _prediction  # the build's own checks, plan and cache lookup
+
+    _prediction.requirements_section(report)
     _prediction.build_section(report, ROOT)
     return report
 
