@@ -117,14 +117,11 @@ def _build_tools() -> tuple[_build.Tools | None, str]:
     """The toolchain decisions a build here would make, by the build's own code (_build.plan
     and _build.toolchain: jobs sized with the number of kernel sources, tu-parts), or why no
     build could start. Offline: doctor never downloads the sdist."""
-    here = os.getcwd()
-    os.chdir(ROOT)  # pip runs the backend in the project directory: its [tool.fa-shim] counts
     try:
-        return _build.toolchain(_build.plan({"offline": "true"})), ""
+        with _prediction.in_project(ROOT):  # pip runs the backend there: its [tool.fa-shim]
+            return _build.toolchain(_build.plan({"offline": "true"})), ""
     except FaShimError as exc:
         return None, exc.cause.rstrip(".")
-    finally:
-        os.chdir(here)
 
 
 # --------------------------------------------------------------------------------- sections
@@ -305,10 +302,8 @@ def _machine_and_gpus(report: DoctorReport, settings, torch, nvcc) -> list[_veri
     if nvcc is not None:
         archs, source = _archs_to_compile(settings, torch, nvcc)
     else:
-        archs, source = (
-            [],
-            "no usable nvcc" if torch is not None and torch.cuda else "no CUDA torch",
-        )
+        archs = []
+        source = "no usable nvcc" if torch is not None and torch.cuda else "no CUDA torch"
     tools, why = _build_tools() if nvcc is not None else (None, source)
     cores, memory = _jobs.available_cores(), _jobs.available_memory()
     if tools is not None:  # the build's own decision for this configuration

@@ -20,7 +20,7 @@ HIT_SECONDS = "3-5 s"  # recorded cache hits (docs/benchmarks.md): the copy and 
 
 
 @contextlib.contextmanager
-def _cwd(path: Path) -> Iterator[None]:
+def in_project(path: Path) -> Iterator[None]:
     """The build reads [tool.fa-shim] of the project it runs in (cwd)."""
     old = os.getcwd()
     os.chdir(path)
@@ -57,7 +57,7 @@ def build_section(report, project: Path) -> None:
     """The wheel, kernel set, architectures, estimate and wheel-cache state of a build here."""
     data: dict = {}
     try:
-        with _cwd(project):
+        with in_project(project):
             plan = _build.plan({"offline": "true"})  # doctor never downloads
     except FaShimError as exc:
         if "and offline is set" in exc.cause:  # not local: a build fetches it first
