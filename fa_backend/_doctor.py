@@ -3,7 +3,6 @@
 Every finding comes from the same code the build runs (settings, torch probe, nvcc choice,
 architecture choice, and its toolchain step for the compile jobs) or from a real probe of the
 tool (the host compiler preprocesses <string>; ninja --version); each problem carries its fix.
-Errors would stop or break a build; warnings are worth knowing.
 """
 
 from __future__ import annotations
