@@ -10,7 +10,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from . import _log, _runner, _tu_parts
+from . import _log, _runner, _seal, _tu_parts
 from ._errors import FaShimError
 
 DRIVER = Path(__file__).with_name("_upstream_driver.py")
@@ -98,12 +98,9 @@ def run(
     }
     spec_path.write_text(json.dumps(spec))
     _log.info(f"running upstream setup.py ({mode}); full log: {log}")
-    code, output = _runner.run(
-        [sys.executable, str(DRIVER), str(spec_path)],
-        source,
-        environment(plan, tools, scratch, jobs),
-        log,
-    )
+    command = [sys.executable, str(DRIVER), str(spec_path)]
+    with _seal.sealed(command, environment(plan, tools, scratch, jobs)) as (command, env):
+        code, output = _runner.run(command, source, env, log)
     report = json.loads(report_path.read_text()) if report_path.is_file() else {}
     return code, output, report
 
@@ -113,7 +110,7 @@ def failure(code: int, report: dict, log: Path, output: str) -> FaShimError:
     also holds earlier attempts, e.g. the one an out-of-memory kill ended)."""
     if code == BLOCKED_EXIT:
         return FaShimError(
-            f"upstream's build tried to download something ({report.get('blocked')}); fa-shim "
+            f"upstream's build tried to reach the network ({report.get('blocked')}); fa-shim "
             "forbids network access during the build so that no prebuilt binary can slip in.",
             fix="report this: this flash-attn version has a download path fa-shim does not "
             f"disable yet. Full log: {log}",
