@@ -25,6 +25,7 @@ def _settings(args: argparse.Namespace) -> int:
 def _prepare(args: argparse.Namespace) -> int:
     """Extract, patch, inject and let torch write build.ninja, without compiling anything."""
     import json
+    import shutil
     from pathlib import Path
 
     from . import _build
@@ -32,8 +33,14 @@ def _prepare(args: argparse.Namespace) -> int:
     config = dict(args.config_setting)
     plan = _build.plan(config)
     out = Path(args.build_dir).absolute()
+    created = not out.exists()
     out.mkdir(parents=True, exist_ok=True)
-    prep = _build.prepare(plan, out)
+    try:
+        prep = _build.prepare(plan, out)
+    except BaseException:  # a failed or interrupted prepare leaves no half-prepared tree
+        if created:
+            shutil.rmtree(out, ignore_errors=True)
+        raise
     summary = {
         "wheel": plan.wheel_name,
         "ninja_file": str(prep.ninja_file),
