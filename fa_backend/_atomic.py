@@ -6,6 +6,8 @@ import os
 import tempfile
 from pathlib import Path
 
+from . import _failures
+
 
 def write(target: Path, data: bytes) -> Path:
     """Write data to target through a temporary file beside it and one rename."""
@@ -16,8 +18,9 @@ def write(target: Path, data: bytes) -> Path:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
         os.replace(tmp, target)
-    except BaseException:
+    except BaseException as exc:
         Path(tmp).unlink(missing_ok=True)
+        _failures.name_it(exc, target)
         raise
     return target
 

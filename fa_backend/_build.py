@@ -31,6 +31,7 @@ from . import (
     _sdist,
     _seal,
     _settings,
+    _space,
     _toolchain,
     _torch,
     _tu_parts,
@@ -95,7 +96,7 @@ def plan(config_settings: _settings.ConfigSettings | None) -> Plan:
 def write_metadata(plan: Plan, metadata_directory: str) -> str:
     target = Path(metadata_directory) / plan.dist_info
     target.mkdir(parents=True, exist_ok=True)
-    (target / "METADATA").write_text(plan.metadata, encoding="utf-8")
+    _atomic.write(target / "METADATA", plan.metadata.encode("utf-8"))
     return plan.dist_info
 
 
@@ -203,6 +204,7 @@ def prepare(plan: Plan, scratch: Path, tools: Tools | None = None) -> Prepared:
     log_dir.mkdir(parents=True, exist_ok=True)
     log = log_dir / f"flash-attn-{plan.version}-{time.strftime('%Y%m%d-%H%M%S')}.log"
     shutil.rmtree(scratch / "src", ignore_errors=True)  # a prepare into a used directory
+    _space.before_extract(plan.sdist.path, scratch)
     source = _sdist.extract(plan.sdist, scratch / "src")
     _patches.apply_all(list(plan.patches), source)
     _tu_parts.write(source / _tu_parts.KERNEL_DIR, tools.tu_parts)
@@ -373,6 +375,7 @@ def build(plan: Plan, wheel_directory: str, metadata_directory: str | None) -> s
         check_prepared_metadata(plan, metadata_directory)
     out_dir = Path(wheel_directory).absolute()
     tools = toolchain(plan)
+    _space.before_compile(plan, tools, out_dir)
     with scratch_dir(plan.settings) as scratch:
         if not plan.settings.wheel_cache:
             path = publish(_compile(plan, tools, scratch), out_dir)

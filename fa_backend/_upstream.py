@@ -10,7 +10,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from . import _log, _runner, _seal, _tu_parts
+from . import _failures, _log, _runner, _seal, _tu_parts
 from ._errors import FaShimError
 
 DRIVER = Path(__file__).with_name("_upstream_driver.py")
@@ -115,6 +115,9 @@ def failure(code: int, report: dict, log: Path, output: str) -> FaShimError:
             fix="report this: this flash-attn version has a download path fa-shim does not "
             f"disable yet. Full log: {log}",
         )
+    full = _failures.no_space_in(output)  # a full disk is not a compiler error
+    if full:
+        return full
     return FaShimError(
         f"the upstream build failed (exit status {code}).",
         details=first_errors(output),

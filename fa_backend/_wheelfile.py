@@ -12,6 +12,8 @@ import time
 import zipfile
 from pathlib import Path
 
+from . import _failures
+
 _MIN_EPOCH = 315532800  # 1980-01-01, the earliest time a zip entry can hold
 
 
@@ -49,8 +51,9 @@ class WheelWriter:
                 record.append(f"{record_name},,")
                 self._zip(zf, record_name, ("\n".join(record) + "\n").encode(), 0o644)
             os.replace(tmp, self.path)
-        except BaseException:
+        except BaseException as exc:
             Path(tmp).unlink(missing_ok=True)
+            _failures.name_it(exc, self.path)
             raise
         return self.path
 
@@ -71,7 +74,8 @@ def publish(wheel: Path, out_dir: Path) -> Path:
             shutil.copyfileobj(src, dst)
         target = out_dir / wheel.name
         os.replace(tmp, target)
-    except BaseException:
+    except BaseException as exc:
         Path(tmp).unlink(missing_ok=True)
+        _failures.name_it(exc, out_dir / wheel.name)
         raise
     return target
