@@ -26,6 +26,7 @@ from . import (
     _log,
     _metadata,
     _patches,
+    _preflight,
     _requirements,
     _runner,
     _sdist,
@@ -223,6 +224,7 @@ def prepare(plan: Plan, scratch: Path, tools: Tools | None = None) -> Prepared:
     if tools.archs:
         _archs.check_gencodes(commands, tools.archs.targets)
     _kernels.check_sources(commands, plan.tailoring, plan.sdist.version)
+    _preflight.check(commands, ninja_file.parent, stats=tools.stats_file(scratch))
     return Prepared(source, tools, ninja_file, commands, report, log)
 
 

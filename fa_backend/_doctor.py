@@ -16,7 +16,18 @@ import subprocess
 import sys
 from pathlib import Path
 
-from . import _archs, _jobs, _log, _metadata, _seal, _settings, _toolchain, _torch, _verify
+from . import (
+    _archs,
+    _jobs,
+    _log,
+    _metadata,
+    _preflight,
+    _seal,
+    _settings,
+    _toolchain,
+    _torch,
+    _verify,
+)
 from ._errors import FaShimError
 
 GIB = 1024**3
@@ -414,6 +425,7 @@ def diagnose() -> DoctorReport:
     torch = _torch_section(report, settings)
     nvcc = _nvcc_section(report, settings, torch)
     _compiler_section(report, torch)
+    _preflight.doctor(report, torch, nvcc)
     _ninja_section(report)
     report.add("seal", dataclasses.asdict(_seal.choose()), _seal.choose().describe())
     gpus = _machine_and_gpus(report, settings, torch, nvcc)
