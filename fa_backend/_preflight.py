@@ -16,8 +16,6 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from elftools.elf.elffile import ELFFile
-
 from . import _verify
 from ._compile_commands import ABI_DEFINE, Command
 from ._errors import FaShimError
@@ -43,6 +41,8 @@ def _std(args) -> int | None:
 
 def read_object(obj: Path) -> tuple[int | None, int | None]:
     """(std::string ABI of the probe function, __cplusplus) as compiled into obj."""
+    from elftools.elf.elffile import ELFFile  # a build requirement, checked after import
+
     data = obj.read_bytes()
     match = re.search(rb"fa-shim-probe __cplusplus=(\d+)", data)
     abi = None

@@ -36,6 +36,8 @@ def free_bytes(directory: Path) -> int:
 
 
 def _gb(n: float) -> str:
+    if n < MB:
+        return f"{n / 1000:.0f} kB"
     if n < GB:
         return f"{n / MB:.1f} MB"
     return f"{n / GB:.1f} GB"

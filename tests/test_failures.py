@@ -129,7 +129,7 @@ def cases(tmp: Path, sdists: Path) -> list[Case]:
         Case(
             "cli prepare, build dir on a full disk",
             cli(*prep, full / "b", *sample_c),
-            f"the build needs 0.1 MB on {full}/b, has 0.0 MB (extracting the sdist",
+            f"kB on {full}/b, has 0 kB (extracting the sdist",
             prefix=mounted(full=full),
             mount=True,
         ),
