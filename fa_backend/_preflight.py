@@ -16,7 +16,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from . import _verify
+from . import _failures, _verify
 from ._compile_commands import ABI_DEFINE, Command
 from ._errors import FaShimError
 
@@ -206,6 +206,9 @@ def _check(commands: list[Command], cwd: Path, env: dict | None) -> list[dict]:
             result = probe(command, cwd, work, env)
             results.append(result)
             if result["error"]:
+                full = _failures.no_space_in(result["error"])  # the disk, not the compiler
+                if full:
+                    raise full
                 raise FaShimError(
                     f"the build's {kind} command line cannot compile a probe of five lines "
                     f"with `{result['compiler']}`; no kernel would compile either.",
