@@ -61,8 +61,14 @@ def _prepare(args: argparse.Namespace) -> int:
     config = dict(args.config_setting)
     plan = _build.plan(config)
     out = Path(args.build_dir).absolute()
+    created = not out.exists()
     out.mkdir(parents=True, exist_ok=True)
-    prep = _build.prepare(plan, out)
+    try:
+        prep = _build.prepare(plan, out)
+    except BaseException:  # a failed or interrupted prepare leaves no half-prepared tree
+        if created:
+            shutil.rmtree(out, ignore_errors=True)
+        raise
     estimate = _estimate.preview(
         plan, prep.tools, _estimate.build_sources(prep.commands), _jobs.available_cores()
     )

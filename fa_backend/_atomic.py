@@ -9,6 +9,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
 
+from . import _failures
+
 
 @contextlib.contextmanager
 def writing(target: Path) -> Iterator[BinaryIO]:
@@ -21,8 +23,9 @@ def writing(target: Path) -> Iterator[BinaryIO]:
         with os.fdopen(fd, "wb") as f:
             yield f
         os.replace(tmp, target)
-    except BaseException:
+    except BaseException as exc:
         Path(tmp).unlink(missing_ok=True)
+        _failures.name_it(exc, target)
         raise
 
 

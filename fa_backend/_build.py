@@ -23,12 +23,14 @@ from . import (
     _log,
     _metadata,
     _patches,
+    _preflight,
     _progress,
     _releases,
     _requirements,
     _runner,
     _sdist,
     _settings,
+    _space,
     _toolchain,
     _torch,
     _tu_parts,
@@ -37,7 +39,7 @@ from . import (
     _wheel_cache,
 )
 from ._errors import FaShimError
-from ._plan import Plan, Prepared, Tools
+from ._plan import Plan, Prepared, Tools, stats_file
 from ._provenance import fingerprint, provenance
 from ._repack import repack
 from ._wheelfile import publish
@@ -81,7 +83,7 @@ def plan(config_settings: _settings.ConfigSettings | None) -> Plan:
 def write_metadata(plan: Plan, metadata_directory: str) -> str:
     target = Path(metadata_directory) / plan.dist_info
     target.mkdir(parents=True, exist_ok=True)
-    (target / "METADATA").write_text(plan.metadata, encoding="utf-8")
+    _atomic.write(target / "METADATA", plan.metadata.encode("utf-8"))
     return plan.dist_info
 
 
@@ -155,6 +157,7 @@ def prepare(plan: Plan, scratch: Path, tools: Tools | None = None) -> Prepared:
     log_dir.mkdir(parents=True, exist_ok=True)
     log = log_dir / f"flash-attn-{plan.version}-{time.strftime('%Y%m%d-%H%M%S')}.log"
     shutil.rmtree(scratch / "src", ignore_errors=True)  # a prepare into a used directory
+    _space.before_extract(plan.sdist.path, scratch)
     source = _sdist.extract(plan.sdist, scratch / "src")
     _patches.apply_all(list(plan.patches), source)
     _tu_parts.write(source / _tu_parts.KERNEL_DIR, tools.tu_parts)
@@ -175,6 +178,7 @@ def prepare(plan: Plan, scratch: Path, tools: Tools | None = None) -> Prepared:
     if tools.archs:
         _archs.check_gencodes(commands, tools.archs.targets)
     _kernels.check_sources(commands, plan.tailoring, plan.sdist.version)
+    _preflight.check(commands, ninja_file.parent, stats=stats_file(scratch))
     return Prepared(source, tools, ninja_file, commands, report, log)
 
 
@@ -256,6 +260,7 @@ def build(plan: Plan, wheel_directory: str, metadata_directory: str | None) -> s
         check_prepared_metadata(plan, metadata_directory)
     out_dir = Path(wheel_directory).absolute()
     tools = toolchain(plan)
+    _space.before_compile(plan, tools, out_dir)
     with scratch_dir(plan.settings) as scratch:
         if plan.settings.wheel_cache:
             path = _wheel_cache.obtain(

@@ -18,11 +18,12 @@ from pathlib import Path
 
 from . import (
     _archs,
-    _build,
     _jobs,
     _log,
     _metadata,
     _prediction,
+    _preflight,
+    _seal,
     _settings,
     _toolchain,
     _torch,
@@ -101,28 +102,6 @@ def compiler_abi(cxx: str, std: str | None = None) -> tuple[int | None, str]:
     return int(match.group(1)), ""
 
 
-def _archs_to_compile(settings, torch, nvcc) -> tuple[list[str], str]:
-    """The sm_XX a build would compile: the build's own choice (_archs.resolve)."""
-    if not settings.flash_attn_version:  # the settings did not load: no version to map onto
-        return [], "unknown: no flash-attn version configured"
-    try:
-        choice = _archs.resolve(settings, torch, nvcc.path, settings.flash_attn_version, os.environ)
-    except FaShimError as exc:
-        return [], f"none: {exc.cause}"
-    return list(choice.targets), str(choice.selection.source)
-
-
-def _build_tools() -> tuple[_build.Tools | None, str]:
-    """The toolchain decisions a build here would make, by the build's own code (_build.plan
-    and _build.toolchain: jobs sized with the number of kernel sources, tu-parts), or why no
-    build could start. Offline: doctor never downloads the sdist."""
-    try:
-        with _prediction.in_project(ROOT):  # pip runs the backend there: its [tool.fa-shim]
-            return _build.toolchain(_build.plan({"offline": "true"})), ""
-    except FaShimError as exc:
-        return None, exc.cause.rstrip(".")
-
-
 # --------------------------------------------------------------------------------- sections
 
 
@@ -142,7 +121,7 @@ def _python(report: DoctorReport) -> None:
 
 def _torch_section(report: DoctorReport, settings) -> _torch.TorchInfo | None:
     try:
-        # the build's very call: its plan (_build_tools) then reuses this answer
+        # the build's very call: its plan (_prediction.build_tools) then reuses this answer
         torch = _torch.probe(settings.torch_python, settings.resolved_cache_dir / "torch-probes")
     except FaShimError as exc:
         report.add("torch", {"error": exc.cause}, "not found")
@@ -299,11 +278,11 @@ def _ninja_section(report: DoctorReport) -> None:
 
 def _machine_and_gpus(report: DoctorReport, settings, torch, nvcc) -> list[_verify.Gpu] | None:
     if nvcc is not None:
-        archs, source = _archs_to_compile(settings, torch, nvcc)
+        archs, source = _prediction.archs_to_compile(settings, torch, nvcc)
     else:
         archs = []
         source = "no usable nvcc" if torch is not None and torch.cuda else "no CUDA torch"
-    tools, why = _build_tools() if nvcc is not None else (None, source)
+    tools, why = _prediction.build_tools(ROOT) if nvcc is not None else (None, source)
     cores, memory = _jobs.available_cores(), _jobs.available_memory()
     if tools is not None:  # the build's own decision for this configuration
         jobs, threads, parts = tools.jobs, tools.nvcc_threads, tools.tu_parts
@@ -442,7 +421,9 @@ def diagnose() -> DoctorReport:
     torch = _torch_section(report, settings)
     nvcc = _nvcc_section(report, settings, torch)
     _compiler_section(report, torch)
+    _preflight.doctor(report, torch, nvcc)
     _ninja_section(report)
+    report.add("seal", dataclasses.asdict(_seal.choose()), _seal.choose().describe())
     gpus = _machine_and_gpus(report, settings, torch, nvcc)
     _installed_section(report, torch, gpus)
     _prediction.requirements_section(report)  # the build's own checks, plan and cache lookup

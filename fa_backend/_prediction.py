@@ -12,8 +12,9 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
-from . import _build, _estimate, _jobs, _requirements, _wheel_cache
+from . import _archs, _build, _estimate, _jobs, _requirements, _wheel_cache
 from ._errors import FaShimError
+from ._plan import Tools
 from ._report import ERROR
 
 HIT_SECONDS = "3-5 s"  # recorded cache hits (docs/benchmarks.md): the copy and its verify
@@ -107,3 +108,25 @@ def build_section(report, project: Path) -> None:
             f"know flash-attn {plan.sdist.version}'s kernel sources",
         )
     report.add("build", data, *lines)
+
+
+def archs_to_compile(settings, torch, nvcc) -> tuple[list[str], str]:
+    """The sm_XX a build would compile: the build's own choice (_archs.resolve)."""
+    if not settings.flash_attn_version:  # the settings did not load: no version to map onto
+        return [], "unknown: no flash-attn version configured"
+    try:
+        choice = _archs.resolve(settings, torch, nvcc.path, settings.flash_attn_version, os.environ)
+    except FaShimError as exc:
+        return [], f"none: {exc.cause}"
+    return list(choice.targets), str(choice.selection.source)
+
+
+def build_tools(project: Path) -> tuple[Tools | None, str]:
+    """The toolchain decisions a build here would make, by the build's own code (_build.plan
+    and _build.toolchain: jobs sized with the number of kernel sources, tu-parts), or why no
+    build could start. Offline: doctor never downloads the sdist."""
+    try:
+        with in_project(project):  # pip runs the backend there: its [tool.fa-shim] counts
+            return _build.toolchain(_build.plan({"offline": "true"})), ""
+    except FaShimError as exc:
+        return None, exc.cause.rstrip(".")

@@ -9,7 +9,7 @@ import os
 import re
 from pathlib import Path
 
-from . import _toolchain
+from . import _seal, _toolchain
 from ._plan import Plan, Prepared, Tools
 from ._runtime_guard import PROVENANCE  # the one definition: the guard ships standalone
 
@@ -86,6 +86,7 @@ def provenance(plan: Plan, prep: Prepared) -> dict:
         "nvcc": prep.tools.nvcc.describe() if prep.tools.nvcc else None,
         "cuda_arch_choice": prep.tools.archs.describe() if prep.tools.archs else None,
         "compiler_cache": prep.tools.compiler_cache,
+        "network_seal": _seal.choose().kind,
         "tu_parts": prep.tools.tu_parts,
         "host_compiler": _toolchain.host_compiler(),
         "cuda_archs": archs,

@@ -4,13 +4,15 @@ and the out-of-memory diagnosis that drives the retry with fewer jobs."""
 from __future__ import annotations
 
 import json
+import os
 import re
+import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-from . import _log
+from . import _failures, _log, _progress
 
 _NINJA_STEP = re.compile(r"^\[(\d+)/(\d+)\]")
 # The compiler's own words when it (or its cc1plus/cicc/ptxas) dies of SIGKILL, and ours.
@@ -58,7 +60,6 @@ def run_logged(
     command: list[str], cwd: Path, env: dict[str, str], log: Path, progress_interval: float = 30.0
 ) -> tuple[int, str]:
     """Run to completion; return (exit status, this run's output)."""
-    from . import _progress  # (imports this module)
 
     progress = Progress(progress_interval)
     lines: list[str] = []
@@ -71,18 +72,40 @@ def run_logged(
             stderr=subprocess.STDOUT,
             text=True,
             errors="replace",
+            start_new_session=True,  # its own process group: stopped as a whole (see below)
         )
         assert proc.stdout is not None
-        for line in proc.stdout:
-            out.write(line)
-            lines.append(line)
-            if _log.is_verbose():
-                sys.stderr.write(line)
-            message = progress.feed(line)
-            if message and not _progress.watching_now():  # else the monitor reports
-                _log.info(message)
-        code = proc.wait()
+        try:
+            for line in proc.stdout:
+                out.write(line)
+                lines.append(line)
+                if _log.is_verbose():
+                    sys.stderr.write(line)
+                message = progress.feed(line)
+                if message and not _progress.watching_now():  # else the monitor reports
+                    _log.info(message)
+            code = proc.wait()
+        except BaseException as exc:  # Ctrl-C, a full disk for the log: no compiler outlives us
+            stop_group(proc)
+            _failures.name_it(exc, log)
+            raise
+    if code == -signal.SIGINT:  # the group got Ctrl-C before we did
+        raise KeyboardInterrupt
     return code, "".join(lines)
+
+
+def stop_group(proc: subprocess.Popen, grace: float = 10.0) -> None:
+    """SIGTERM the child's process group (ninja, the compilers), SIGKILL what is left."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=grace)
+            return
+        except subprocess.TimeoutExpired:
+            continue
 
 
 def killed_for_memory(output: str) -> bool:

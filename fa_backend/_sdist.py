@@ -17,7 +17,7 @@ from pathlib import Path
 from packaging.utils import InvalidSdistFilename, canonicalize_name, parse_sdist_filename
 from packaging.version import Version
 
-from . import _index, _log, _releases
+from . import _failures, _index, _log, _releases
 from ._errors import FaShimError
 from ._settings import Settings
 
@@ -130,12 +130,16 @@ def extract(sdist: Sdist, dest: Path) -> Path:
                     if member.name.startswith(("/", "..")) or ".." in Path(member.name).parts:
                         raise tarfile.TarError(f"unsafe member {member.name}")
                 tar.extractall(dest)
-    except (tarfile.TarError, EOFError, zlib.error, gzip.BadGzipFile, OSError) as exc:
+    except OSError as exc:  # the disk, not the archive: never blame a verified file
         shutil.rmtree(dest, ignore_errors=True)
-        raise FaShimError(
-            f"{sdist.path} is a corrupt or truncated archive ({exc}).",
-            fix=f"delete {sdist.path} and download the sdist again.",
-        ) from None
+        if exc.errno in _failures.NO_SPACE:
+            raise _failures.no_space(dest, "extracting the sdist") from None
+        if not isinstance(exc, gzip.BadGzipFile):
+            raise
+        raise _corrupt(sdist, exc) from None
+    except (tarfile.TarError, EOFError, zlib.error) as exc:
+        shutil.rmtree(dest, ignore_errors=True)
+        raise _corrupt(sdist, exc) from None
     roots = [p for p in dest.iterdir() if (p / "setup.py").is_file()]
     if len(roots) != 1:
         raise FaShimError(
@@ -144,6 +148,18 @@ def extract(sdist: Sdist, dest: Path) -> Path:
             fix="use the upstream sdist.",
         )
     return roots[0]
+
+
+def _corrupt(sdist: Sdist, exc: BaseException) -> FaShimError:
+    if sdist.pinned:  # it matched its sha256 a moment ago: the file is not what is broken
+        return FaShimError(
+            f"{sdist.path} matches its pinned sha256 but did not unpack ({exc}).",
+            fix="report this with the message; keep the file, it is the upstream release.",
+        )
+    return FaShimError(
+        f"{sdist.path} is a corrupt or truncated archive ({exc}).",
+        fix=f"delete {sdist.path} and download the sdist again.",
+    )
 
 
 def has_cuda_sources(sdist: Sdist) -> bool:

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from . import _log, _plan, _releases, _runner, _tu_parts
+from . import _failures, _log, _plan, _releases, _runner, _seal, _tu_parts
 from ._errors import FaShimError
 
 if TYPE_CHECKING:
@@ -104,12 +104,9 @@ def run_setup(
     }
     spec_path.write_text(json.dumps(spec))
     _log.info(f"running upstream setup.py ({mode}); full log: {log}")
-    code, output = _runner.run_logged(
-        [sys.executable, str(DRIVER), str(spec_path)],
-        source,
-        environment(plan, tools, scratch, jobs),
-        log,
-    )
+    command = [sys.executable, str(DRIVER), str(spec_path)]
+    with _seal.sealed(command, environment(plan, tools, scratch, jobs)) as (command, env):
+        code, output = _runner.run_logged(command, source, env, log)
     report = json.loads(report_path.read_text()) if report_path.is_file() else {}
     return code, output, report
 
@@ -119,11 +116,14 @@ def failure(code: int, report: dict, log: Path, output: str) -> FaShimError:
     also holds earlier attempts, e.g. the one an out-of-memory kill ended)."""
     if code == BLOCKED_EXIT:
         return FaShimError(
-            f"upstream's build tried to download something ({report.get('blocked')}); fa-shim "
+            f"upstream's build tried to reach the network ({report.get('blocked')}); fa-shim "
             "forbids network access during the build so that no prebuilt binary can slip in.",
             fix="report this: this flash-attn version has a download path fa-shim does not "
             f"disable yet. Full log: {log}",
         )
+    full = _failures.no_space_in(output)  # a full disk is not a compiler error
+    if full:
+        return full
     return FaShimError(
         f"the upstream build failed (exit status {code}).",
         details=first_errors(output),

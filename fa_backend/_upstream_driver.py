@@ -2,7 +2,8 @@
 
 Executed by path (`python _upstream_driver.py SPEC.json`), so it imports nothing from fa_backend:
 only the standard library, setuptools and torch of the build. It
-  * forbids the network: any URL upstream code opens ends the build (exit 86) with a message;
+  * forbids the network to upstream's own Python: a URL it opens, a connection, datagram or name
+    lookup it makes ends the build (exit 86) with a message (children are sealed by _seal);
   * injects `-std=` and `-D_GLIBCXX_USE_CXX11_ABI=` into the cxx and nvcc flags of every
     extension, independently of how setup.py is written (it wraps setuptools.setup);
   * records the build.ninja files torch writes; in "prepare" mode stops right after that.
@@ -43,10 +44,28 @@ def _audit(event, args):
     if event == "urllib.Request":
         if not str(args[0]).startswith("file:"):
             _forbid(args[0])
-    elif event == "socket.connect":
-        sock, address = args[0], args[1]
+    elif event in ("socket.connect", "socket.sendto", "socket.sendmsg"):
+        sock, address = args[0], args[-1]
         if sock.family in (socket.AF_INET, socket.AF_INET6):
-            _forbid(address)
+            _forbid(f"{event.split('.')[1]} {address}")
+    elif event in ("socket.getaddrinfo", "socket.gethostbyname", "socket.gethostbyname_ex"):
+        _forbid(f"{event.split('.')[1]} {args[0]}")
+
+
+def _loopback_up():
+    """In the network namespace _seal made, lo starts down: bring it up so that a local server
+    (sccache's) still works; nothing outside the namespace is reachable through it."""
+    import fcntl
+    import struct
+
+    siocgifflags, siocsifflags, iff_up = 0x8913, 0x8914, 0x1
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            ifreq = fcntl.ioctl(s, siocgifflags, struct.pack("16sH14x", b"lo", 0))
+            flags = struct.unpack("16sH14x", ifreq)[1]
+            fcntl.ioctl(s, siocsifflags, struct.pack("16sH14x", b"lo", flags | iff_up))
+    except OSError:
+        pass  # no CAP_NET_ADMIN here: lo stays down, which seals even more
 
 
 def _std_number(flag):
@@ -153,6 +172,8 @@ def _install_hooks():
 
 
 def main():
+    if os.environ.get("_FA_SHIM_NETNS") == "1":
+        _loopback_up()
     sys.addaudithook(_audit)
     sys.path.extend(p for p in SPEC.get("extra_sys_path", []) if p not in sys.path)
     os.chdir(SPEC["setup_dir"])

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import os
 import shutil
+import site
 import subprocess
 import sys
 import tarfile
@@ -106,8 +107,19 @@ def sample_settings(sdist_dir: Path) -> list[str]:
 
 @pytest.fixture
 def host_venv(tmp_path) -> Path:
-    """A fresh venv that sees this interpreter's torch (2.13 CPU) and build tools."""
-    return make_venv(tmp_path / "venv", [], system_site_packages=True)
+    """A fresh venv that sees this interpreter's torch (2.13 CPU) and build tools. When the tests
+    themselves run in a venv, --system-site-packages reaches only the base interpreter's
+    packages: a .pth file adds this interpreter's own site-packages too."""
+    python = make_venv(tmp_path / "venv", [], system_site_packages=True)
+    if sys.prefix != sys.base_prefix:
+        # every site directory this interpreter sees, those added by .pth files included (a .pth
+        # file inside a directory named by another .pth is not read)
+        seen = [*site.getsitepackages(), *sys.path]
+        paths = [p for p in dict.fromkeys(seen) if p.endswith(("site-packages", "dist-packages"))]
+        code = "import sys; print(next(p for p in sys.path if p.endswith('site-packages')))"
+        own = run([python, "-c", code]).stdout.strip()
+        (Path(own) / "_outer_venv.pth").write_text("\n".join(p for p in paths if Path(p).is_dir()))
+    return python
 
 
 def _torch_venv(tmp_path_factory, name: str, packages: list[str]) -> Path:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -235,9 +237,16 @@ def test_torch_probe_reports_the_archs_torch_was_compiled_for(t211):
 
 
 def test_gpu_capabilities_come_from_the_driver_without_torch():
-    """No GPU and no driver here: an empty answer, not an exception (the GPU machine's
-    acceptance run compares it with torch's answer)."""
-    assert _cuda_driver.capabilities() == ()
+    """Without a GPU or driver: an empty answer, not an exception. With one: what nvidia-smi,
+    the driver's own tool, reports (the GPU acceptance run also compares it with torch)."""
+    smi = shutil.which("nvidia-smi")
+    query = ["--query-gpu=compute_cap", "--format=csv,noheader"]
+    proc = subprocess.run([smi, *query], capture_output=True, text=True) if smi else None
+    if proc is None or proc.returncode != 0:
+        assert _cuda_driver.capabilities() == ()
+        return
+    expected = {tuple(map(int, line.split("."))) for line in proc.stdout.split()}
+    assert set(_cuda_driver.capabilities()) == expected
 
 
 def prepare(python: Path, build_dir: Path, *options: str, env=None) -> dict:

@@ -6,6 +6,7 @@ import json
 import signal
 import subprocess
 import sys
+import time
 
 from fa_backend import _runner
 from fa_backend._upstream import LAUNCHER
@@ -33,6 +34,7 @@ def test_oom_kills_are_recognised_in_compiler_words():
 
 def test_launcher_records_each_tu_and_names_a_sigkill(tmp_path):
     stats = tmp_path / "stats.jsonl"
+    started = time.time()
     ok = subprocess.run([sys.executable, LAUNCHER, stats, "true", "-c", "a.cpp"], check=False)
     killed = subprocess.run(
         [sys.executable, LAUNCHER, stats, "sh", "-c", "kill -9 $$", "-c", "b.cu"],
@@ -46,5 +48,8 @@ def test_launcher_records_each_tu_and_names_a_sigkill(tmp_path):
     assert _runner.killed_for_memory(killed.stderr)
     records = [json.loads(line) for line in stats.read_text().splitlines()]
     assert [r["exit"] for r in records] == [0, -9]
-    assert records[0]["source"] == "a.cpp" and records[0]["seconds"] >= 0
+    assert records[0]["source"] == "a.cpp"
+    assert records[1]["source"] == "b.cu"
+    # the record's clock is the real one: `true` ran after the test started and took < 1 min
+    assert started - 1 <= records[0]["started"] <= time.time() and records[0]["seconds"] < 60
     assert _runner.tu_stats(stats) == records

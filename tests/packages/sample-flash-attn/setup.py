@@ -4,6 +4,7 @@
 # BuildExtension (ninja), and compiles C++ that passes std::string across torch's API.
 # SAMPLE_DOWNLOAD_MARKER=path: write that file if the download path is entered.
 # SAMPLE_ALWAYS_DOWNLOAD=1: try to download even under FORCE_BUILD (a "future upstream" path).
+# SAMPLE_NETWORK_PROBE=...: try every way to the network first (see network_probe.py).
 import os
 import urllib.error
 import urllib.request
@@ -14,6 +15,11 @@ from wheel.bdist_wheel import bdist_wheel as _bdist_wheel
 
 FORCE_BUILD = os.getenv("FLASH_ATTENTION_FORCE_BUILD", "FALSE") == "TRUE"
 SKIP_CUDA_BUILD = os.getenv("FLASH_ATTENTION_SKIP_CUDA_BUILD", "FALSE") == "TRUE"
+if os.getenv("SAMPLE_NETWORK_PROBE"):
+    import network_probe
+
+    network_probe.run(os.environ["SAMPLE_NETWORK_PROBE"])
+
 BASE_WHEEL_URL = "https://github.com/Dao-AILab/flash-attention/releases/download/{tag}/{name}"
 
 
