@@ -89,7 +89,7 @@ def from_helper(exc: subprocess.CalledProcessError) -> FaShimError:
 def name_it(exc: BaseException, path: str | os.PathLike) -> None:
     """Give an OSError raised by a write through an open file (which names no file) the path it
     was writing, so that the message can say which disk is full."""
-    if isinstance(exc, OSError) and not exc.filename:
+    if isinstance(exc, OSError) and exc.errno is not None and not exc.filename:
         exc.filename = str(path)
 
 
