@@ -28,8 +28,10 @@ from . import (
     _patches,
     _requirements,
     _runner,
+    _sccache,
     _sdist,
     _settings,
+    _stable_src,
     _toolchain,
     _torch,
     _tu_parts,
@@ -410,7 +412,10 @@ def _from_cache(
 
 
 def _compile(plan: Plan, tools: Tools, scratch: Path) -> Path:
-    return compile_wheel(plan, prepare(plan, scratch, tools), scratch)
+    # a compiler cache shared by nodes: the same source path everywhere, sccache's hit rate
+    place = _stable_src.place(scratch, bool(tools.compiler_cache), plan.settings.keep_build_dir)
+    with place as where, _sccache.session(tools.compiler_cache):
+        return compile_wheel(plan, prepare(plan, where, tools), scratch)
 
 
 def repack(plan: Plan, upstream_wheel: Path, target: Path, prov: dict) -> Path:

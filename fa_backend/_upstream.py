@@ -10,7 +10,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from . import _log, _runner, _tu_parts
+from . import _log, _runner, _sccache, _tu_parts
 from ._errors import FaShimError
 
 DRIVER = Path(__file__).with_name("_upstream_driver.py")
@@ -68,7 +68,7 @@ def environment(plan, tools, scratch: Path, jobs: int | None) -> dict[str, str]:
         # every build has a fresh scratch path: hash paths relative to it, or nothing ever hits
         env.setdefault("CCACHE_BASEDIR", str(scratch))
         env.setdefault("CCACHE_NOHASHDIR", "true")
-        env.setdefault("SCCACHE_BASEDIRS", str(scratch))
+        env.update(_sccache.defaults(env))  # as its server got them (see _sccache)
     if jobs:
         env["MAX_JOBS"] = str(jobs)
     if tools.nvcc_threads:
