@@ -383,7 +383,17 @@ def build(plan: Plan, wheel_directory: str, metadata_directory: str | None) -> s
             read_only = _atomic.unwritable(root)  # e.g. shared storage mounted read-only
             if read_only:
                 _log.warn(f"the wheel cache {root} is not writable ({read_only}): only reading it")
-            with contextlib.nullcontext() if read_only else _wheel_cache.locked(root, key):
+            lock = (
+                contextlib.nullcontext()
+                if read_only
+                else _wheel_cache.locked(
+                    root,
+                    key,
+                    plan.settings.wheel_cache_lock_timeout,
+                    plan.settings.wheel_cache_heartbeat,
+                )
+            )
+            with lock:
                 wheel = _from_cache(plan, tools, scratch, root, key, facts, not read_only)
                 path = publish(wheel, out_dir)  # only a complete wheel appears in out_dir
     _log.info(f"built {path}")
