@@ -10,7 +10,7 @@ fa-shim adds:
   setting when its server starts, so fa-shim starts the server before the build, checks in
   its statistics that the setting took effect, and stops the server again if it started it;
 - the hit rate of the build, from the server's statistics before and after:
-  "sccache: 71/73 hits".
+  "sccache: 71/73 hits", once the server has written every miss's result to the cache.
 """
 
 from __future__ import annotations
@@ -20,11 +20,14 @@ import json
 import os
 import subprocess
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 from . import _log
 from ._errors import FaShimError
+
+WRITE_WAIT = 300.0  # seconds the end of a build waits for sccache's last cache writes
 
 
 def is_sccache(program: str | None) -> bool:
@@ -74,6 +77,25 @@ def counts(snapshot: dict) -> tuple[int, int, dict[str, int]]:
     return sum(hits.values()), sum(misses.values()), dict(misses)
 
 
+def _writes(snapshot: dict) -> tuple[int, int]:
+    s = snapshot.get("stats", {})
+    return int(s.get("cache_writes", 0)), int(s.get("cache_write_errors", 0))
+
+
+def settled(program: str, env: dict[str, str], before: dict, wait: float = WRITE_WAIT) -> dict:
+    """The statistics once every miss's result is written to the cache (or failed to be):
+    the server writes after answering the compiler, and stopping it then would lose the last
+    translation units' entries for every other node. Waits at most `wait` seconds."""
+    deadline = time.monotonic() + wait
+    while True:
+        after = stats(program, env)
+        misses = counts(after)[1] - counts(before)[1]
+        done = sum(_writes(after)) - sum(_writes(before))
+        if done >= misses or time.monotonic() > deadline:
+            return after
+        time.sleep(0.5)
+
+
 def summary(before: dict, after: dict) -> str:
     h0, m0, k0 = counts(before)
     h1, m1, k1 = counts(after)
@@ -82,6 +104,8 @@ def summary(before: dict, after: dict) -> str:
     text = f"sccache: {hits}/{hits + misses} hits"
     if kinds:
         text += " (misses: " + ", ".join(f"{k} {v}" for k, v in sorted(kinds.items())) + ")"
+    written, failed = (a - b for a, b in zip(_writes(after), _writes(before)))
+    text += f", {written} written" + (f", {failed} writes FAILED" if failed else "")
     return text + f", cache {after.get('cache_location', '?')}"
 
 
@@ -124,7 +148,10 @@ def session(program: str | None) -> Iterator[None]:
             f"{before.get('cache_location', '?')}, base dirs {before.get('basedirs')}"
         )
         yield
-        _log.info(summary(before, stats(program, env)))
+        after = settled(program, env, before)
+        _log.info(summary(before, after))
+        if _writes(after)[1] > _writes(before)[1]:
+            _log.warn("sccache could not store some results: other nodes will compile them again")
     finally:
         if started:
             _run(program, ["--stop-server"], env)

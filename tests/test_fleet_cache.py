@@ -187,17 +187,18 @@ def _two_nodes(tmp_path, cache_env, python, options, stored):
     """Build on node A, then on node B; B must compile nothing. Returns both times."""
     a, b = Node(tmp_path, "node-a", cache_env), Node(tmp_path, "node-b", cache_env)
     first, a_seconds = a.build(python, options)
-    hits, total, line = _hits(first.stderr)
-    assert total > 0 and hits == 0, line  # a cold cache: node A compiled everything
+    hits, total, line_a = _hits(first.stderr)
+    assert total > 0 and hits == 0, line_a  # a cold cache: node A compiled everything
+    assert f", {total} written," in line_a, line_a  # and stored every result before it ended
     assert "compiling from /tmp/fa-shim-src-" in first.stderr
     after_a = stored()
     assert after_a > 0
     second, b_seconds = b.build(python, options)
     hits, total, line = _hits(second.stderr)
-    assert hits == total > 0, line  # no miss: every CUDA step (PTX, CUBIN, device, host) hit
+    assert hits == total > 0, f"{line} (node A: {line_a})"  # no miss: PTX, CUBIN, device, host
     assert stored() == after_a  # node B wrote nothing new into the shared cache
     assert a.module() == b.module()
-    print(f"\nnode A {a_seconds:.0f} s ({_hits(first.stderr)[2]})")
+    print(f"\nnode A {a_seconds:.0f} s ({line_a})")
     print(f"node B {b_seconds:.0f} s ({line})")
     return a_seconds, b_seconds
 
