@@ -1,4 +1,5 @@
-"""`python -m fa_backend COMMAND`: tools around the backend (verify, doctor, prepare, settings)."""
+"""`python -m fa_backend COMMAND`: tools around the backend (verify, doctor, prepare, settings,
+fingerprint, prebuild)."""
 
 from __future__ import annotations
 
@@ -122,6 +123,26 @@ def _doctor(args: argparse.Namespace) -> int:
     return 0 if report.ok else 1
 
 
+def _fingerprint(args: argparse.Namespace) -> int:
+    """This environment's wheel-cache fingerprint, and whether the cache holds its wheel."""
+    import json
+
+    from . import _prebuild
+
+    print(json.dumps(_prebuild.describe(dict(args.config_setting)), indent=1, default=str))
+    return 0
+
+
+def _prebuild(args: argparse.Namespace) -> int:
+    """Build each environment's wheel into the wheel cache unless it is there already."""
+    from . import _prebuild
+
+    config = dict(args.config_setting)
+    rows = [_prebuild.prebuild_one(python, config) for python in args.python]
+    print(_prebuild.render(rows))
+    return 1 if any(r.result == "failed" for r in rows) else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m fa_backend", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -152,6 +173,28 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--python", metavar="INTERP", help="diagnose this interpreter's environment")
     p.add_argument("--json", action="store_true", help="machine-readable report on stdout")
     p.set_defaults(func=_doctor)
+    p = sub.add_parser(
+        "fingerprint", help="this environment's wheel-cache fingerprint (JSON) and cache entry"
+    )
+    p.add_argument(
+        "-C", "--config-setting", action="append", default=[], metavar="KEY=VALUE", type=_pair
+    )
+    p.set_defaults(func=_fingerprint)
+    p = sub.add_parser(
+        "prebuild",
+        help="build the wheel of each environment (--python, repeated) into the wheel cache",
+    )
+    p.add_argument(
+        "--python",
+        action="append",
+        required=True,
+        metavar="INTERP",
+        help="the interpreter of one environment (repeat for each)",
+    )
+    p.add_argument(
+        "-C", "--config-setting", action="append", default=[], metavar="KEY=VALUE", type=_pair
+    )
+    p.set_defaults(func=_prebuild)
     args = parser.parse_args(argv)
     return boundary(args.func)(args)
 

@@ -28,9 +28,11 @@ from . import (
     _releases,
     _requirements,
     _runner,
+    _sccache,
     _sdist,
     _settings,
     _space,
+    _stable_src,
     _toolchain,
     _torch,
     _tu_parts,
@@ -221,13 +223,15 @@ def run_upstream_build(plan: Plan, prep: Prepared) -> Path:
 
 def fresh_wheel(plan: Plan, tools: Tools, scratch: Path) -> Path:
     """Prepare, compile, repack and verify: a checked wheel, still in scratch."""
-    prep = prepare(plan, scratch, tools)
-    with _progress.watching(plan, prep):  # the estimate block, then progress a user can see
-        upstream_wheel = run_upstream_build(plan, prep)
-    started = time.monotonic()
-    wheel = repack(
-        plan, upstream_wheel, scratch / "wheel" / plan.wheel_name, provenance(plan, prep)
-    )
+    # a compiler cache shared by nodes: the same source path everywhere, sccache's hit rate
+    place = _stable_src.place(scratch, bool(tools.compiler_cache), plan.settings.keep_build_dir)
+    with place as where, _sccache.session(tools.compiler_cache):
+        prep = prepare(plan, where, tools)
+        with _progress.watching(plan, prep):  # the estimate block, then progress a user can see
+            upstream_wheel = run_upstream_build(plan, prep)
+        started = time.monotonic()  # repacked before the source place goes
+        target = scratch / "wheel" / plan.wheel_name
+        wheel = repack(plan, upstream_wheel, target, provenance(plan, prep))
     _log.info(f"repacked as {wheel.name} ({time.monotonic() - started:.1f} s)")
     verify(plan, wheel)  # a wheel that fails is neither published nor cached
     return wheel
@@ -270,6 +274,8 @@ def build(plan: Plan, wheel_directory: str, metadata_directory: str | None) -> s
                 out_dir,
                 lambda wheel: verify(plan, wheel),
                 lambda: fresh_wheel(plan, tools, scratch),
+                plan.settings.wheel_cache_lock_timeout,
+                plan.settings.wheel_cache_heartbeat,
             )
         else:
             path = publish(fresh_wheel(plan, tools, scratch), out_dir)

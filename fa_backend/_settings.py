@@ -109,6 +109,18 @@ class Settings:
         "Where finished wheels are kept, e.g. shared storage (default: "
         "<cache-dir>/wheels); also usable as `pip install --find-links`.",
     )
+    wheel_cache_lock_timeout: float = _setting(
+        14400.0,
+        "seconds",
+        "Longest wait, in seconds, for another builder of the same wheel (any host); then the "
+        "build fails naming its host, pid and start.",
+    )
+    wheel_cache_heartbeat: float = _setting(
+        15.0,
+        "seconds",
+        "How often, in seconds, a builder refreshes its wheel-cache lock; one not refreshed "
+        "for 8 heartbeats belonged to a dead builder and is taken over.",
+    )
     compiler_cache: str = _setting(
         "auto",
         "str",
@@ -202,6 +214,14 @@ def _convert(key: str, kind: str, value: Any, where: str) -> Any:
         if number < 1:
             raise bad("a positive integer")
         return number
+    if kind == "seconds":
+        try:
+            seconds = float(str(value))
+        except ValueError:
+            raise bad("a positive number of seconds") from None
+        if not seconds > 0:
+            raise bad("a positive number of seconds")
+        return seconds
     if kind == "path":
         return Path(os.path.expanduser(str(value))).absolute() if str(value) else None
     if kind == "str":

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from . import _failures, _log, _plan, _releases, _runner, _seal, _tu_parts
+from . import _failures, _log, _plan, _releases, _runner, _sccache, _seal, _tu_parts
 from ._errors import FaShimError
 
 if TYPE_CHECKING:
@@ -68,7 +68,7 @@ def environment(plan: Plan, tools: Tools, scratch: Path, jobs: int | None) -> di
         # every build has a fresh scratch path: hash paths relative to it, or nothing ever hits
         env.setdefault("CCACHE_BASEDIR", str(scratch))
         env.setdefault("CCACHE_NOHASHDIR", "true")
-        env.setdefault("SCCACHE_BASEDIRS", str(scratch))
+        env.update(_sccache.defaults(env))  # as its server got them (see _sccache)
     if jobs:
         env["MAX_JOBS"] = str(jobs)
     if tools.nvcc_threads:

@@ -5,7 +5,7 @@ file name also sits at its top level.
     <root>/<key>/<wheel>          the entry (key = sha256 of the fingerprint)
     <root>/<key>/fingerprint.json what the key was computed from
     <root>/<wheel>                flat copy for `pip install --find-links <root>`
-    <root>/.locks/<key>.lock      one builder per key; the others wait, then reuse
+    <root>/.locks/<key>.lock      one builder per key, on any host; the others wait, then reuse
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from . import _atomic, _log
+from . import _atomic, _hostlock, _log
 from ._errors import FaShimError
 from ._wheelfile import publish
 
@@ -29,21 +29,19 @@ def key(fingerprint: dict) -> str:
 
 
 @contextlib.contextmanager
-def locked(root: Path, entry_key: str) -> Iterator[None]:
-    """Hold the key's lock; a concurrent builder of the same key waits here, then finds a hit."""
-    from filelock import FileLock, Timeout  # a build requirement, checked by _requirements
+def locked(root: Path, entry_key: str, timeout: float, heartbeat: float) -> Iterator[None]:
+    """Hold the key's lock; a concurrent builder of the same key, on this host or another one
+    sharing the directory, waits here, then finds a hit (see _hostlock for why not flock)."""
+    path = root / ".locks" / f"{entry_key}.lock"
 
-    (root / ".locks").mkdir(parents=True, exist_ok=True)
-    lock = FileLock(str(root / ".locks" / f"{entry_key}.lock"))
-    try:
-        lock.acquire(timeout=0)
-    except Timeout:
-        _log.info(f"another build of the same wheel holds {lock.lock_file}; waiting for it")
-        lock.acquire()
-    try:
+    def waiting(holder: dict) -> None:
+        _log.info(
+            f"another build of the same wheel holds {path} ({_hostlock.describe(holder)}); "
+            f"waiting for it (at most {timeout:.0f} s, -C wheel-cache-lock-timeout)"
+        )
+
+    with _hostlock.HostLock(path, timeout, heartbeat, waiting).held():
         yield
-    finally:
-        lock.release()
 
 
 def lookup(root: Path, entry_key: str, wheel_name: str) -> Path | None:
@@ -84,6 +82,8 @@ def obtain(
     out_dir: Path,
     check: Callable[[Path], None],
     build: Callable[[], Path],
+    lock_timeout: float,
+    heartbeat: float,
 ) -> Path:
     """The wheel of this fingerprint published into out_dir: the cached one when it passes
     `check`, else a fresh `build()`, stored when the cache is writable. One builder per key:
@@ -92,7 +92,9 @@ def obtain(
     read_only = _atomic.unwritable(root)  # e.g. shared storage mounted read-only
     if read_only:
         _log.warn(f"the wheel cache {root} is not writable ({read_only}): only reading it")
-    with contextlib.nullcontext() if read_only else locked(root, entry_key):
+    with (
+        contextlib.nullcontext() if read_only else locked(root, entry_key, lock_timeout, heartbeat)
+    ):
         wheel = lookup(root, entry_key, wheel_name)
         if wheel:
             _log.info(f"wheel cache hit: {wheel} (fingerprint {entry_key})")

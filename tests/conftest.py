@@ -18,6 +18,7 @@ REPO = Path(__file__).resolve().parent.parent
 TESTS = REPO / "tests"
 SHARED_SDISTS = REPO.parent / "shared" / "sdists"
 SAMPLE = TESTS / "packages" / "sample-flash-attn"
+SAMPLE_CUDA = TESTS / "packages" / "sample-cuda"  # added to the sample by pack_sample(cuda=True)
 TOOLS = TESTS / "tools"
 SAMPLE_VERSION = "0.1.0"
 # Build-time requirements of fa-shim and of flash-attn's setup.py (no torch: that comes per venv).
@@ -56,15 +57,18 @@ def _private_cache(tmp_path, monkeypatch):
             monkeypatch.delenv(name)
 
 
-def pack_sample(dest: Path, version: str = SAMPLE_VERSION) -> Path:
-    """The sample project as an sdist named like upstream's: flash_attn-<version>.tar.gz."""
+def pack_sample(dest: Path, version: str = SAMPLE_VERSION, cuda: bool = False) -> Path:
+    """The sample project as an sdist named like upstream's: flash_attn-<version>.tar.gz.
+    With `cuda`, it also compiles a real CUDA file (tests/packages/sample-cuda) through nvcc."""
     dest.mkdir(parents=True, exist_ok=True)
     target = dest / f"flash_attn-{version}.tar.gz"
+    roots = [SAMPLE, SAMPLE_CUDA] if cuda else [SAMPLE]
+    files = sorted((root, p) for root in roots for p in root.rglob("*"))
     with tarfile.open(target, "w:gz") as tar:
-        for path in sorted(SAMPLE.rglob("*")):
-            if path.is_file() and "build" not in path.relative_to(SAMPLE).parts:
+        for root, path in files:
+            if path.is_file() and "build" not in path.relative_to(root).parts:
                 text = path.read_bytes().replace(SAMPLE_VERSION.encode(), version.encode())
-                info = tarfile.TarInfo(f"flash_attn-{version}/{path.relative_to(SAMPLE)}")
+                info = tarfile.TarInfo(f"flash_attn-{version}/{path.relative_to(root)}")
                 info.size, info.mode = len(text), 0o644
                 tar.addfile(info, io.BytesIO(text))
     return target
