@@ -85,7 +85,9 @@ def plan(config_settings: _settings.ConfigSettings | None) -> Plan:
     patches = tuple(_patches.patches_for(sdist.version)) if sdist.pinned else ()
     tailoring = _kernels.tailoring(settings, sdist.version)
     version = _metadata.full_version(sdist.version, torch.label + tailoring.label)
-    metadata = _metadata.core_metadata(_metadata.read_pkg_info(sdist.path), version)
+    metadata = _metadata.core_metadata(
+        _metadata.read_pkg_info(sdist.path), version, _metadata.torch_requirement(torch.version)
+    )
     return Plan(
         settings, torch, sdist, patches, version, _metadata.wheel_tag(), metadata, tailoring
     )
@@ -291,6 +293,7 @@ def fingerprint(plan: Plan, tools: Tools) -> dict:
     )
     return {
         "wheel": plan.wheel_name,
+        "metadata": hashlib.sha256(plan.metadata.encode()).hexdigest(),  # Requires-Dist & co.
         "fa_shim": fa_shim_version(),
         "sdist_sha256": plan.sdist.sha256,
         "patches": [p.sha256 for p in plan.patches],
