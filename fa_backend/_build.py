@@ -31,6 +31,7 @@ from . import (
     _sdist,
     _settings,
     _toolchain,
+    _toolkit,
     _torch,
     _tu_parts,
     _upstream,
@@ -150,7 +151,7 @@ def toolchain(plan: Plan) -> Tools:
     s = plan.settings
     nvcc = archs = None
     if _sdist.has_cuda_sources(plan.sdist):
-        nvcc = _toolchain.choose_nvcc(plan.torch, s.nvcc)
+        nvcc = _toolkit.choose(plan.torch, s)  # the system's, or one from the index
         _log.info(f"using nvcc {nvcc.describe()}, CUDA_HOME={nvcc.cuda_home}")
         archs = _archs.resolve(s, plan.torch, nvcc.path, plan.sdist.version, os.environ)
     n_archs = len(archs.targets) if archs else 1
@@ -300,6 +301,7 @@ def fingerprint(plan: Plan, tools: Tools) -> dict:
         "guard": hashlib.sha256(GUARD.read_bytes()).hexdigest(),
         "torch": [plan.torch.version, plan.torch.cuda, plan.torch.abi, plan.torch.cxx_std],
         "nvcc": str(tools.nvcc.version) if tools.nvcc else None,
+        "nvcc_build": _toolchain.nvcc_build(tools.nvcc.path) if tools.nvcc else None,
         "archs": list(tools.archs.targets) if tools.archs else None,
         "kernel_set": plan.tailoring.describe(),
         "host_compiler": _toolchain.host_compiler()["version"],
@@ -339,6 +341,9 @@ def provenance(plan: Plan, prep: Prepared) -> dict:
             "path": str(prep.tools.nvcc.path),
             "version": str(prep.tools.nvcc.version),
             "cuda_home": str(prep.tools.nvcc.cuda_home),
+            "origin": prep.tools.nvcc.origin,
+            "build": _toolchain.nvcc_build(prep.tools.nvcc.path),
+            "toolkit": _toolkit.manifest_of(prep.tools.nvcc),
         }
         if prep.tools.nvcc
         else None,
