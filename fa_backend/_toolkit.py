@@ -216,6 +216,8 @@ def provision(cache_dir: Path, cuda: str, offline: bool = False) -> Path:
     try:
         if installed(cache_dir, cuda):  # the other build finished it
             return root
+        for leftover in root.parent.glob(f".{cuda}-*.part"):  # a killed run's (we hold the lock)
+            shutil.rmtree(leftover, ignore_errors=True)
         _assemble(root, cuda)
     finally:
         lock.release()

@@ -274,6 +274,8 @@ def test_a_download_that_fails_the_index_hash_installs_nothing(
     cuda13_wheels, monkeypatch, tmp_path
 ):
     server = _serve(monkeypatch, cuda13_wheels, bad_hash="nvidia_cuda_crt")
+    killed = tmp_path / "cache" / "toolkits" / ".13.0-killed.part" / "bin"  # a killed run's
+    killed.mkdir(parents=True)
     try:
         with pytest.raises(FaShimError) as raised:
             _toolkit.provision(tmp_path / "cache", "13.0")
@@ -283,6 +285,7 @@ def test_a_download_that_fails_the_index_hash_installs_nothing(
     assert "the index lists 0000" in raised.value.cause
     toolkits = tmp_path / "cache" / "toolkits"
     assert sorted(p.name for p in toolkits.iterdir()) == [".13.0.lock"]  # no toolkit, no .part
+    assert not killed.parent.exists()
 
 
 def test_no_compiler_wheel_on_the_index_names_the_index(monkeypatch, tmp_path):
