@@ -34,6 +34,7 @@ from . import (
     _space,
     _stable_src,
     _toolchain,
+    _toolkit,
     _torch,
     _tu_parts,
     _upstream,
@@ -76,7 +77,9 @@ def plan(config_settings: _settings.ConfigSettings | None) -> Plan:
     patches = tuple(_patches.patches_for(sdist.version)) if sdist.pinned else ()
     tailoring = _kernels.tailoring(settings, sdist.version)
     version = _metadata.full_version(sdist.version, torch.label + tailoring.label)
-    metadata = _metadata.core_metadata(_metadata.read_pkg_info(sdist.path), version)
+    metadata = _metadata.core_metadata(
+        _metadata.read_pkg_info(sdist.path), version, _metadata.torch_requirement(torch.version)
+    )
     return Plan(
         settings, torch, sdist, patches, version, _metadata.wheel_tag(), metadata, tailoring
     )
@@ -122,7 +125,7 @@ def toolchain(plan: Plan) -> Tools:
     s = plan.settings
     nvcc = archs = None
     if _sdist.has_cuda_sources(plan.sdist):
-        nvcc = _toolchain.choose_nvcc(plan.torch, s.nvcc)
+        nvcc = _toolkit.choose(plan.torch, s)  # the system's, or one from the index
         _log.info(f"using nvcc {nvcc}, CUDA_HOME={nvcc.cuda_home}")
         archs = _archs.resolve(s, plan.torch, nvcc.path, plan.sdist.version, os.environ)
     n_archs = len(archs.targets) if archs else 1

@@ -26,6 +26,7 @@ from . import (
     _seal,
     _settings,
     _toolchain,
+    _toolkit,
     _torch,
     _verify,
 )
@@ -154,18 +155,28 @@ def _torch_section(report: DoctorReport, settings) -> _torch.TorchInfo | None:
 
 def _nvcc_section(report: DoctorReport, settings, torch) -> _toolchain.Nvcc | None:
     found = _toolchain.find_nvccs(settings.nvcc)
-    chosen, error = None, None
+    chosen, error, provision = None, None, None
     if torch is not None and torch.cuda:
         try:
-            chosen = _toolchain.choose_nvcc(torch, settings.nvcc)
-        except FaShimError as exc:
-            error = exc
+            decision = _toolkit.decide(torch, settings)  # the build's choice, nothing downloaded
+        except FaShimError as exc:  # a bad cuda-toolkit setting
+            decision = _toolkit.Decision(error=exc)
+        chosen, error, provision = decision.nvcc, decision.error, decision.provision
+    if provision and _toolkit.installed(settings.resolved_cache_dir, provision):
+        chosen = _toolkit.nvcc_of(settings.resolved_cache_dir, provision)
+        found = [*found, chosen]
     lines = [
         f"{'*' if chosen and n.path == chosen.path else ' '} {n.path}  CUDA "
         f"{n.version or 'unknown'}  (from {n.origin})"
         + ("  <- a build would use this" if chosen and n.path == chosen.path else "")
         for n in found
     ] or ["none found (looked at CUDA_HOME, CUDA_PATH, PATH, /usr/local/cuda*)"]
+    if provision and chosen is None:
+        home = _toolkit.home(settings.resolved_cache_dir, provision)
+        lines.append(
+            f"* a build would provision CUDA {provision} from the package index into {home} "
+            "(setting cuda-toolkit)"
+        )
     report.add(
         "nvcc",
         {
@@ -173,6 +184,7 @@ def _nvcc_section(report: DoctorReport, settings, torch) -> _toolchain.Nvcc | No
                 {"path": str(n.path), "version": str(n.version), "origin": n.origin} for n in found
             ],
             "chosen": str(chosen.path) if chosen else None,
+            "provision": provision,
         },
         *lines,
     )

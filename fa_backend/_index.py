@@ -163,11 +163,11 @@ def _read(
         return response.read(), response.headers.get("Content-Type", "")
 
 
-def find_sdist_url(
-    index: str, version: str, config: dict[str, str], auth: dict[str, tuple[str, str]] | None = None
-) -> tuple[str, str | None]:
-    """(url, sha256 or None) of the flash-attn sdist of that version on one index."""
-    page = index.rstrip("/") + "/flash-attn/"
+def project_files(
+    index: str, project: str, config: dict[str, str], auth: dict[str, tuple[str, str]] | None = None
+) -> list[tuple[str, str | None]]:
+    """(url, sha256 or None) of every file the index lists for a project (PEP 691 or 503)."""
+    page = index.rstrip("/") + f"/{canonicalize_name(project)}/"
     body, ctype = _read(page, config, _ACCEPT, auth)
     entries: list[tuple[str, str | None]] = []
     if "json" in ctype:
@@ -182,7 +182,14 @@ def find_sdist_url(
             url, _, fragment = urllib.parse.urljoin(page, href).partition("#")
             sha = fragment.split("=", 1)[1] if fragment.startswith("sha256=") else None
             entries.append((url, sha))
-    for url, sha in entries:
+    return entries
+
+
+def find_sdist_url(
+    index: str, version: str, config: dict[str, str], auth: dict[str, tuple[str, str]] | None = None
+) -> tuple[str, str | None]:
+    """(url, sha256 or None) of the flash-attn sdist of that version on one index."""
+    for url, sha in project_files(index, "flash-attn", config, auth):
         filename = urllib.parse.unquote(url.rsplit("/", 1)[-1])
         try:
             name, found = parse_sdist_filename(filename)
@@ -194,34 +201,50 @@ def find_sdist_url(
             and filename.endswith(".tar.gz")
         ):
             return url, sha
+    page = index.rstrip("/") + "/flash-attn/"
     raise LookupError(f"{redact(page)} lists no sdist of flash-attn {version}")
+
+
+def indexes(config: dict[str, str]) -> tuple[list[str], dict[str, tuple[str, str]]]:
+    """The indexes pip would ask, in order, and the credentials given for each host."""
+    found = [config.get("index-url") or PYPI, *config.get("extra-index-url", "").split()]
+    if config.get("no-index", "").lower() in ("1", "true", "yes"):
+        found = []
+    auth = {}
+    for index in found:
+        plain, credentials = _split_auth(index)
+        if credentials:
+            auth[urllib.parse.urlsplit(plain).netloc] = credentials
+    return found, auth
+
+
+# what a failed request to an index raises
+FETCH_ERRORS = (
+    OSError,
+    LookupError,
+    ValueError,
+    urllib.error.URLError,
+    http.client.HTTPException,  # a connection cut mid-body (IncompleteRead)
+)
+
+
+def fetch(url: str, config: dict[str, str], auth: dict[str, tuple[str, str]]) -> bytes:
+    """A file the index listed, with the credentials of its host (raises FETCH_ERRORS)."""
+    return _read(url, config, auth=auth)[0]
 
 
 def download(version: str, dest_dir: Path, pinned_sha256: str | None = None) -> Path:
     """Fetch the sdist into dest_dir atomically; return its path. Bytes that fail the index's
     or fa-shim's pinned hash are never written (a bad mirror would poison the cache)."""
     config = pip_config()
-    indexes = [config.get("index-url") or PYPI, *config.get("extra-index-url", "").split()]
-    if config.get("no-index", "").lower() in ("1", "true", "yes"):
-        indexes = []
-    auth = {}
-    for index in indexes:
-        plain, credentials = _split_auth(index)
-        if credentials:
-            auth[urllib.parse.urlsplit(plain).netloc] = credentials
+    urls, auth = indexes(config)
     failures = []
-    for index in indexes:
+    for index in urls:
         try:
             url, sha = find_sdist_url(index, version, config, auth)
             _log.info(f"downloading {redact(url)}")
-            body, _ = _read(url, config, auth=auth)
-        except (
-            OSError,
-            LookupError,
-            ValueError,
-            urllib.error.URLError,
-            http.client.HTTPException,  # a connection cut mid-body (IncompleteRead)
-        ) as exc:
+            body = fetch(url, config, auth)
+        except FETCH_ERRORS as exc:
             failures.append(f"{redact(index)}: {getattr(exc, 'reason', exc)}")
             continue
         digest = hashlib.sha256(body).hexdigest()

@@ -8,10 +8,12 @@ from pathlib import Path
 
 from packaging import tags
 from packaging.metadata import parse_email
+from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name, parse_wheel_filename
 from packaging.version import Version
 
 from ._errors import FaShimError
+from ._runtime_guard import release
 
 DIST_NAME = "flash_attn"  # the distribution's file-name form (PEP 427 escaping of flash-attn)
 
@@ -74,13 +76,40 @@ def read_pkg_info(sdist: Path) -> str:
         ) from None
 
 
-def core_metadata(pkg_info: str, version: str) -> str:
-    """Upstream's own metadata (summary, Requires-Dist: torch, einops, ...) with our version."""
+def torch_requirement(torch_version: str) -> str:
+    """What the wheel requires of torch: the release it was compiled against, whatever its local
+    label. PEP 440's `==2.11.0` matches 2.11.0 (PyPI's CUDA build) and 2.11.0+cu130 alike, and
+    nothing else: exactly the releases the runtime guard accepts (one rule, release())."""
+    requirement = f"torch=={release(torch_version)}"
+    Requirement(requirement)  # raises on a torch version PEP 440 cannot express: a bug
+    return requirement
+
+
+def _is_torch(line: str) -> bool:
+    if not line.lower().startswith("requires-dist:"):
+        return False
+    try:
+        return canonicalize_name(Requirement(line.split(":", 1)[1].strip()).name) == "torch"
+    except InvalidRequirement:
+        return False
+
+
+def core_metadata(pkg_info: str, version: str, requires_torch: str) -> str:
+    """Upstream's own metadata (summary, Requires-Dist: einops, ...) with our version, and its
+    `Requires-Dist: torch` narrowed to requires_torch (added where upstream's PKG-INFO lists no
+    requirements, as 2.6.3's does)."""
     header, sep, body = pkg_info.partition("\n\n")
-    lines = [
-        f"Version: {version}" if line.startswith("Version:") else line
-        for line in header.splitlines()
-    ]
+    lines = []
+    for line in header.splitlines():
+        if line.startswith("Version:"):
+            line = f"Version: {version}"
+        elif _is_torch(line):
+            if any(_is_torch(seen) for seen in lines):
+                continue
+            line = f"Requires-Dist: {requires_torch}"
+        lines.append(line)
+    if not any(_is_torch(line) for line in lines):
+        lines.append(f"Requires-Dist: {requires_torch}")
     text = "\n".join(lines) + sep + body
     raw, _ = parse_email(text)  # parsed the way pip and uv parse it
     if raw.get("version") != version or not raw.get("name"):

@@ -9,7 +9,7 @@ import os
 import re
 from pathlib import Path
 
-from . import _seal, _toolchain
+from . import _seal, _toolchain, _toolkit
 from ._plan import Plan, Prepared, Tools
 from ._runtime_guard import PROVENANCE  # the one definition: the guard ships standalone
 
@@ -42,12 +42,14 @@ def fingerprint(plan: Plan, tools: Tools) -> dict:
     (parts change how the objects are cut, not a kernel), so machines of any size share it."""
     return {
         "wheel": plan.wheel_name,
+        "metadata": hashlib.sha256(plan.metadata.encode()).hexdigest(),  # Requires-Dist & co.
         "fa_shim": fa_shim_version(),
         "sdist_sha256": plan.sdist.sha256,
         "patches": [p.sha256 for p in plan.patches],
         "guard": hashlib.sha256(GUARD.read_bytes()).hexdigest(),
         "torch": [plan.torch.version, plan.torch.cuda, plan.torch.abi, plan.torch.cxx_std],
         "nvcc": str(tools.nvcc.version) if tools.nvcc else None,
+        "nvcc_build": _toolchain.nvcc_build(tools.nvcc.path) if tools.nvcc else None,
         "archs": list(tools.archs.targets) if tools.archs else None,
         "kernel_set": plan.tailoring.describe(),
         "host_compiler": _toolchain.host_compiler()["version"],
@@ -83,7 +85,14 @@ def provenance(plan: Plan, prep: Prepared) -> dict:
             "cxx_std": plan.torch.cxx_std,
             "path": plan.torch.package_dir,
         },
-        "nvcc": prep.tools.nvcc.describe() if prep.tools.nvcc else None,
+        "nvcc": {
+            **prep.tools.nvcc.describe(),
+            "origin": prep.tools.nvcc.origin,
+            "build": _toolchain.nvcc_build(prep.tools.nvcc.path),
+            "toolkit": _toolkit.manifest_of(prep.tools.nvcc),
+        }
+        if prep.tools.nvcc
+        else None,
         "cuda_arch_choice": prep.tools.archs.describe() if prep.tools.archs else None,
         "compiler_cache": prep.tools.compiler_cache,
         "network_seal": _seal.choose().kind,

@@ -6,16 +6,19 @@ patch 10-import-guard.patch makes flash_attn_interface.py load the extension thr
 Before importing the extension it compares the torch that is running with the torch the wheel was
 built for (<dist-info>/fa_shim_provenance.json). They must agree on:
 
-- the torch version, compared without the local label (2.11.0+cu130 and 2.11.0 agree, 2.11.0 and
-  2.11.1 do not): PyTorch promises no C++ ABI across releases, and a module built for another
-  release can load and then misbehave, so patch releases count;
+- the torch release, i.e. the version without its local label (2.11.0+cu130 and 2.11.0 agree,
+  2.11.0 and 2.11.1 do not): PyTorch promises no C++ ABI across releases, and a module built for
+  another release can load and then misbehave, so patch releases count. This is the rule of the
+  wheel's `Requires-Dist: torch==<release>` too (fa_backend/_metadata.py uses release() below):
+  PEP 440's `==2.11.0` matches 2.11.0 and 2.11.0+cu130 alike, so pip and uv refuse what this
+  guard would refuse;
 - the CUDA major version (a cu126 and a cu128 build of one torch release are interchangeable);
 - the C++ string ABI (_GLIBCXX_USE_CXX11_ABI).
 
 On a mismatch, or when importing the extension fails, it raises ImportError naming what the module
 was built for, what is installed, and the command that rebuilds it here (the original error is
-chained). The command has --no-deps: flash-attn requires an unpinned `torch`, and a forced
-reinstall of the dependencies could replace the very torch the rebuild is meant to match.
+chained). The command has --no-deps: the rebuilt wheel requires exactly the installed torch
+release, and a forced reinstall of the dependencies would download and reinstall torch itself.
 Set FLASH_ATTN_IGNORE_TORCH_MISMATCH=1 to skip the comparison (the import is still tried).
 """
 
@@ -86,7 +89,8 @@ def rebuild_command(dist=None) -> str:
     )
 
 
-def _public(version: str) -> str:
+def release(version: str) -> str:
+    """The torch release a module is bound to: its version without the local label."""
     return str(version).split("+", 1)[0]
 
 
@@ -111,7 +115,7 @@ def running_torch() -> dict:
 def mismatches(built: dict, running: dict) -> list[str]:
     """How the torch the module was built for differs from the running one (empty: none)."""
     found = []
-    if built.get("version") and _public(built["version"]) != _public(running["version"]):
+    if built.get("version") and release(built["version"]) != release(running["version"]):
         found.append(f"torch version {built['version']} vs {running['version']}")
     if _cuda_major(built.get("cuda")) != _cuda_major(running.get("cuda")):
         found.append(
@@ -157,7 +161,7 @@ def load_extension(name: str = "flash_attn_2_cuda"):
             f"flash-attn needs torch, which cannot be imported ({exc}).\n"
             "Install the torch flash-attn was built for"
             + (
-                f": pip install torch=={_public(built['version'])}"
+                f": pip install torch=={release(built['version'])}"
                 if built and built.get("version")
                 else ""
             ),

@@ -70,6 +70,13 @@ class Settings:
     nvcc: Path | None = _setting(
         None, "path", "The nvcc to use (default: the first one whose CUDA major matches torch)."
     )
+    cuda_toolkit: str = _setting(
+        "auto",
+        "str",
+        "`auto` (a system nvcc whose CUDA major matches torch's, else one from the package "
+        "index), `system` (never download one) or `index` (always use NVIDIA's compiler wheels "
+        "for torch's CUDA, kept under <cache-dir>/toolkits; CUDA 13+ torches).",
+    )
     max_jobs: int | None = _setting(None, "int", "Parallel compile jobs (ninja -j, MAX_JOBS).")
     nvcc_threads: int | None = _setting(None, "int", "nvcc --threads per job (NVCC_THREADS).")
     tu_parts: int | None = _setting(

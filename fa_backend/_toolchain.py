@@ -59,6 +59,18 @@ def nvcc_version(path: Path) -> Version | None:
         return None
 
 
+def nvcc_build(path: Path) -> str | None:
+    """The full compiler version, e.g. 13.0.88 (`V13.0.88`): patch releases differ in code."""
+    try:
+        out = subprocess.run(
+            [str(path), "--version"], capture_output=True, text=True, timeout=60, check=False
+        ).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    match = re.search(r"\bV(\d+(?:\.\d+)+)", out)
+    return match.group(1) if match else None
+
+
 @functools.cache
 def nvcc_home(path: Path) -> Path:
     """The toolkit root as nvcc itself sees it (TOP in its dry run): right for symlinks and for

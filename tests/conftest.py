@@ -142,6 +142,12 @@ def torch211_python(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def torch2141_python(tmp_path_factory) -> Path:
+    """A venv with the newest torch the index serves here, 2.14.1 (CUDA 13.0, C++20 headers)."""
+    return _torch_venv(tmp_path_factory, "torch2141", ["torch==2.14.1", "einops"])
+
+
+@pytest.fixture(scope="session")
 def torch26_python(tmp_path_factory) -> Path:
     """A venv with torch 2.6.0 (CUDA 12.4, built with the old ABI, _GLIBCXX_USE_CXX11_ABI=0)."""
     return _torch_venv(tmp_path_factory, "torch26", ["torch==2.6.0", "numpy<2"])

@@ -326,6 +326,10 @@ def _git_clone_at_commit(source: Path, path: Path) -> str:
     ).stdout.strip()
 
 
+def _torch_version(python) -> str:
+    return run([python, "-c", "import torch; print(torch.__version__)"]).stdout.strip()
+
+
 def _pip_version(python) -> Version:
     return Version(run([python, "-m", "pip", "--version"]).stdout.split()[1])
 
@@ -357,6 +361,12 @@ def test_pip_wheel_cache_and_a_new_torch(
     if stale_expected:
         assert f"Using cached flash_attn-{SAMPLE_VERSION}+{HOST_LABEL}" in out
         assert _flash_attn_version(torch211_overlay) == f"{SAMPLE_VERSION}+{HOST_LABEL}"
+        # the stale wheel requires the torch it was built for (torch==2.13.0), and pip installs
+        # that torch into this environment, over the 2.11 it had: the README warns of it
+        assert "torch-2.13.0" in out.splitlines()[-1], out.splitlines()[-1]
+        assert _torch_version(torch211_overlay).startswith("2.13.0")
+        run([torch211_overlay, "-m", "pip", "uninstall", "-y", "-q", "torch"], env=env)
+        assert _torch_version(torch211_overlay).startswith("2.11.0")  # the .pth one again
     else:
         assert "Using cached" not in out
         assert _flash_attn_version(torch211_overlay) == f"{SAMPLE_VERSION}+{T211_LABEL}"

@@ -6,6 +6,8 @@ import sys
 
 import pytest
 from packaging import tags
+from packaging.metadata import Metadata
+from packaging.requirements import Requirement
 from packaging.utils import parse_wheel_filename
 from packaging.version import Version
 
@@ -64,13 +66,62 @@ def test_wheel_filename_round_trips_through_packaging():
     )
 
 
-def test_core_metadata_is_upstreams_with_our_version(tmp_path):
+def test_core_metadata_is_upstreams_with_our_version_and_torch(tmp_path):
     from conftest import SHARED_SDISTS
 
     pkg_info = _metadata.read_pkg_info(SHARED_SDISTS / "flash_attn-2.8.3.tar.gz")
-    text = _metadata.core_metadata(pkg_info, "2.8.3+cu130torch2.11cxx11abiTRUE")
+    text = _metadata.core_metadata(
+        pkg_info, "2.8.3+cu130torch2.11cxx11abiTRUE", _metadata.torch_requirement("2.11.0+cu130")
+    )
     header = text.split("\n\n")[0].splitlines()
     assert "Version: 2.8.3+cu130torch2.11cxx11abiTRUE" in header
     assert "Name: flash_attn" in header
-    assert {"Requires-Dist: torch", "Requires-Dist: einops"} <= set(header)
+    requires = [line for line in header if line.startswith("Requires-Dist:")]
+    assert requires == ["Requires-Dist: torch==2.11.0", "Requires-Dist: einops"]  # einops as is
     assert text.split("\n\n", 1)[1] == pkg_info.split("\n\n", 1)[1]  # description untouched
+    # parsed as pip and uv parse it
+    parsed = Metadata.from_email(text, validate=False)
+    assert [str(r) for r in parsed.requires_dist] == ["torch==2.11.0", "einops"]
+
+
+def test_core_metadata_adds_the_torch_requirement_upstream_left_out():
+    """2.6.3's sdist PKG-INFO lists no requirements at all; the wheel still needs its torch."""
+    from conftest import SHARED_SDISTS
+
+    pkg_info = _metadata.read_pkg_info(SHARED_SDISTS / "flash_attn-2.6.3.tar.gz")
+    assert "Requires-Dist" not in pkg_info.split("\n\n")[0]
+    text = _metadata.core_metadata(pkg_info, "2.6.3+cu124torch2.6cxx11abiFALSE", "torch==2.6.0")
+    parsed = Metadata.from_email(text, validate=False)
+    assert [str(r) for r in parsed.requires_dist] == ["torch==2.6.0"]
+
+
+# built for, installed: every pair where the guard and PEP 440 must give the same answer
+RELEASES = [
+    ("2.11.0+cu130", "2.11.0"),  # PyPI's CUDA build has no local label in its metadata
+    ("2.11.0+cu130", "2.11.0+cu130"),
+    ("2.11.0+cu130", "2.11.0+cu126"),
+    ("2.11.0", "2.11.0+cpu"),
+    ("2.11.0+cu130", "2.11.1"),
+    ("2.11.0+cu130", "2.14.1"),
+    ("2.11.0+cu130", "2.11.0.post1"),
+    ("2.12.0.dev20260101+cu130", "2.12.0.dev20260101+cu130"),
+    ("2.12.0.dev20260101+cu130", "2.12.0.dev20260102+cu130"),
+    ("2.11.0a0+git1234abc", "2.11.0a0+git5678def"),  # source builds
+    ("2.11.0a0+git1234abc", "2.11.0"),
+]
+
+
+@pytest.mark.parametrize(("built", "installed"), RELEASES)
+def test_the_torch_requirement_accepts_exactly_what_the_runtime_guard_accepts(built, installed):
+    """One rule: METADATA's Requires-Dist (resolved by pip/uv with PEP 440) and the import
+    guard's version check agree on every pair."""
+    from fa_backend import _runtime_guard
+
+    requirement = Requirement(_metadata.torch_requirement(built))
+    pip_accepts = requirement.specifier.contains(installed, prereleases=True)
+    running = {"version": installed, "cuda": "13.0", "cxx11_abi": 1}
+    guard_accepts = not _runtime_guard.mismatches(
+        {"version": built, "cuda": "13.0", "cxx11_abi": 1}, running
+    )
+    assert pip_accepts == guard_accepts, (requirement, installed)
+    assert pip_accepts == (Version(built).public == Version(installed).public)
