@@ -57,7 +57,7 @@ def _builder(host: str, out: Path, sdists: Path, cache: Path, *extra: str, env=N
     )
 
 
-def _wait_for_lock(cache: Path, seconds: float = 120) -> Path:
+def _wait_for_lock(cache: Path, seconds: float = 300) -> Path:
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         locks = list((cache / ".locks").glob("*.lock")) if (cache / ".locks").is_dir() else []
