@@ -183,8 +183,7 @@ def prepare(plan: Plan, scratch: Path, tools: Tools | None = None) -> Prepared:
     if tools.archs:
         _archs.check_gencodes(commands, tools.archs.targets)
     _kernels.check_sources(commands, plan.tailoring, plan.sdist.version)
-    env = _sccache.environ(tools.compiler_cache)
-    _preflight.check(commands, ninja_file.parent, env, stats=stats_file(scratch))
+    _preflight.check(commands, ninja_file.parent, stats=stats_file(scratch))
     return Prepared(source, tools, ninja_file, commands, report, log)
 
 

@@ -49,17 +49,6 @@ def defaults(env: dict[str, str]) -> dict[str, str]:
     return added
 
 
-def environ(program: str | None) -> dict[str, str] | None:
-    """The environment a compile outside the build child (the preflight probe) runs in: with
-    sccache, the same server socket and base dirs as the build's compiles (else its client would
-    start a server of its own on the default port and leave it running)."""
-    if not is_sccache(program):
-        return None
-    env = dict(os.environ)
-    env.update(defaults(env))
-    return env
-
-
 def _run(program: str, args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:
     try:
         return subprocess.run(
