@@ -17,6 +17,8 @@ import subprocess
 import sys
 import time
 
+PROBE_ENV = "_FA_SHIM_PROBE"  # set by fa-shim's preflight (_preflight.py)
+
 
 def _source(args):
     sources = [a for a in args if a.endswith((".cu", ".cpp", ".cc", ".cxx", ".c"))]
@@ -30,6 +32,8 @@ def started_file(stats_file):
 
 def main():
     stats_file, command = sys.argv[1], sys.argv[2:]
+    if os.environ.get(PROBE_ENV) and os.path.basename(command[0]).startswith(("ccache", "sccache")):
+        command = command[1:]  # fa-shim's toolchain probe: nothing to share with other builds
     started, start = time.time(), time.monotonic()
     if _source(command) != "?":  # nvcc's own probes name no source
         with open(started_file(stats_file), "a") as f:

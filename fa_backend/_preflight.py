@@ -19,6 +19,7 @@ from pathlib import Path
 from . import _failures, _mangling
 from ._compile_commands import ABI_DEFINE, Command
 from ._errors import FaShimError
+from ._launcher import PROBE_ENV
 
 PROBE = """\
 #include <string>
@@ -197,6 +198,7 @@ def check(
 
 def _check(commands: list[Command], cwd: Path, env: dict | None) -> list[dict]:
     results = []
+    env = {**(env if env is not None else os.environ), PROBE_ENV: "1"}  # past any compiler cache
     with tempfile.TemporaryDirectory(prefix="fa-shim-preflight-") as tmp:
         work = Path(tmp)
         for kind in ("cxx", "nvcc"):
