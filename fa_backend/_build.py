@@ -227,7 +227,8 @@ def run_upstream_build(plan: Plan, prep: Prepared) -> Path:
 def fresh_wheel(plan: Plan, tools: Tools, scratch: Path) -> Path:
     """Prepare, compile, repack and verify: a checked wheel, still in scratch."""
     # a compiler cache shared by nodes: the same source path everywhere, sccache's hit rate
-    place = _stable_src.place(scratch, bool(tools.compiler_cache), plan.settings.keep_build_dir)
+    shared = _sccache.is_sccache(tools.compiler_cache)  # ccache has CCACHE_BASEDIR instead
+    place = _stable_src.place(scratch, shared, plan.settings.keep_build_dir)
     with place as where, _sccache.session(tools.compiler_cache):
         prep = prepare(plan, where, tools)
         with _progress.watching(plan, prep):  # the estimate block, then progress a user can see
