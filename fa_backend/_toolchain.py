@@ -45,14 +45,19 @@ class Nvcc:
         return f"{self.path} (CUDA {self.version or 'unknown'}, from {self.origin})"
 
 
-def nvcc_version(path: Path) -> Version | None:
+@functools.cache
+def _banner(path: Path) -> str:
+    """`nvcc --version`'s output ('' when it does not run): one run answers both questions."""
     try:
-        out = subprocess.run(
+        return subprocess.run(
             [str(path), "--version"], capture_output=True, text=True, timeout=60, check=False
         ).stdout
     except (OSError, subprocess.TimeoutExpired):
-        return None
-    match = re.search(r"release (\d+\.\d+)", out)
+        return ""
+
+
+def nvcc_version(path: Path) -> Version | None:
+    match = re.search(r"release (\d+\.\d+)", _banner(path))
     try:
         return Version(match.group(1)) if match else None
     except InvalidVersion:
@@ -61,13 +66,7 @@ def nvcc_version(path: Path) -> Version | None:
 
 def nvcc_build(path: Path) -> str | None:
     """The full compiler version, e.g. 13.0.88 (`V13.0.88`): patch releases differ in code."""
-    try:
-        out = subprocess.run(
-            [str(path), "--version"], capture_output=True, text=True, timeout=60, check=False
-        ).stdout
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    match = re.search(r"\bV(\d+(?:\.\d+)+)", out)
+    match = re.search(r"\bV(\d+(?:\.\d+)+)", _banner(path))
     return match.group(1) if match else None
 
 

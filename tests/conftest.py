@@ -25,6 +25,19 @@ SAMPLE_VERSION = "0.1.0"
 BUILD_TOOLS = ["setuptools>=70", "wheel", "packaging", "ninja", "psutil", "pyelftools", "filelock"]
 
 
+# The smallest real flash-attn 2.8.3 build (4 kernels + flash_api.cpp at sm_80): the tests that
+# need a real compile of upstream's kernels on 2 cores share it.
+SMALLEST_REAL_SET = {
+    "cuda-archs": "80",
+    "head-dims": "128",
+    "dtypes": "bf16",
+    "forward-only": "true",
+    "disable": "dropout,alibi,softcap,local,uneven_k",
+    "max-jobs": "2",
+    "nvcc-threads": "1",
+}
+
+
 def run(cmd, *, check=True, **kwargs) -> subprocess.CompletedProcess:
     """Run a real process; on an unexpected exit status show everything it printed."""
     proc = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, **kwargs)

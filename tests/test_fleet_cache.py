@@ -26,7 +26,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from conftest import REPO, SHARED_SDISTS, pack_sample, run, sample_settings
+from conftest import REPO, SHARED_SDISTS, SMALLEST_REAL_SET, pack_sample, run, sample_settings
 
 pytestmark = pytest.mark.slow
 
@@ -234,13 +234,7 @@ def test_redis_serves_a_second_node_the_real_flash_attn_kernels(
 ):
     settings = {
         "sdist-dir": str(SHARED_SDISTS),
-        "cuda-archs": "80",
-        "head-dims": "128",
-        "dtypes": "bf16",
-        "forward-only": "true",
-        "disable": "dropout,alibi,softcap,local,uneven_k",
-        "max-jobs": "2",
-        "nvcc-threads": "1",
+        **SMALLEST_REAL_SET,
         "wheel-cache": "false",  # node B must compile, not reuse node A's wheel
         "compiler-cache": _sccache(),
     }

@@ -21,7 +21,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from conftest import REPO, SHARED_SDISTS, run
+from conftest import REPO, SHARED_SDISTS, SMALLEST_REAL_SET, run
 from packaging.version import Version
 from test_real_build import _clean_env, _overlay_venv
 
@@ -29,13 +29,7 @@ pytestmark = [pytest.mark.realbuild, pytest.mark.slow]
 
 SETTINGS = {
     "sdist-dir": str(SHARED_SDISTS),
-    "cuda-archs": "80",
-    "head-dims": "128",
-    "dtypes": "bf16",
-    "forward-only": "true",
-    "disable": "dropout,alibi,softcap,local,uneven_k",
-    "max-jobs": "2",
-    "nvcc-threads": "1",
+    **SMALLEST_REAL_SET,
     "compiler-cache": "none",
 }
 LABEL = "cu130torch2.14cxx11abiTRUE.hdim128.bf16.fwd.nodropout.noalibi.nosoftcap.nolocal.nounevenk"
