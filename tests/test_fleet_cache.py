@@ -26,7 +26,14 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from conftest import REPO, SHARED_SDISTS, SMALLEST_REAL_SET, pack_sample, run, sample_settings
+from conftest import (
+    SHARED_SDISTS,
+    SMALLEST_REAL_SET,
+    pack_sample,
+    pip_wheel_cmd,
+    run,
+    sample_settings,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -150,21 +157,7 @@ class Node:
     def build(self, python: Path, options: list[str]) -> tuple[subprocess.CompletedProcess, float]:
         start = time.monotonic()
         proc = run(
-            [
-                python,
-                "-m",
-                "pip",
-                "wheel",
-                "--no-build-isolation",
-                "--no-deps",
-                "-v",
-                "-w",
-                str(self.root / "out"),
-                str(REPO),
-                *options,
-            ],
-            cwd=self.root,
-            env=self.env,
+            pip_wheel_cmd(python, self.root / "out", "-v", *options), cwd=self.root, env=self.env
         )
         seconds = time.monotonic() - start
         assert not _listening(self.port), "fa-shim left the sccache server it started running"
