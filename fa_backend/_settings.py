@@ -15,7 +15,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Union
 
-from packaging.utils import canonicalize_version
 from packaging.version import InvalidVersion, Version
 
 from ._errors import FaShimError
@@ -229,8 +228,14 @@ def _convert(key: str, kind: str, value: Any, where: str) -> Any:
             Version(str(value).strip())
         except InvalidVersion:
             raise bad("a PEP 440 version such as 2.8.3 or 2.8.3.post2") from None
-        # v2.8.3, 2.8.3.0 and ' 2.8.3 ' are 2.8.3; 2.8.3-post2 is 2.8.3.post2
-        return canonicalize_version(str(value).strip(), strip_trailing_zero=True)
+        # v2.8.3, 2.8.3.0 and ' 2.8.3 ' are 2.8.3; 2.8.3-post2 is 2.8.3.post2. Zeros beyond
+        # major.minor.patch go (upstream's releases always have three: 2.7.0.post2 stays)
+        version = Version(str(value).strip())
+        release = list(version.release)
+        while len(release) > 3 and release[-1] == 0:
+            release.pop()
+        full, short = ".".join(map(str, version.release)), ".".join(map(str, release))
+        return str(version).replace(full, short, 1)
     raise AssertionError(kind)
 
 

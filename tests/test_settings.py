@@ -96,6 +96,7 @@ def test_relative_paths_are_relative_to_where_the_user_ran_the_command(tmp_path,
         ("2.8.3.0", "2.8.3"),
         (" 2.8.3 ", "2.8.3"),
         ("2.8.3-post2", "2.8.3.post2"),
+        ("2.7.0.post2", "2.7.0.post2"),  # a pinned release: its zero stays
     ],
 )
 def test_flash_attn_version_is_normalised(given, version):
