@@ -122,20 +122,25 @@ def select_archs(
     candidates = _sorted(candidates)
 
     too_old = [a for a in candidates if _arch_number(a) < MIN_ARCH]
-    no_nvcc = [a for a in candidates if a not in too_old and not _nvcc_builds(a, supported)]
+    # an explicit arch must be one this nvcc names (98 typed for 89 is no GPU at all); derived
+    # ones may run lower code of their major (a 10.3 GPU on an nvcc that predates sm_103)
+    builds = (lambda a: _base(a) in supported) if strict else (lambda a: _nvcc_builds(a, supported))
+    no_nvcc = [a for a in candidates if a not in too_old and not builds(a)]
     if strict and (too_old or no_nvcc):
         problems = []
         if too_old:
             problems.append(f"{', '.join(too_old)}: flash-attn 2 needs compute capability 8.0+")
         if no_nvcc:
-            problems.append(f"{', '.join(no_nvcc)}: not supported by the chosen nvcc")
+            problems.append(
+                f"{', '.join(no_nvcc)}: not a compute capability the chosen nvcc compiles"
+            )
         raise FaShimError(
             f"{source} asks for architectures this build cannot compile ("
             + "; ".join(problems)
             + ").",
             fix="use some of "
             + ", ".join(a for a in _sorted(supported) if _arch_number(a) >= MIN_ARCH)
-            + " (or pick a newer CUDA toolkit with -C nvcc=...).",
+            + " (the valid values; or pick a newer CUDA toolkit with -C nvcc=...).",
         )
     archs = [a for a in candidates if a not in too_old and a not in no_nvcc]
     if not archs:

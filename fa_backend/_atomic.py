@@ -5,22 +5,40 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
 
 from . import _failures
 
+_UMASK_LOCK = threading.Lock()
+
+
+def umask() -> int:
+    """The process umask, read without changing it where Linux tells it (/proc/self/status),
+    else set and restored under a lock (os.umask is the only other way to read it)."""
+    with contextlib.suppress(OSError, ValueError):
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    with _UMASK_LOCK:
+        current = os.umask(0o022)
+        os.umask(current)
+    return current
+
 
 @contextlib.contextmanager
 def writing(target: Path) -> Iterator[BinaryIO]:
     """A file to write target's content into: a temporary name beside it (.fa-shim-*.part,
     the leftover name the wheel cache sweeps) renamed into place once the block completes;
-    removed if it fails."""
-    target.parent.mkdir(parents=True, exist_ok=True)
+    removed if it fails. The file gets 0o666 & ~umask, as open() would give it: mkstemp's 0600
+    would keep everyone else out of a shared cache."""
+    target.parent.mkdir(parents=True, exist_ok=True)  # 0o777 & ~umask: mkdir applies it
     fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".fa-shim-", suffix=".part")
     try:
         with os.fdopen(fd, "wb") as f:
+            os.fchmod(f.fileno(), 0o666 & ~umask())
             yield f
         os.replace(tmp, target)
     except BaseException as exc:

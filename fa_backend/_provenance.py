@@ -4,6 +4,7 @@ the wheel computes: the wheel cache's key) and the provenance (the wheel's
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import re
@@ -37,13 +38,29 @@ def fa_shim_version() -> str:
     return __version__
 
 
+@functools.cache
+def fa_shim_sources() -> str:
+    """sha256 over fa_backend/'s own files (names and contents): `__version__` stays put across
+    commits, so a changed backend must change the cache key by itself."""
+    package = Path(__file__).parent
+    digest = hashlib.sha256()
+    for path in sorted(package.rglob("*")):
+        if path.is_file() and "__pycache__" not in path.parts and path.suffix != ".pyc":
+            digest.update(path.relative_to(package).as_posix().encode() + b"\0")
+            digest.update(hashlib.sha256(path.read_bytes()).digest())
+    return digest.hexdigest()
+
+
 def fingerprint(plan: Plan, tools: Tools) -> dict:
     """Everything that decides what the wheel computes; jobs, threads and tu-parts do not
-    (parts change how the objects are cut, not a kernel), so machines of any size share it."""
+    (parts change how the objects are cut, not a kernel), so machines of any size share it.
+    The applied patches count by content (their sha256s), the host compiler by path + version."""
+    compiler = _toolchain.host_compiler()
     return {
         "wheel": plan.wheel_name,
         "metadata": hashlib.sha256(plan.metadata.encode()).hexdigest(),  # Requires-Dist & co.
         "fa_shim": fa_shim_version(),
+        "fa_shim_sources": fa_shim_sources(),
         "sdist_sha256": plan.sdist.sha256,
         "patches": [p.sha256 for p in plan.patches],
         "guard": hashlib.sha256(GUARD.read_bytes()).hexdigest(),
@@ -52,7 +69,7 @@ def fingerprint(plan: Plan, tools: Tools) -> dict:
         "nvcc_build": _toolchain.nvcc_build(tools.nvcc.path) if tools.nvcc else None,
         "archs": list(tools.archs.targets) if tools.archs else None,
         "kernel_set": plan.tailoring.describe(),
-        "host_compiler": _toolchain.host_compiler()["version"],
+        "host_compiler": [compiler["path"], compiler["version"]],
         "env": {name: os.environ.get(name) for name in _COMPILER_ENV},
     }
 

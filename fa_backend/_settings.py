@@ -48,7 +48,8 @@ class Settings:
     sdist_dir: Path | None = _setting(
         None,
         "path",
-        "Directory holding upstream sdists (shared storage, e.g. /efs/shared/flash-attn).",
+        "Directory holding upstream sdists (shared storage, e.g. /efs/shared/flash-attn); it must "
+        "exist. Relative paths in any path setting are relative to where the command was run.",
     )
     cache_dir: Path | None = _setting(
         None,
@@ -65,7 +66,9 @@ class Settings:
         (),
         "archs",
         "CUDA architectures to compile, e.g. `90` or `80;90` (default: the visible GPUs', else "
-        "TORCH_CUDA_ARCH_LIST, else torch's own list, else upstream's; below 8.0 dropped).",
+        "TORCH_CUDA_ARCH_LIST, else torch's own list, else upstream's; below 8.0 dropped). Each "
+        "given one must be a compute capability the chosen nvcc lists (`nvcc --list-gpu-arch`), "
+        "as `89`, `8.9`, `sm_89` or with a suffix (`90a`); anything else is refused.",
     )
     nvcc: Path | None = _setting(
         None, "path", "The nvcc to use (default: the first one whose CUDA major matches torch)."
@@ -178,11 +181,24 @@ _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
 
 
+def _absolute(text: str) -> Path:
+    """A relative path is relative to where the user ran the command: a frontend (pip) runs the
+    backend elsewhere, but the shell's PWD survives it."""
+    path = Path(os.path.expanduser(text))
+    if path.is_absolute():
+        return path
+    pwd = os.environ.get("PWD")
+    base = Path(pwd) if pwd and os.path.isabs(pwd) and os.path.isdir(pwd) else Path.cwd()
+    return Path(os.path.normpath(base / path))
+
+
 def _convert(key: str, kind: str, value: Any, where: str) -> Any:
     def bad(expected: str) -> FaShimError:
         return FaShimError(
             f"setting {key!r} from {where} is {value!r}, expected {expected}.",
-            fix=f"correct {key} in {where}.",
+            fix=f"correct {where.rsplit(' ', 1)[-1]}."
+            if where.startswith("environment variable")
+            else f"correct {key} in {where}.",
         )
 
     if kind == "archs":
@@ -191,7 +207,8 @@ def _convert(key: str, kind: str, value: Any, where: str) -> Any:
         for item in (str(i).strip() for i in items):
             if not item:
                 continue
-            match = re.fullmatch(r"(?:sm_|compute_)?(\d+)(?:\.(\d))?([af]?)", item)
+            # compute_XX names PTX for a virtual arch: flash-attn compiles real GPU code only
+            match = re.fullmatch(r"(?:sm_)?(\d+)(?:\.(\d))?([af]?)", item)
             if not match:
                 raise bad("architectures like 80, 90, 9.0, 100a or 'sm_90'")
             major, minor, suffix = match.groups()
@@ -230,15 +247,22 @@ def _convert(key: str, kind: str, value: Any, where: str) -> Any:
             raise bad("a positive number of seconds")
         return seconds
     if kind == "path":
-        return Path(os.path.expanduser(str(value))).absolute() if str(value) else None
+        return _absolute(str(value).strip()) if str(value).strip() else None
     if kind == "str":
         return str(value).strip()
     if kind == "version":
         try:
-            Version(str(value))
+            Version(str(value).strip())
         except InvalidVersion:
             raise bad("a PEP 440 version such as 2.8.3 or 2.8.3.post2") from None
-        return str(value)
+        # v2.8.3, 2.8.3.0 and ' 2.8.3 ' are 2.8.3; 2.8.3-post2 is 2.8.3.post2. Zeros beyond
+        # major.minor.patch go (upstream's releases always have three: 2.7.0.post2 stays)
+        version = Version(str(value).strip())
+        release = list(version.release)
+        while len(release) > 3 and release[-1] == 0:
+            release.pop()
+        full, short = ".".join(map(str, version.release)), ".".join(map(str, release))
+        return str(version).replace(full, short, 1)
     raise AssertionError(kind)
 
 
@@ -279,7 +303,7 @@ def load(
             if name not in known_env:
                 raise _unknown(name, "the environment", list(known_env))
             env_layer[known_env[name]] = value
-    layers.append(("environment", env_layer))
+    layers.append(("the environment", env_layer))
 
     cs_layer = {}
     for key, value in (config_settings or {}).items():
@@ -293,7 +317,15 @@ def load(
     for where, layer in layers:  # later layers win
         for key, value in layer.items():
             field = FIELDS[key]
-            values[field.name] = _convert(key, field.metadata["kind"], value, where)
+            # name the real source, so the fix says what to change: FA_SHIM_MAX_JOBS
+            source = f"environment variable {env_name(key)}" if layer is env_layer else where
+            values[field.name] = _convert(key, field.metadata["kind"], value, source)
+    if values.get("sdist_dir") and not values["sdist_dir"].is_dir():
+        raise FaShimError(
+            f"the sdist-dir {values['sdist_dir']} does not exist (or is not a directory).",
+            fix="create it with the flash-attn sdists in it, or correct the sdist-dir setting "
+            "(without it the sdist is downloaded from the package index).",
+        )
     return Settings(**values)
 
 

@@ -147,7 +147,7 @@ def _run(target: Target, torch: TorchInfo, gpus: list[Gpu] | None) -> VerifyRepo
     checks = [check_tags(target), check_module(target)]
     modules: list[ElfModule] = []
     if target.modules:
-        modules = [read_module(path) for _, path in target.modules]
+        modules = [_read(target, name, path) for name, path in target.modules]
         with TorchExports(torch.lib_dir) as exports:
             symbols, abi = check_symbols(modules, torch, exports)
         checks += [symbols, abi, check_cuda_runtime(modules, torch)]
@@ -157,6 +157,18 @@ def _run(target: Target, torch: TorchInfo, gpus: list[Gpu] | None) -> VerifyRepo
     return VerifyReport(
         target.description, target.kind, torch, checks, [n for n, _ in target.modules]
     )
+
+
+def _read(target: Target, name: str, path: Path) -> ElfModule:
+    """A module's ELF facts; a wheel's is read from a temporary copy, so its error names the
+    user's wheel instead of a path that is gone once verify returns."""
+    try:
+        return read_module(path)
+    except FaShimError as exc:
+        if target.kind == "wheel":
+            exc.cause = exc.cause.replace(str(path), f"{name} in {target.description}")
+            exc.args = (exc.cause,)
+        raise
 
 
 def _resolve(torch: TorchInfo | None, gpus: list[Gpu] | None) -> tuple[TorchInfo, list | None]:

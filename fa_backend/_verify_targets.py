@@ -56,11 +56,12 @@ def wheel_target(wheel: Path, scratch: Path) -> Target:
             f"{wheel.name} is not a valid wheel file name ({exc}).",
             fix="pass the wheel under the name it was built with.",
         ) from None
-    modules, provenance_text, where = [], None, PROVENANCE
+    modules, provenance_text, where, has_package = [], None, PROVENANCE, False
     try:
         with zipfile.ZipFile(wheel) as zf:
             for info in zf.infolist():
                 parts = info.filename.split("/")
+                has_package = has_package or (len(parts) > 1 and parts[0] == "flash_attn")
                 if len(parts) == 1 and _is_module(info.filename):
                     target = scratch / info.filename
                     with zf.open(info) as src, target.open("wb") as dst:
@@ -72,6 +73,11 @@ def wheel_target(wheel: Path, scratch: Path) -> Target:
         raise FaShimError(
             f"{wheel} is not a readable wheel ({exc}).", fix="download or build the wheel again."
         ) from None
+    if not has_package:
+        raise FaShimError(
+            f"{wheel} is not a flash-attn wheel: it holds no flash_attn package.",
+            fix="pass a flash-attn wheel (flash_attn-*.whl); verify checks nothing else.",
+        )
     provenance, error = _parse_provenance(provenance_text, where)
     return Target(str(wheel), "wheel", wheel_tags, "file name", modules, provenance, error)
 
@@ -133,4 +139,10 @@ def installed_target(spec: str) -> Target:
 
 def module_target(path: Path) -> Target:
     """A bare flash_attn_2_cuda*.so: no tags, no provenance."""
+    if not _is_module(path.name):
+        raise FaShimError(
+            f"{path.resolve()} is not a flash-attn module: verify checks {MODULE}*.so only.",
+            fix=f"pass the {MODULE}*.so of a flash-attn install, its wheel or its "
+            "site-packages directory.",
+        )
     return Target(str(path.resolve()), "module", None, "", [(path.name, path)], None)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import os
 import shutil
 import time
 from collections.abc import Callable, Iterator
@@ -60,6 +61,10 @@ def store(root: Path, entry_key: str, wheel: Path, fingerprint: dict) -> Path:
 
 
 def evict(root: Path, entry_key: str) -> None:
+    """Remove our own entry; another user's (a shared cache) is only ever replaced by a store."""
+    with contextlib.suppress(OSError):
+        if (root / entry_key).stat().st_uid != os.getuid():
+            return
     shutil.rmtree(root / entry_key, ignore_errors=True)
 
 
@@ -108,6 +113,13 @@ def obtain(
         if wheel is None:
             wheel = build()
             if not read_only:
-                clear_partials(root, entry_key)
-                wheel = store(root, entry_key, wheel, fingerprint)
+                try:
+                    clear_partials(root, entry_key)
+                    wheel = store(root, entry_key, wheel, fingerprint)
+                except OSError as exc:  # full, read-only or another user's: the wheel is good
+                    why = exc.strerror or str(exc)
+                    _log.warn(
+                        f"the wheel cache {root} could not keep this wheel ({why}: "
+                        f"{exc.filename or root}); the wheel itself is built"
+                    )
         return publish(wheel, out_dir)  # only a complete wheel appears in out_dir

@@ -16,7 +16,10 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 TESTS = REPO / "tests"
-SHARED_SDISTS = REPO.parent / "shared" / "sdists"
+SHARED_SDISTS = REPO.parent / "shared" / "sdists"  # the default seed of upstream_sdists
+# FA_SHIM_TEST_SDIST_SEED: a directory of verified upstream sdists to copy instead of
+# downloading ("" or "none": download everything from the package index)
+SDIST_SEED_VARIABLE = "FA_SHIM_TEST_SDIST_SEED"
 SAMPLE = TESTS / "packages" / "sample-flash-attn"
 SAMPLE_CUDA = TESTS / "packages" / "sample-cuda"  # added to the sample by pack_sample(cuda=True)
 TOOLS = TESTS / "tools"
@@ -164,6 +167,53 @@ def torch2141_python(tmp_path_factory) -> Path:
 def torch26_python(tmp_path_factory) -> Path:
     """A venv with torch 2.6.0 (CUDA 12.4, built with the old ABI, _GLIBCXX_USE_CXX11_ABI=0)."""
     return _torch_venv(tmp_path_factory, "torch26", ["torch==2.6.0", "numpy<2"])
+
+
+def sdist_seed() -> Path | None:
+    value = os.environ.get(SDIST_SEED_VARIABLE)
+    if value is None:
+        return SHARED_SDISTS
+    return None if value.strip().lower() in ("", "none") else Path(value)
+
+
+@pytest.fixture(scope="session")
+def upstream_sdists(request) -> Path:
+    """Every pinned upstream sdist in one directory: copied from the seed where it holds one
+    (FA_SHIM_TEST_SDIST_SEED, default ../shared/sdists), the rest downloaded once by fa-shim's
+    own downloader into pytest's cache (kept between runs), all checked against their pins."""
+    from fa_backend import _index, _releases, _sdist
+
+    directory = request.config.cache.mkdir("fa-shim-upstream-sdists")
+    seed = sdist_seed()
+    for version in _releases.known():
+        release = _releases.release(version)
+        target = directory / release.sdist
+        if target.is_file() and _sdist.sha256_of(target) == release.sha256:
+            continue
+        if seed and (seed / release.sdist).is_file():
+            shutil.copyfile(seed / release.sdist, target)
+        else:
+            _index.download(version, directory)
+        assert _sdist.sha256_of(target) == release.sha256, f"{target.name} differs from its pin"
+    return directory
+
+
+# Markers by what a test needs, so a tier can be chosen with -m: see README "Tests".
+_MARKED_FIXTURES = {
+    "upstream_sdists": ["network"],
+    "torch211_python": ["cuda_torch"],
+    "torch26_python": ["cuda_torch"],
+    # modules' own wrappers that reach torch211_python through request.getfixturevalue
+    "t211": ["cuda_torch"],
+    "cuda_torch_python": ["cuda_torch"],
+}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        for fixture in getattr(item, "fixturenames", ()):
+            for marker in _MARKED_FIXTURES.get(fixture, ()):
+                item.add_marker(marker)
 
 
 def copy_repo(dest: Path) -> Path:

@@ -69,6 +69,21 @@ def test_upstream_default_last_and_filtered_by_nvcc():
     assert sel.archs == ("80", "90") and sel.dropped == ("100", "120")
 
 
+@pytest.mark.parametrize("typo", ["95", "99", "85", "98", "129", "91"])
+def test_a_compute_capability_the_real_nvcc_does_not_name_is_refused(typo):
+    """95 used to become sm_90, 85 sm_80, 129 sm_120: a typo of 98 for 89 built a wheel with no
+    code for the user's GPU. Only what `nvcc --list-gpu-arch` names is taken; the fix lists it."""
+    if not NVCC13.exists():
+        pytest.skip(f"no CUDA 13.0 nvcc at {NVCC13}")
+    real = _archs.nvcc_arch_list(NVCC13)
+    with pytest.raises(FaShimError) as exc:
+        select_archs((typo,), (), None, (), real, DEFAULT)
+    assert f"{typo}: not a compute capability the chosen nvcc compiles" in exc.value.cause
+    assert "80, 86, 87, 88, 89, 90, 100, 103, 110, 120, 121" in exc.value.fix
+    for good in ("89", "90", "90a", "121"):  # what it names, with or without a suffix
+        assert select_archs((good,), (), None, (), real, DEFAULT).archs == (good,)
+
+
 @pytest.mark.parametrize(
     ("setting", "words"),
     [

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from conftest import PY, SAMPLE_VERSION, TOOLS, pip_wheel_cmd, run, sample_settings
+from conftest import PY, SAMPLE_VERSION, TOOLS, copy_repo, pip_wheel_cmd, run, sample_settings
 
 pytestmark = pytest.mark.slow
 
@@ -182,3 +182,22 @@ def test_compiler_cache_makes_the_second_compile_a_hit(sample_sdist_dir, tmp_pat
     with zipfile.ZipFile(wheel) as zf:
         prov = json.loads(zf.read(next(n for n in zf.namelist() if n.endswith("provenance.json"))))
     assert prov["compiler_cache"].endswith("ccache")
+
+
+def test_a_changed_backend_misses_the_cache(sample_sdist_dir, tmp_path):
+    """fa-shim's __version__ does not change across commits: its sources' hash does, so a cache
+    filled by an older backend never serves a build of a newer one."""
+    project = copy_repo(tmp_path / "fa-shim")
+    cmd = sample_settings(sample_sdist_dir)
+    first = run(pip_wheel_cmd(PY, tmp_path / "a", "-v", *cmd, project=project))
+    assert "running upstream setup.py (wheel)" in first.stderr
+    same = run(pip_wheel_cmd(PY, tmp_path / "b", "-v", *cmd, project=project))
+    assert "wheel cache hit" in same.stderr
+    with (project / "fa_backend" / "_log.py").open("a") as f:
+        f.write("# a change to the backend\n")
+    changed = run(pip_wheel_cmd(PY, tmp_path / "c", "-v", *cmd, project=project))
+    assert "wheel cache hit" not in changed.stderr
+    assert "running upstream setup.py (wheel)" in changed.stderr
+    entries = [p for p in _cache_root().iterdir() if p.is_dir() and p.name != ".locks"]
+    sources = {json.loads((e / "fingerprint.json").read_text())["fa_shim_sources"] for e in entries}
+    assert len(entries) == 2 and len(sources) == 2

@@ -66,9 +66,54 @@ def test_config_settings_keys_may_use_underscores_or_dashes(tmp_path):
 
 
 def test_paths_become_absolute(tmp_path, monkeypatch):
+    (tmp_path / "rel" / "dir").mkdir(parents=True)
     monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("PWD", raising=False)
     s = _settings.load({"sdist-dir": "rel/dir"}, {}, tmp_path)
     assert s.sdist_dir == tmp_path / "rel" / "dir"
+
+
+def test_relative_paths_are_relative_to_where_the_user_ran_the_command(tmp_path, monkeypatch):
+    """A frontend runs the backend in another directory (pip: the project); the shell's PWD
+    says where the user typed `-C sdist-dir=sdists`. The error names the absolute path tried."""
+    user_dir, backend_dir = tmp_path / "user", tmp_path / "project"
+    (user_dir / "sdists").mkdir(parents=True)
+    backend_dir.mkdir()
+    monkeypatch.chdir(backend_dir)
+    monkeypatch.setenv("PWD", str(user_dir))
+    assert _settings.load({"sdist-dir": "sdists"}, {}, backend_dir).sdist_dir == (
+        user_dir / "sdists"
+    )
+    with pytest.raises(FaShimError) as exc:
+        _settings.load({"sdist-dir": "./typo"}, {}, backend_dir)
+    assert f"the sdist-dir {user_dir / 'typo'} does not exist" in exc.value.cause
+
+
+@pytest.mark.parametrize(
+    ("given", "version"),
+    [
+        ("v2.8.3", "2.8.3"),
+        ("2.8.3.0", "2.8.3"),
+        (" 2.8.3 ", "2.8.3"),
+        ("2.8.3-post2", "2.8.3.post2"),
+        ("2.7.0.post2", "2.7.0.post2"),  # a pinned release: its zero stays
+    ],
+)
+def test_flash_attn_version_is_normalised(given, version):
+    assert _settings.load({"flash-attn-version": given}, {}).flash_attn_version == version
+
+
+def test_a_bad_environment_setting_names_its_variable():
+    with pytest.raises(FaShimError) as exc:
+        _settings.load({}, {"FA_SHIM_MAX_JOBS": "many"})
+    assert "from environment variable FA_SHIM_MAX_JOBS is 'many'" in exc.value.cause
+    assert exc.value.fix == "correct FA_SHIM_MAX_JOBS."
+
+
+@pytest.mark.parametrize("given", ["compute_90", "compute_80"])
+def test_a_virtual_architecture_is_refused(given):
+    with pytest.raises(FaShimError, match="expected architectures like 80"):
+        _settings.load({"cuda-archs": given}, {})
 
 
 @pytest.mark.parametrize(

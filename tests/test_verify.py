@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 import subprocess
 import sys
 import tarfile
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -88,6 +90,52 @@ def test_not_an_elf_file(tmp_path):
     bogus.write_text("not an ELF file\n")
     with pytest.raises(FaShimError, match="not a readable ELF shared object"):
         _verify.verify_path(bogus)
+
+
+def _some_other_extension() -> Path:
+    """A real extension module of this interpreter that is not flash-attn's."""
+    import importlib
+
+    for name in ("markupsafe._speedups", "_ssl", "_ctypes", "_json"):
+        with contextlib.suppress(ImportError):
+            path = getattr(importlib.import_module(name), "__file__", None)
+            if path and path.endswith(".so"):
+                return Path(path)
+    pytest.skip("no extension module (.so) found in this interpreter")
+
+
+def test_an_unrelated_extension_is_not_a_flash_attn_module():
+    """It used to pass: "OK (2 passed, 5 skipped)", exit 0."""
+    other = _some_other_extension()
+    proc = verify(str(other))
+    assert proc.returncode == 1, proc.stdout
+    assert f"{other} is not a flash-attn module" in proc.stderr
+    assert "Traceback" not in proc.stderr and "OK" not in proc.stdout
+
+
+def test_a_wheel_without_flash_attn_is_not_a_flash_attn_wheel(tmp_path):
+    """It used to be told to "rebuild flash-attn"."""
+    wheel = tmp_path / "markupsafe_like-1.0-cp311-cp311-linux_x86_64.whl"
+    with zipfile.ZipFile(wheel, "w") as z:
+        z.write(_some_other_extension(), "markupsafe_like/_speedups.so")
+        z.writestr("markupsafe_like-1.0.dist-info/WHEEL", "Wheel-Version: 1.0\n")
+    proc = verify(str(wheel))
+    assert proc.returncode == 1
+    assert f"{wheel} is not a flash-attn wheel" in proc.stderr
+    assert "rebuild flash-attn" not in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_a_bad_module_inside_a_wheel_is_named_by_the_wheel(tmp_path):
+    """The module is read from a temporary copy; the message names the user's wheel."""
+    wheel = tmp_path / "flash_attn-2.8.3-cp311-cp311-linux_x86_64.whl"
+    module = "flash_attn_2_cuda.cpython-311-x86_64-linux-gnu.so"
+    with zipfile.ZipFile(wheel, "w") as z:
+        z.writestr("flash_attn/__init__.py", "")
+        z.writestr(module, "not an ELF file\n")
+    proc = verify(str(wheel))
+    assert proc.returncode == 1
+    assert f"{module} in {wheel} is not a readable ELF shared object" in proc.stderr
+    assert "fa-shim-verify-" not in proc.stderr
 
 
 # --------------------------------------------------------------------------- CUDA fatbin (nvcc)

@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import stat
 from pathlib import Path
 
 import pytest
-from conftest import PY, REPO, SAMPLE_VERSION, SHARED_SDISTS, run, sample_settings
+from conftest import PY, REPO, SAMPLE_VERSION, run, sample_settings
 
-from fa_backend import _index, _patches, _releases, _sdist
+from fa_backend import _patches, _releases, _sdist
 
 # Every flash-attn release on PyPI from 2.6.3 to 2.8.3.post2 (see docs/upstream-versions.md).
 SUPPORTED = [
@@ -50,26 +49,6 @@ def test_pin_is_a_sha256_naming_the_upstream_file(version):
     release = _releases.release(version)
     assert re.fullmatch(r"[0-9a-f]{64}", release.sha256)
     assert release.sdist == f"flash_attn-{version}.tar.gz"
-
-
-@pytest.fixture(scope="session")
-def upstream_sdists(request) -> Path:
-    """All supported sdists in one directory: shared/sdists where present, the rest downloaded
-    once by fa-shim's own downloader into pytest's cache (kept between runs), all verified."""
-    directory = request.config.cache.mkdir("fa-shim-upstream-sdists")
-    for version in SUPPORTED:
-        release = _releases.release(version)
-        digest, filename = release.sha256, release.sdist
-        target = directory / filename
-        if target.is_file() and _sdist.sha256_of(target) == digest:
-            continue
-        shared = SHARED_SDISTS / filename
-        if shared.is_file():
-            shutil.copyfile(shared, target)
-        else:
-            _index.download(version, directory)
-        assert _sdist.sha256_of(target) == digest, f"{filename} differs from the pinned sha256"
-    return directory
 
 
 @pytest.mark.parametrize("version", SUPPORTED)
@@ -236,10 +215,18 @@ TORCH_STD = {"2.6": "c++17", "2.11": "c++17", "2.13": "c++20"}
     [
         pytest.param(None, 1, TORCH_STD["2.13"], id="torch-2.13-cpu"),
         pytest.param(
-            "torch211_python", 1, TORCH_STD["2.11"], id="torch-2.11", marks=[pytest.mark.slow]
+            "torch211_python",
+            1,
+            TORCH_STD["2.11"],
+            id="torch-2.11",
+            marks=[pytest.mark.slow, pytest.mark.cuda_torch],
         ),
         pytest.param(
-            "torch26_python", 0, TORCH_STD["2.6"], id="torch-2.6", marks=[pytest.mark.slow]
+            "torch26_python",
+            0,
+            TORCH_STD["2.6"],
+            id="torch-2.6",
+            marks=[pytest.mark.slow, pytest.mark.cuda_torch],
         ),
     ],
 )
