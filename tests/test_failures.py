@@ -159,7 +159,7 @@ def cases(tmp: Path, sdists: Path) -> list[Case]:
         Case(
             "hook sdist-dir is a file, offline",
             hook("build_wheel", out, {**SAMPLE, "sdist-dir": str(tmp / "a-file"), "offline": "1"}),
-            "offline is set",
+            "does not exist (or is not a directory)",
         ),
         Case(
             "hook metadata into a read-only dir",
