@@ -50,7 +50,7 @@ def check(wheel):
     with zipfile.ZipFile(wheel) as z:
         assert z.testzip() is None
 
-print(_wheel_cache.obtain(root, {"demo": 1}, name, out, check, build))
+print(_wheel_cache.obtain(root, {"demo": 1}, name, out, check, build, 600, 15))
 """
 
 
@@ -84,7 +84,7 @@ def test_a_cache_that_cannot_keep_the_wheel_is_a_warning(tmp_path, capfd):
         entry.write_text("in the way")  # the cache breaks while the compile runs
         return built
 
-    wheel = _wheel_cache.obtain(root, fingerprint, built.name, out, lambda w: None, build)
+    wheel = _wheel_cache.obtain(root, fingerprint, built.name, out, lambda w: None, build, 600, 15)
     assert wheel == out / built.name and wheel.read_bytes() == built.read_bytes()
     err = capfd.readouterr().err
     assert f"the wheel cache {root} could not keep this wheel" in err
@@ -157,7 +157,7 @@ def check(w):
         raise FaShimError(f"{{w}} is not a readable wheel", "rebuild") from exc
 
 out = _wheel_cache.obtain(Path({str(cache)!r}), fingerprint, {wheel.name!r}, home / "out",
-                          check, build)
+                          check, build, 600, 15)
 print("B got", out, out.stat().st_size)
 """
         as_b = ["runuser", "-u", user, "--", "/usr/bin/python3", "-c", code]
