@@ -78,7 +78,7 @@ def test_nvcc_not_found(torch211_python, tmp_path):
     err = build_wheel(
         torch211_python,
         tmp_path,
-        {"sdist": str(SDIST_283)},
+        {"sdist": str(SDIST_283), "cuda-toolkit": "system"},
         env={"PATH": path, "CUDA_HOME": "", "CUDA_PATH": ""},
         prefix=["unshare", "-m", "sh", "-c", 'mount -t tmpfs none /usr/local && exec "$@"', "sh"],
     )
