@@ -183,7 +183,8 @@ def prepare(plan: Plan, scratch: Path, tools: Tools | None = None) -> Prepared:
     if tools.archs:
         _archs.check_gencodes(commands, tools.archs.targets)
     _kernels.check_sources(commands, plan.tailoring, plan.sdist.version)
-    _preflight.check(commands, ninja_file.parent, stats=stats_file(scratch))
+    # the launcher's records, where the upstream run keeps them (Prepared.stats_file)
+    _preflight.check(commands, ninja_file.parent, stats=stats_file(source.parent))
     return Prepared(source, tools, ninja_file, commands, report, log)
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 from . import _failures, _mangling
 from ._compile_commands import ABI_DEFINE, Command
 from ._errors import FaShimError
-from ._launcher import PROBE_ENV
+from ._launcher import PROBE_ENV, started_file
 
 PROBE = """\
 #include <string>
@@ -191,9 +191,10 @@ def check(
     try:
         return _check(commands, cwd, env)
     finally:
-        if stats is not None and stats.is_file():
-            kept = [line for line in stats.read_text().splitlines(True) if NAME not in line]
-            stats.write_text("".join(kept))
+        for record in (stats, started_file(stats)) if stats is not None else ():
+            if record.is_file():  # the probes are no translation units of the build
+                kept = [line for line in record.read_text().splitlines(True) if NAME not in line]
+                record.write_text("".join(kept))
 
 
 def _check(commands: list[Command], cwd: Path, env: dict | None) -> list[dict]:
