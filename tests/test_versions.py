@@ -159,9 +159,9 @@ def _nvcc_12_4_version_stand_in(tmp_path: Path) -> Path:
     CUDA-major check) and its architecture list (fa-shim), and compiles the preflight probe
     (`#include <string>` and two symbols, no CUDA or torch header) with the build's exact command
     line. PyPI's nvidia-cuda-nvcc-cu12 wheels carry no nvcc binary, so where no CUDA 12 toolkit is
-    installed, a script answers the two questions exactly as nvcc 12.4 does and hands the probe
-    to the machine's real nvcc: what its object shows (the old string ABI, C++17) is what the
-    build's flags asked for.
+    installed, a script answers the two questions (and names its toolkit root in a dry run) as
+    nvcc 12.4 does and hands the probe to the machine's real nvcc: what its object shows (the
+    old string ABI, C++17) is what the build's flags asked for.
     """
     for real in sorted(Path("/usr/local").glob("cuda-12*/bin/nvcc")):
         return real
@@ -185,6 +185,8 @@ def _nvcc_12_4_version_stand_in(tmp_path: Path) -> Path:
         "'Built on Thu_Mar_28_02:18:24_PDT_2024' "
         "'Cuda compilation tools, release 12.4, V12.4.131' "
         "'Build cuda_12.4.r12.4/compiler.34097967_0' ;;\n"
+        # the toolkit root, as nvcc's dry run names it (fa-shim's CUDA_HOME)
+        f"  *\" --dryrun \"*) echo '#$ TOP={nvcc.parent.parent}' >&2 ;;\n"
         f'  *) exec {shlex.quote(str(compiler))} "$@" ;;\n'
         "esac\n"
     )
