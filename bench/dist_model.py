@@ -48,7 +48,7 @@ def main() -> int:
     parser.add_argument("--servers", type=int, nargs="+", default=[1, 2, 4, 8])
     parser.add_argument("--cores", type=int, default=16)
     parser.add_argument("--client-cores", type=int, default=16)
-    parser.add_argument("--local-fraction", type=float, default=0.08)
+    parser.add_argument("--local-fraction", type=float, default=0.11)
     args = parser.parse_args()
     rows = _runner.compiled(args.run / "full-tus.jsonl")
     times = [float(r["seconds"]) for r in rows]
