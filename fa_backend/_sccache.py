@@ -10,7 +10,12 @@ fa-shim adds:
   setting when its server starts, so fa-shim starts the server before the build, checks in
   its statistics that the setting took effect, and stops the server again if it started it;
 - the hit rate of the build, from the server's statistics before and after:
-  "sccache: 71/73 hits", once the server has written every miss's result to the cache.
+  "sccache: 71/73 hits", once the server has written every miss's result to the cache;
+- with sccache-dist (a [dist] section in sccache's config file: scheduler_url and auth), the
+  server, started here outside the network seal, sends the compiles to the build servers; the
+  scheduler is checked before anything compiles (unreachable, it would compile every unit
+  locally, with the many jobs meant for the cluster), and the end line says how many units
+  each build server compiled: "..., 70 compiled remotely (10.0.0.5:10501 36, ...)".
 """
 
 from __future__ import annotations
@@ -102,7 +107,45 @@ def settled(program: str, env: dict[str, str], before: dict, wait: float = WRITE
         time.sleep(0.5)
 
 
-def summary(before: dict, after: dict) -> str:
+def dist_status(program: str, env: dict[str, str]) -> dict:
+    """`sccache --dist-status`: {"Disabled": ...}, {"NotConnected": [url, why]} or
+    {"SchedulerStatus": [url, {"num_servers": N, "num_cpus": N, "in_progress": N}]}."""
+    proc = _run(program, ["--dist-status"], env)
+    try:
+        return json.loads(proc.stdout)
+    except json.JSONDecodeError:
+        return {"Disabled": (proc.stdout + proc.stderr).strip()}
+
+
+def check_dist(status: dict) -> bool:
+    """Whether sccache-dist is in use; its scheduler must be reachable and have build servers."""
+    if "SchedulerStatus" in status:
+        url, info = status["SchedulerStatus"]
+        if info.get("num_servers", 0) > 0:
+            _log.info(
+                f"sccache-dist: scheduler {url}, {info['num_servers']} build server(s), "
+                f"{info.get('num_cpus', '?')} cores (compile jobs: -C max-jobs)"
+            )
+            return True
+        why = "it has no build server registered"
+    elif "NotConnected" in status:
+        url, why = status["NotConnected"]
+    else:
+        return False
+    raise FaShimError(
+        f"sccache-dist's scheduler {url} (the [dist] section of sccache's configuration) "
+        f"cannot take compiles: {why}; sccache would compile every unit on this machine.",
+        fix="start the scheduler and its build servers, check scheduler_url and [dist.auth] "
+        "(`sccache --dist-status`), or remove the [dist] section to compile here.",
+    )
+
+
+def _remote(snapshot: dict) -> tuple[dict[str, int], int]:
+    s = snapshot.get("stats", {})
+    return dict(s.get("dist_compiles") or {}), int(s.get("dist_errors", 0))
+
+
+def summary(before: dict, after: dict, dist: bool = False) -> str:
     h0, m0, k0 = counts(before)
     h1, m1, k1 = counts(after)
     hits, misses = h1 - h0, m1 - m0
@@ -112,6 +155,14 @@ def summary(before: dict, after: dict) -> str:
         text += " (misses: " + ", ".join(f"{k} {v}" for k, v in sorted(kinds.items())) + ")"
     written, failed = (a - b for a, b in zip(_writes(after), _writes(before)))
     text += f", {written} written" + (f", {failed} writes FAILED" if failed else "")
+    if dist:
+        (by0, errors0), (by1, errors1) = _remote(before), _remote(after)
+        by = {k: v - by0.get(k, 0) for k, v in sorted(by1.items()) if v - by0.get(k, 0)}
+        text += f", {sum(by.values())} compiled remotely"
+        if by:
+            text += " (" + ", ".join(f"{k} {v}" for k, v in by.items()) + ")"
+        if errors1 > errors0:
+            text += f", {errors1 - errors0} failed remotely (compiled here)"
     return text + f", cache {after.get('cache_location', '?')}"
 
 
@@ -156,9 +207,10 @@ def session(program: str | None) -> Iterator[None]:
             f"sccache server {'started' if started else 'already running'}, cache "
             f"{before.get('cache_location', '?')}, base dirs {before.get('basedirs')}"
         )
+        dist = check_dist(dist_status(program, env))
         yield
         after = settled(program, env, before)
-        _log.info(summary(before, after))
+        _log.info(summary(before, after, dist))
         if _writes(after)[1] > _writes(before)[1]:
             _log.warn("sccache could not store some results: other nodes will compile them again")
     finally:
