@@ -273,4 +273,20 @@ def test_ctrl_c_during_a_real_build_publishes_nothing(tmp_path, sample_sdist_dir
     assert not out.exists() or not list(out.iterdir())
     assert not list(scratch.iterdir()), list(scratch.iterdir())
     assert not list(tmp_path.rglob("*.part"))
-    assert not Path(f"/proc/{compiler}").exists(), "a compiler outlived the interrupted build"
+    assert not _running(compiler), "a compiler outlived the interrupted build"
+
+
+def _running(pid: int, seconds: float = 10) -> bool:
+    """Whether pid still runs after a short grace: a killed child that its new parent (PID 1
+    after the build exited) has not reaped yet is a zombie, not a running compiler."""
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (FileNotFoundError, ProcessLookupError):
+            return False
+        if state in ("Z", "X"):
+            return False
+        if time.monotonic() > deadline:
+            return True
+        time.sleep(0.2)
