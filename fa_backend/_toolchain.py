@@ -185,7 +185,7 @@ def host_compiler() -> dict[str, str]:
         out = subprocess.run(
             [exe, "--version"], capture_output=True, text=True, timeout=30, check=False
         ).stdout
-    except OSError:
+    except (OSError, subprocess.TimeoutExpired):  # a hung compiler: the preflight names it
         out = ""
     return {"command": cxx, "path": exe, "version": out.splitlines()[0] if out else "unknown"}
 
