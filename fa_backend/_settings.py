@@ -280,6 +280,28 @@ def read_pyproject_table(project_dir: Path) -> dict[str, Any]:
     return data.get("tool", {}).get("fa-shim", {})
 
 
+# What a project directory builds: a fact of its pyproject.toml ([tool.fa-shim] only, never -C or
+# the environment). fa2 is the root project; fa3 is flash-attn-3/ (docs/fa3-design.md).
+FLAVOUR_KEY = "flavour"
+FLAVOURS = ("fa2", "fa3")
+
+
+def _check_flavour(flavour: Any) -> None:
+    if flavour not in FLAVOURS:
+        raise FaShimError(
+            f"{FLAVOUR_KEY} = {flavour!r} in [tool.fa-shim] of pyproject.toml is not one of "
+            f"{', '.join(FLAVOURS)}.{_did_you_mean(str(flavour), list(FLAVOURS))}",
+            fix="correct pyproject.toml (fa2: flash-attn, fa3: flash-attn-3).",
+        )
+    if flavour == "fa3":
+        raise FaShimError(
+            'this project builds FlashAttention-3 (flavour = "fa3"), which fa-shim cannot '
+            "build yet: its sources, patches and switches are in place, the build is not.",
+            fix="install flash-attn (FA2) from fa-shim's root directory meanwhile; "
+            "docs/fa3-design.md lists what remains.",
+        )
+
+
 def load(
     config_settings: ConfigSettings | None,
     environ: Mapping[str, str] | None = None,
@@ -290,11 +312,12 @@ def load(
     known = list(FIELDS)
     layers: list[tuple[str, dict[str, Any]]] = []
 
-    table = read_pyproject_table(project_dir or Path.cwd())
+    table = dict(read_pyproject_table(project_dir or Path.cwd()))
+    _check_flavour(table.pop(FLAVOUR_KEY, "fa2"))
     for key in table:
         if key not in FIELDS:
-            raise _unknown(key, "[tool.fa-shim] of pyproject.toml", known)
-    layers.append(("[tool.fa-shim]", dict(table)))
+            raise _unknown(key, "[tool.fa-shim] of pyproject.toml", [*known, FLAVOUR_KEY])
+    layers.append(("[tool.fa-shim]", table))
 
     env_layer = {}
     known_env = {env_name(k): k for k in known}
