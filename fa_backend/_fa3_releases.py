@@ -11,19 +11,13 @@ from __future__ import annotations
 import dataclasses
 import functools
 import re
-import sys
 from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
 from ._errors import FaShimError
-from ._releases import RELEASE_FILE, VENDORED
+from ._releases import RELEASE_FILE, VENDORED, read_toml
 from ._releases import _did_you_mean as did_you_mean
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - exercised on 3.9/3.10 only
-    import tomli as tomllib
 
 FA3_DIR = VENDORED / "fa3"
 
@@ -70,13 +64,7 @@ def release(version: str, root: Path = FA3_DIR) -> Fa3Release:
 
 def load(directory: Path) -> Fa3Release:
     path = directory / RELEASE_FILE
-    try:
-        with path.open("rb") as f:
-            data = tomllib.load(f)
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise FaShimError(
-            f"{path} is not valid TOML ({exc}).", fix="correct its syntax (docs/fa3-design.md)."
-        ) from None
+    data = read_toml(path, "docs/fa3-design.md")
     problems = [f"unknown key {k!r}{did_you_mean(k, _KEYS)}" for k in data if k not in _KEYS]
     for key, (pattern, meaning) in _KEYS.items():
         value = data.get(key)

@@ -55,10 +55,6 @@ class Tree:
     origin: str  # where it was found, for messages
     pin: str  # checked against the release's
 
-    @property
-    def is_archive(self) -> bool:
-        return self.path.is_file()
-
 
 @dataclasses.dataclass(frozen=True)
 class Sources:

@@ -244,3 +244,12 @@ def test_a_malformed_release_is_one_error_naming_each_problem(tmp_path):
     assert "tag is missing" in cause and "cutlass-tree is missing" in cause
     assert "commit = '060c9188' is not" in cause and "hopper-tree = 'E139' is not" in cause
     assert "keys are tag (" in info.value.fix
+
+
+def test_a_release_toml_that_is_not_toml_is_one_error(tmp_path):
+    directory = tmp_path / "2.9.0"
+    directory.mkdir()
+    (directory / "release.toml").write_text('tag = "v2.9.0\n')
+    with pytest.raises(FaShimError, match="is not valid TOML") as info:
+        _fa3_releases.load(directory)
+    assert info.value.fix == "correct its syntax (docs/fa3-design.md)."
