@@ -39,6 +39,8 @@ def test_each_patch_states_its_reason_and_all_apply_strictly(fa3_trees, tmp_path
         "02-no-git-submodule.patch",
         "03-no-wheel-download.patch",
         "04-no-readme.patch",
+        "05-import-guard.patch",
+        "06-headdim-dispatch.patch",
     ]
     assert all(p.reason for p in patches)
     setup = (_tree(fa3_trees, tmp_path / "src", patched=True) / "hopper" / "setup.py").read_text()
