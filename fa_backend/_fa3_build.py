@@ -158,9 +158,36 @@ def lay_out(plan: Plan, dest: Path) -> Path:
     return hopper
 
 
-def environment(plan: Plan) -> dict[str, str]:
-    """Every switch said, TRUE or FALSE: a stray variable of the user's cannot change the set."""
-    return dict(plan.fa3.tailoring.env)
+# FA3's flash_api.cpp includes ATen/cuda/CUDAContext.h, which includes these CUDA library
+# headers; a toolkit installed as the compiler alone (NVIDIA's cuda-nvcc package) lacks them
+_LIBRARY_HEADERS = ("cusparse.h", "cublas_v2.h", "cublasLt.h", "cusolverDn.h")
+
+
+def library_includes(torch: TorchInfo, cuda_home: Path) -> list[str]:
+    """Where the CUDA library headers the toolkit lacks are: in the nvidia-* wheels torch itself
+    runs with (the same CUDA release as its libraries), found next to torch."""
+    site = Path(torch.package_dir).parent / "nvidia"
+    dirs = []
+    for header in _LIBRARY_HEADERS:
+        if (cuda_home / "include" / header).is_file():
+            continue
+        found = sorted(site.glob(f"*/include/{header}")) if site.is_dir() else []
+        if found and str(found[0].parent) not in dirs:
+            dirs.append(str(found[0].parent))
+    return dirs
+
+
+def environment(plan: Plan, cuda_home: Path) -> dict[str, str]:
+    """Every switch said, TRUE or FALSE: a stray variable of the user's cannot change the set;
+    and the CUDA library headers the toolkit lacks, from torch's own nvidia wheels."""
+    env = dict(plan.fa3.tailoring.env)
+    extra = library_includes(plan.torch, cuda_home)
+    if extra:
+        _log.info(f"CUDA library headers from torch's nvidia wheels: {', '.join(extra)}")
+        # after every -I of the build (host compiler only reads it): never shadows the toolkit
+        current = os.environ.get("CPLUS_INCLUDE_PATH")
+        env["CPLUS_INCLUDE_PATH"] = os.pathsep.join([*([current] if current else []), *extra])
+    return env
 
 
 def check(commands: list[Command], plan: Plan) -> None:

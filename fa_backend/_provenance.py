@@ -29,6 +29,8 @@ _COMPILER_ENV = (
     "NVCC_PREPEND_FLAGS",
     "NVCC_CCBIN",
     "PYTORCH_NVCC",
+    "CPATH",
+    "CPLUS_INCLUDE_PATH",
 )
 
 

@@ -70,7 +70,7 @@ def environment(plan: Plan, tools: Tools, scratch: Path, jobs: int | None) -> di
         )
         env.update(tools.archs.env)
     if plan.fa3:
-        env.update(_fa3_build.environment(plan))
+        env.update(_fa3_build.environment(plan, tools.nvcc.cuda_home))
     if tools.compiler_cache:
         # every build has a fresh scratch path: hash paths relative to it, or nothing ever hits
         env.setdefault("CCACHE_BASEDIR", str(scratch))
