@@ -18,6 +18,7 @@ from . import (
     _archs,
     _atomic,
     _compile_commands,
+    _fa3_build,
     _jobs,
     _kernels,
     _log,
@@ -73,6 +74,8 @@ def plan(config_settings: _settings.ConfigSettings | None) -> Plan:
             fix="point -C cache-dir=DIR (or XDG_CACHE_HOME) at a writable directory.",
         )
     torch = _torch.probe(settings.torch_python, settings.resolved_cache_dir / "torch-probes")
+    if settings.flavour == "fa3":
+        return _fa3_build.plan(settings, torch)
     sdist = _sdist.locate(settings)
     patches = tuple(_patches.patches_for(sdist.version)) if sdist.pinned else ()
     tailoring = _kernels.tailoring(settings, sdist.version)
@@ -123,6 +126,13 @@ def check_prepared_metadata(plan: Plan, metadata_directory: str) -> None:
 
 def toolchain(plan: Plan) -> Tools:
     s = plan.settings
+    if plan.fa3:
+        nvcc = _toolkit.choose(plan.torch, s)
+        _log.info(f"using nvcc {nvcc}, CUDA_HOME={nvcc.cuda_home}")
+        env = _jobs.env_for(s, 1)
+        cache = _toolchain.compiler_cache(s.compiler_cache)
+        archs = _fa3_build.archs(s, nvcc.path)
+        return Tools(nvcc, archs, int(env["MAX_JOBS"]), int(env["NVCC_THREADS"]), cache)
     nvcc = archs = None
     if _sdist.has_cuda_sources(plan.sdist):
         nvcc = _toolkit.choose(plan.torch, s)  # the system's, or one from the index
@@ -162,10 +172,13 @@ def prepare(plan: Plan, scratch: Path, tools: Tools | None = None) -> Prepared:
     log_dir.mkdir(parents=True, exist_ok=True)
     log = log_dir / f"flash-attn-{plan.version}-{time.strftime('%Y%m%d-%H%M%S')}.log"
     shutil.rmtree(scratch / "src", ignore_errors=True)  # a prepare into a used directory
-    _space.before_extract(plan.sdist.path, scratch)
-    source = _sdist.extract(plan.sdist, scratch / "src")
-    _patches.apply_all(list(plan.patches), source)
-    _tu_parts.write(source / _tu_parts.KERNEL_DIR, tools.tu_parts)
+    if plan.fa3:
+        source = _fa3_build.lay_out(plan, scratch / "src")
+    else:
+        _space.before_extract(plan.sdist.path, scratch)
+        source = _sdist.extract(plan.sdist, scratch / "src")
+        _patches.apply_all(list(plan.patches), source)
+        _tu_parts.write(source / _tu_parts.KERNEL_DIR, tools.tu_parts)
     code, output, report = _upstream.run_setup(
         plan, tools, source, scratch / "dist", "prepare", log
     )
@@ -180,9 +193,12 @@ def prepare(plan: Plan, scratch: Path, tools: Tools | None = None) -> Prepared:
     ninja_file = Path(report["ninja_files"][-1])
     commands = _compile_commands.read(ninja_file)
     _compile_commands.verify_abi(commands, plan.torch.abi, ninja_file)
-    if tools.archs:
-        _archs.check_gencodes(commands, tools.archs.targets)
-    _kernels.check_sources(commands, plan.tailoring, plan.sdist.version)
+    if plan.fa3:
+        _fa3_build.check(commands, plan)
+    else:
+        if tools.archs:
+            _archs.check_gencodes(commands, tools.archs.targets)
+        _kernels.check_sources(commands, plan.tailoring, plan.sdist.version)
     # the launcher's records, where the upstream run keeps them (Prepared.stats_file)
     _preflight.check(commands, ninja_file.parent, stats=stats_file(source.parent))
     return Prepared(source, tools, ninja_file, commands, report, log)

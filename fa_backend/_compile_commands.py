@@ -15,7 +15,14 @@ from pathlib import Path
 from . import _subprocess
 from ._errors import FaShimError
 
-RULES = {"compile": "cxx", "cuda_compile": "nvcc"}
+# torch's two rules, and the per-arch ones FA3's hopper/setup.py adds in its own ninja writer
+RULES = {
+    "compile": "cxx",
+    "cuda_compile": "nvcc",
+    "cuda_compile_sm80": "nvcc",
+    "cuda_compile_sm80_sm90": "nvcc",
+    "cuda_compile_sm100": "nvcc",
+}
 ABI_DEFINE = "-D_GLIBCXX_USE_CXX11_ABI="
 
 

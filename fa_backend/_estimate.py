@@ -233,6 +233,10 @@ def _suggestions(plan, tools, sources, machine, disabled) -> list[tuple[float, s
     return sorted(options)[:3]
 
 
+def _set_name(plan) -> str:
+    return plan.kernel_set["label"] if plan.fa3 else plan.tailoring.kernel_set
+
+
 def preview(plan, tools, sources: Sequence[str], cores: int) -> Preview:
     """The short block printed before compiling (and by doctor)."""
     archs = tools.archs
@@ -244,7 +248,7 @@ def preview(plan, tools, sources: Sequence[str], cores: int) -> Preview:
     n = machine.archs
     lines = [
         f"about to compile {len(sources)} source(s) x {n} architecture{'s' * (n != 1)}"
-        f" (kernel set {plan.tailoring.kernel_set})",
+        f" (kernel set {_set_name(plan)})",
     ]
     if archs:
         lines.append(
@@ -270,7 +274,7 @@ def preview(plan, tools, sources: Sequence[str], cores: int) -> Preview:
             f"  note: this machine is busy (load average {load:.1f} on {cores} core(s)); "
             "the estimate assumes the cores are free"
         )
-    if seconds > SUGGEST_ABOVE_SECONDS:
+    if seconds > SUGGEST_ABOVE_SECONDS and not plan.fa3:  # the suggestions are FA2's sets
         for alt, setting in _suggestions(plan, tools, sources, machine, disabled):
             lines.append(f"  faster: {setting}: {time_range(alt)}")
     return Preview(seconds, tuple(lines), machine, disabled)

@@ -13,13 +13,16 @@ from packaging.utils import canonicalize_name, parse_wheel_filename
 from packaging.version import Version
 
 from ._errors import FaShimError
+from ._flavours import FA2, Flavour
 from ._runtime_guard import release
 
-DIST_NAME = "flash_attn"  # the distribution's file-name form (PEP 427 escaping of flash-attn)
+DIST_NAME = FA2.file_name  # the distribution's file-name form (PEP 427 escaping of flash-attn)
+ABI3_SINCE = "cp39"  # FA3's module: -DPy_LIMITED_API=0x03090000, as upstream tags it
 
 
-def wheel_tag() -> tags.Tag:
-    """The most specific tag of this interpreter on the plain linux platform.
+def wheel_tag(flavour: Flavour = FA2) -> tags.Tag:
+    """The most specific tag of this interpreter on the plain linux platform; for a limited-API
+    module (FA3) cp39-abi3 on it, which this interpreter must accept.
 
     Never manylinux (the wheel links the local torch and CUDA; no auditwheel ever ran) and never
     py3-none-any: the module is compiled for this interpreter's ABI.
@@ -27,16 +30,17 @@ def wheel_tag() -> tags.Tag:
     plain = [p for p in tags.platform_tags() if p.startswith("linux_")]
     interpreter = tags.interpreter_name() + tags.interpreter_version()
     for tag in tags.sys_tags():
-        if (
-            tag.platform in plain
-            and tag.interpreter == interpreter
-            and tag.abi not in ("none", "abi3")
-        ):
+        if tag.platform not in plain:
+            continue
+        if flavour.abi3 and (tag.interpreter, tag.abi) == (ABI3_SINCE, "abi3"):
+            return tag
+        if not flavour.abi3 and tag.interpreter == interpreter and tag.abi not in ("none", "abi3"):
             return tag
     raise FaShimError(
         "this interpreter has no binary wheel tag on a plain linux platform "
         f"(first tag: {next(iter(tags.sys_tags()))}).",
-        fix="build flash-attn on Linux with CPython.",
+        fix=f"build {flavour.dist} on Linux with CPython"
+        + (" 3.9 or newer." if flavour.abi3 else "."),
     )
 
 
@@ -46,15 +50,15 @@ def full_version(upstream: str, label: str) -> str:
     return version
 
 
-def wheel_filename(version: str, tag: tags.Tag) -> str:
-    name = f"{DIST_NAME}-{version}-{tag}.whl"
+def wheel_filename(version: str, tag: tags.Tag, flavour: Flavour = FA2) -> str:
+    name = f"{flavour.file_name}-{version}-{tag}.whl"
     parsed = parse_wheel_filename(name)
-    assert parsed[0] == canonicalize_name(DIST_NAME) and parsed[1] == Version(version), name
+    assert parsed[0] == canonicalize_name(flavour.dist) and parsed[1] == Version(version), name
     return name
 
 
-def dist_info_name(version: str) -> str:
-    return f"{DIST_NAME}-{version}.dist-info"
+def dist_info_name(version: str, flavour: Flavour = FA2) -> str:
+    return f"{flavour.file_name}-{version}.dist-info"
 
 
 def read_pkg_info(sdist: Path) -> str:
@@ -74,6 +78,23 @@ def read_pkg_info(sdist: Path) -> str:
             f"{sdist} is a corrupt or truncated archive ({exc}).",
             fix=f"delete {sdist} and download the sdist again.",
         ) from None
+
+
+def fa3_pkg_info(tag: str) -> str:
+    """FlashAttention-3 has no sdist, so no PKG-INFO: what hopper/setup.py's setup() says of
+    itself (name, its install_requires but torch, which core_metadata pins), written here."""
+    return (
+        "Metadata-Version: 2.1\n"
+        "Name: flash-attn-3\n"
+        "Version: 0\n"
+        f"Summary: FlashAttention-3 (flash-attention {tag} hopper/), built by fa-shim\n"
+        "Home-page: https://github.com/Dao-AILab/flash-attention\n"
+        "License: BSD-3-Clause\n"
+        "Requires-Python: >=3.9\n"
+        "Requires-Dist: einops\n"
+        "Requires-Dist: packaging\n"
+        "Requires-Dist: ninja\n"
+    )
 
 
 def torch_requirement(torch_version: str) -> str:

@@ -1,4 +1,5 @@
-"""Apply vendored_patches/<version>/*.patch to the scratch source tree, strictly.
+"""Apply vendored_patches/<version>/*.patch (FA3: vendored_patches/fa3/<version>/) to the scratch
+source tree, strictly.
 
 Each patch starts with a `Reason:` line and must apply with no fuzz; otherwise the build stops,
 because a patch that half-applies is the silent failure mode of the sed recipes we replace.
@@ -9,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import shutil
+from collections.abc import Iterable
 from pathlib import Path
 
 from . import _log, _releases, _subprocess
@@ -30,8 +32,13 @@ class Patch:
 
 
 def patches_for(version: str) -> list[Patch]:
+    return read(_releases.release(version).patches)
+
+
+def read(paths: Iterable[Path]) -> list[Patch]:
+    """The patches at these paths, each with the reason its first line states."""
     result = []
-    for path in _releases.release(version).patches:
+    for path in paths:
         first = path.read_text().splitlines()[0] if path.stat().st_size else ""
         if not first.startswith("Reason:"):
             raise FaShimError(

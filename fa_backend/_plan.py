@@ -12,6 +12,10 @@ from packaging import tags
 from . import _kernels, _metadata
 from ._archs import ArchChoice
 from ._compile_commands import Command
+from ._fa3_kernels import Fa3Tailoring
+from ._fa3_releases import Fa3Release
+from ._fa3_sources import Sources
+from ._flavours import FA2, FA3, Flavour
 from ._patches import Patch
 from ._sdist import Sdist
 from ._settings import Settings
@@ -27,23 +31,45 @@ def stats_file(scratch: Path) -> Path:
 
 
 @dataclasses.dataclass(frozen=True)
+class Fa3Source:
+    """What a FlashAttention-3 build compiles: its release, both pinned trees, the set."""
+
+    release: Fa3Release
+    sources: Sources
+    tailoring: Fa3Tailoring
+
+
+@dataclasses.dataclass(frozen=True)
 class Plan:
     settings: Settings
     torch: TorchInfo
-    sdist: Sdist
+    sdist: Sdist | None  # FA2's upstream sdist; None for FA3, whose sources are `fa3`
     patches: tuple[Patch, ...]
     version: str
     tag: tags.Tag
     metadata: str
     tailoring: _kernels.Tailoring = _kernels.FULL
+    fa3: Fa3Source | None = None
+
+    @property
+    def flavour(self) -> Flavour:
+        return FA3 if self.fa3 else FA2
 
     @property
     def dist_info(self) -> str:
-        return _metadata.dist_info_name(self.version)
+        return _metadata.dist_info_name(self.version, self.flavour)
 
     @property
     def wheel_name(self) -> str:
-        return _metadata.wheel_filename(self.version, self.tag)
+        return _metadata.wheel_filename(self.version, self.tag, self.flavour)
+
+    @property
+    def kernel_set(self) -> object:
+        """The set, as provenance and the fingerprint record it."""
+        if self.fa3:
+            t = self.fa3.tailoring
+            return {"label": t.label.lstrip(".") or "full", "switches": dict(t.env)}
+        return self.tailoring.describe()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,4 +98,5 @@ class Prepared:
 
     @property
     def stats_file(self) -> Path:
-        return stats_file(self.source.parent)  # the source is extracted into the scratch
+        # the run's own files sit beside the source tree (FA3: beside hopper/, in the layout)
+        return stats_file(self.source.parent)

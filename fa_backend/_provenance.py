@@ -29,6 +29,8 @@ _COMPILER_ENV = (
     "NVCC_PREPEND_FLAGS",
     "NVCC_CCBIN",
     "PYTORCH_NVCC",
+    "CPATH",
+    "CPLUS_INCLUDE_PATH",
 )
 
 
@@ -51,6 +53,26 @@ def fa_shim_sources() -> str:
     return digest.hexdigest()
 
 
+def _sources(plan: Plan, with_origin: bool) -> dict:
+    """What was compiled: FA2's sdist by its sha256; FA3's two trees by their content pins
+    (docs/fa3-design.md) and the commits they are from."""
+    if plan.fa3:
+        release, found = plan.fa3.release, plan.fa3.sources
+        trees = {
+            "tag": release.tag,
+            "hopper": {"commit": release.commit, "pin": found.hopper.pin},
+            "cutlass": {"commit": release.cutlass_commit, "pin": found.cutlass.pin},
+        }
+        if with_origin:
+            trees["hopper"]["origin"] = found.hopper.origin
+            trees["cutlass"]["origin"] = found.cutlass.origin
+        return trees
+    sdist = {"sha256": plan.sdist.sha256}
+    if with_origin:
+        sdist.update(pinned=plan.sdist.pinned, origin=plan.sdist.origin, file=plan.sdist.path.name)
+    return sdist
+
+
 def fingerprint(plan: Plan, tools: Tools) -> dict:
     """Everything that decides what the wheel computes; jobs, threads and tu-parts do not
     (parts change how the objects are cut, not a kernel), so machines of any size share it.
@@ -61,14 +83,14 @@ def fingerprint(plan: Plan, tools: Tools) -> dict:
         "metadata": hashlib.sha256(plan.metadata.encode()).hexdigest(),  # Requires-Dist & co.
         "fa_shim": fa_shim_version(),
         "fa_shim_sources": fa_shim_sources(),
-        "sdist_sha256": plan.sdist.sha256,
+        "sources": _sources(plan, with_origin=False),
         "patches": [p.sha256 for p in plan.patches],
         "guard": hashlib.sha256(GUARD.read_bytes()).hexdigest(),
         "torch": [plan.torch.version, plan.torch.cuda, plan.torch.abi, plan.torch.cxx_std],
         "nvcc": str(tools.nvcc.version) if tools.nvcc else None,
         "nvcc_build": _toolchain.nvcc_build(tools.nvcc.path) if tools.nvcc else None,
         "archs": list(tools.archs.targets) if tools.archs else None,
-        "kernel_set": plan.tailoring.describe(),
+        "kernel_set": plan.kernel_set,
         "host_compiler": [compiler["path"], compiler["version"]],
         "env": {name: os.environ.get(name) for name in _COMPILER_ENV},
     }
@@ -86,13 +108,9 @@ def provenance(plan: Plan, prep: Prepared) -> dict:
     )
     return {
         "fa_shim_version": fa_shim_version(),
-        "flash_attn_version": plan.sdist.version,
-        "sdist": {
-            "sha256": plan.sdist.sha256,
-            "pinned": plan.sdist.pinned,
-            "origin": plan.sdist.origin,
-            "file": plan.sdist.path.name,
-        },
+        "flash_attn_version": plan.fa3.release.version if plan.fa3 else plan.sdist.version,
+        "distribution": plan.flavour.dist,
+        ("fa3_sources" if plan.fa3 else "sdist"): _sources(plan, with_origin=True),
         "wheel_version": plan.version,
         "python_tag": str(plan.tag),
         "torch": {
@@ -118,7 +136,7 @@ def provenance(plan: Plan, prep: Prepared) -> dict:
         "cuda_archs": archs,
         "injected_flags": prep.report.get("extensions", []),
         "patches": [{"name": p.name, "reason": p.reason, "sha256": p.sha256} for p in plan.patches],
-        "kernel_set": plan.tailoring.describe(),
+        "kernel_set": plan.kernel_set,
         "compile_commands": {
             "cxx": sum(c.kind == "cxx" for c in prep.commands),
             "nvcc": sum(c.kind == "nvcc" for c in prep.commands),

@@ -167,16 +167,20 @@ def release(version: str) -> Release:
     return _load(directory)
 
 
-def _load(directory: Path) -> Release:
-    path = directory / RELEASE_FILE
+def read_toml(path: Path, guide: str) -> dict:
+    """A release.toml's table; bad TOML is one error pointing at the guide to its keys."""
     try:
         with path.open("rb") as f:
-            data = tomllib.load(f)
+            return tomllib.load(f)
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise FaShimError(
-            f"{path} is not valid TOML ({exc}).",
-            fix="correct its syntax (see README, 'Supported flash-attn versions').",
+            f"{path} is not valid TOML ({exc}).", fix=f"correct its syntax ({guide})."
         ) from None
+
+
+def _load(directory: Path) -> Release:
+    path = directory / RELEASE_FILE
+    data = read_toml(path, "see README, 'Supported flash-attn versions'")
     problems = []
     for key in data:
         if key not in _KEYS:

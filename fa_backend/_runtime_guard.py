@@ -35,16 +35,17 @@ IGNORE_ENV = "FLASH_ATTN_IGNORE_TORCH_MISMATCH"
 _FALLBACK_SOURCE = "/path/to/fa-shim"
 
 
-def _distribution():
-    """The flash-attn distribution installed next to this package (else the first on sys.path)."""
+def _distribution(name: str = "flash-attn"):
+    """The distribution installed next to this package (else the first on sys.path): flash-attn,
+    or flash-attn-3 for FlashAttention-3's guard."""
     from importlib import metadata
 
     here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     try:
         for dist in metadata.distributions(path=[here]):
-            if (dist.metadata["Name"] or "").lower().replace("_", "-") == "flash-attn":
+            if (dist.metadata["Name"] or "").lower().replace("_", "-") == name:
                 return dist
-        return metadata.distribution("flash-attn")
+        return metadata.distribution(name)
     except Exception:  # no metadata at all (a source checkout on sys.path)
         return None
 
@@ -129,7 +130,9 @@ def mismatches(built: dict, running: dict) -> list[str]:
     return found
 
 
-def _message(headline: str, built: dict | None, running: dict | None, dist, extra=()) -> str:
+def _message(
+    headline: str, built: dict | None, running: dict | None, dist, extra=(), name="flash-attn"
+) -> str:
     lines = [headline]
     if built:
         lines.append(
@@ -143,23 +146,22 @@ def _message(headline: str, built: dict | None, running: dict | None, dist, extr
         )
     lines += [f"  {line}" for line in extra]
     lines += [
-        "Rebuild flash-attn against the installed torch (fa-shim compiles it for exactly this "
-        "torch):",
+        f"Rebuild {name} against the installed torch (fa-shim compiles it for exactly this torch):",
         f"  {rebuild_command(dist)}",
     ]
     return "\n".join(lines)
 
 
-def load_extension(name: str = "flash_attn_2_cuda"):
+def load_extension(name: str = "flash_attn_2_cuda", dist_name: str = "flash-attn"):
     """Import the compiled extension after checking it was built for the running torch."""
-    dist = _distribution()
+    dist = _distribution(dist_name)
     built = (provenance(dist) or {}).get("torch") or None
     try:
         running = running_torch()  # torch's libraries must be loaded before the extension
     except ImportError as exc:
         raise ImportError(
-            f"flash-attn needs torch, which cannot be imported ({exc}).\n"
-            "Install the torch flash-attn was built for"
+            f"{dist_name} needs torch, which cannot be imported ({exc}).\n"
+            f"Install the torch {dist_name} was built for"
             + (
                 f": pip install torch=={release(built['version'])}"
                 if built and built.get("version")
@@ -172,12 +174,13 @@ def load_extension(name: str = "flash_attn_2_cuda"):
         if differences:
             raise ImportError(
                 _message(
-                    f"flash-attn's {name} was built for a different torch than the one installed "
-                    f"({'; '.join(differences)}).",
+                    f"{dist_name}'s {name} was built for a different torch than the one "
+                    f"installed ({'; '.join(differences)}).",
                     built,
                     running,
                     dist,
                     extra=[f"(set {IGNORE_ENV}=1 to try loading it anyway)"],
+                    name=dist_name,
                 ),
                 name=name,
             )
@@ -186,10 +189,11 @@ def load_extension(name: str = "flash_attn_2_cuda"):
     except ImportError as exc:
         raise ImportError(
             _message(
-                f"flash-attn's compiled extension {name} failed to import: {exc}",
+                f"{dist_name}'s compiled extension {name} failed to import: {exc}",
                 built,
                 running,
                 dist,
+                name=dist_name,
             ),
             name=name,
         ) from exc

@@ -102,7 +102,33 @@ class Settings:
         (),
         "list",
         "Upstream feature switches to compile out: dropout, alibi, softcap, local, "
-        "uneven_k (FLASHATTENTION_DISABLE_*).",
+        "uneven_k (FLASHATTENTION_DISABLE_*); for flash-attn-3: fp8, split, paged-kv, "
+        "appendkv, local, softcap, packgqa, varlen, cluster (as its setup.py names them).",
+    )
+    fa3_source: Path | None = _setting(
+        None,
+        "path",
+        "flash-attn-3: a flash-attention clone of the release with its csrc/cutlass submodule "
+        "(`git clone --recursive --branch v2.8.3`).",
+    )
+    fa3_hopper: Path | None = _setting(
+        None,
+        "path",
+        "flash-attn-3: flash-attention's LICENSE + hopper/ tree, as a directory or .tar.gz; "
+        "used before fa3-source.",
+    )
+    fa3_cutlass: Path | None = _setting(
+        None,
+        "path",
+        "flash-attn-3: CUTLASS's LICENSE.txt + include/ at the submodule commit, as a "
+        "directory or .tar.gz; used before fa3-source.",
+    )
+    fa3_source_dir: Path | None = _setting(
+        None,
+        "path",
+        "flash-attn-3: a (shared) directory holding both trees as "
+        "flash-attention-<tag>-hopper.tar.gz and cutlass-<commit>-include.tar.gz; it must "
+        "exist. Then fa-shim's cache, then a download from GitHub unless offline.",
     )
     torch_python: Path | None = _setting(
         None,
@@ -141,6 +167,7 @@ class Settings:
         False, "bool", "Keep the scratch build directory after a successful build."
     )
     verbose: bool = _setting(False, "bool", "Echo the full upstream build output to stderr.")
+    flavour: str = dataclasses.field(default="fa2", metadata={"kind": "project"})
     progress: str = _setting(
         "auto",
         "str",
@@ -158,7 +185,17 @@ class Settings:
         return self.wheel_cache_dir or self.resolved_cache_dir / "wheels"
 
 
-FIELDS = {f.name.replace("_", "-"): f for f in dataclasses.fields(Settings)}
+# `flavour` is a fact of the project (its pyproject.toml), never a -C or FA_SHIM_* setting
+FIELDS = {
+    f.name.replace("_", "-"): f
+    for f in dataclasses.fields(Settings)
+    if f.metadata["kind"] != "project"
+}
+# settings that mean something to one flavour only: given to the other, they are refused
+ONLY_FOR = {
+    "fa2": ("sdist", "sdist-dir", "allow-unknown-version", "tu-parts"),
+    "fa3": ("fa3-source", "fa3-hopper", "fa3-cutlass", "fa3-source-dir"),
+}
 
 
 def env_name(key: str) -> str:
@@ -280,6 +317,35 @@ def read_pyproject_table(project_dir: Path) -> dict[str, Any]:
     return data.get("tool", {}).get("fa-shim", {})
 
 
+# What a project directory builds: a fact of its pyproject.toml ([tool.fa-shim] only, never -C or
+# the environment). fa2 is the root project; fa3 is flash-attn-3/ (docs/fa3-design.md).
+FLAVOUR_KEY = "flavour"
+FLAVOURS = ("fa2", "fa3")
+
+
+def _check_flavour(flavour: Any) -> str:
+    if flavour not in FLAVOURS:
+        raise FaShimError(
+            f"{FLAVOUR_KEY} = {flavour!r} in [tool.fa-shim] of pyproject.toml is not one of "
+            f"{', '.join(FLAVOURS)}.{_did_you_mean(str(flavour), list(FLAVOURS))}",
+            fix="correct pyproject.toml (fa2: flash-attn, fa3: flash-attn-3).",
+        )
+    return flavour
+
+
+def _check_applies(flavour: str, given: dict[str, str]) -> None:
+    """A setting of the other flavour is a mistake, not something to ignore silently."""
+    for other, keys in ONLY_FOR.items():
+        for key in keys:
+            if other != flavour and key in given:
+                project = "flash-attn-3/ (flavour fa3)" if other == "fa3" else "fa-shim's root"
+                raise FaShimError(
+                    f"setting {key!r} (from {given[key]}) applies to {project} only, and this "
+                    f"project builds {'flash-attn-3' if flavour == 'fa3' else 'flash-attn'}.",
+                    fix=f"drop {key}, or build the other project.",
+                )
+
+
 def load(
     config_settings: ConfigSettings | None,
     environ: Mapping[str, str] | None = None,
@@ -290,11 +356,12 @@ def load(
     known = list(FIELDS)
     layers: list[tuple[str, dict[str, Any]]] = []
 
-    table = read_pyproject_table(project_dir or Path.cwd())
+    table = dict(read_pyproject_table(project_dir or Path.cwd()))
+    flavour = _check_flavour(table.pop(FLAVOUR_KEY, "fa2"))
     for key in table:
         if key not in FIELDS:
-            raise _unknown(key, "[tool.fa-shim] of pyproject.toml", known)
-    layers.append(("[tool.fa-shim]", dict(table)))
+            raise _unknown(key, "[tool.fa-shim] of pyproject.toml", [*known, FLAVOUR_KEY])
+    layers.append(("[tool.fa-shim]", table))
 
     env_layer = {}
     known_env = {env_name(k): k for k in known}
@@ -313,7 +380,15 @@ def load(
         cs_layer[norm] = value
     layers.append(("config_settings (-C)", cs_layer))
 
-    values: dict[str, Any] = {}
+    _check_applies(
+        flavour,
+        {
+            k: (where if layer is not env_layer else env_name(k))
+            for where, layer in layers
+            for k in layer
+        },
+    )
+    values: dict[str, Any] = {"flavour": flavour}
     for where, layer in layers:  # later layers win
         for key, value in layer.items():
             field = FIELDS[key]
@@ -325,6 +400,13 @@ def load(
             f"the sdist-dir {values['sdist_dir']} does not exist (or is not a directory).",
             fix="create it with the flash-attn sdists in it, or correct the sdist-dir setting "
             "(without it the sdist is downloaded from the package index).",
+        )
+    if values.get("fa3_source_dir") and not values["fa3_source_dir"].is_dir():
+        raise FaShimError(
+            f"the fa3-source-dir {values['fa3_source_dir']} does not exist (or is not a "
+            "directory).",
+            fix="create it with the two FlashAttention-3 tarballs in it, or correct the "
+            "fa3-source-dir setting.",
         )
     return Settings(**values)
 

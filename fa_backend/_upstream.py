@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from . import _failures, _log, _plan, _releases, _runner, _sccache, _seal, _tu_parts
+from . import _fa3_build, _failures, _log, _plan, _releases, _runner, _sccache, _seal, _tu_parts
 from ._errors import FaShimError
 
 if TYPE_CHECKING:
@@ -20,7 +20,12 @@ if TYPE_CHECKING:
 DRIVER = Path(__file__).with_name("_upstream_driver.py")
 LAUNCHER = Path(__file__).with_name("_launcher.py")
 BLOCKED_EXIT = 86  # the driver's network guard fired
-_SCRUBBED_ENV = ("FLASH_ATTENTION_SKIP_CUDA_BUILD", "FLASH_ATTENTION_FORCE_CXX11_ABI")
+# set by a user for upstream's setup.py; each would change the build behind fa-shim's label
+_SCRUBBED_ENV = (
+    "FLASH_ATTENTION_SKIP_CUDA_BUILD",
+    "FLASH_ATTENTION_FORCE_CXX11_ABI",
+    "FLASH_ATTENTION_ENABLE_VCOLMAJOR",  # FA3's layout switch, not in the label
+)
 
 
 def _launcher_script(path: Path, stats: Path, compiler: str, cache: str | None) -> str:
@@ -40,7 +45,7 @@ def environment(plan: Plan, tools: Tools, scratch: Path, jobs: int | None) -> di
     env = dict(os.environ)
     for name in _SCRUBBED_ENV:
         if env.pop(name, None) is not None:
-            _log.warn(f"ignoring {name}: fa-shim always builds the extension with torch's ABI")
+            _log.warn(f"ignoring {name}: fa-shim decides how the extension is built")
     env["FLASH_ATTENTION_FORCE_BUILD"] = "TRUE"  # upstream's switch off its wheel download
     env["BUILD_TARGET"] = "cuda"
     env["PYTHONUNBUFFERED"] = "1"
@@ -64,6 +69,8 @@ def environment(plan: Plan, tools: Tools, scratch: Path, jobs: int | None) -> di
             bin_dir / "nvcc", _plan.stats_file(scratch), real_nvcc, tools.compiler_cache
         )
         env.update(tools.archs.env)
+    if plan.fa3:
+        env.update(_fa3_build.environment(plan, tools.nvcc.cuda_home))
     if tools.compiler_cache:
         # every build has a fresh scratch path: hash paths relative to it, or nothing ever hits
         env.setdefault("CCACHE_BASEDIR", str(scratch))
@@ -99,8 +106,14 @@ def run_setup(
         "extra_sys_path": plan.torch.extra_sys_path,
         "exclude_sources": list(plan.tailoring.exclude_sources),
         "defines": list(plan.tailoring.defines),
-        "heavy_sources_first": list(_releases.release(plan.sdist.version).naming.heavy_first),
-        "split_sources": _tu_parts.layout(source / _tu_parts.KERNEL_DIR, tools.tu_parts),
+        "heavy_sources_first": list(
+            _fa3_build.HEAVY_FIRST
+            if plan.fa3
+            else _releases.release(plan.sdist.version).naming.heavy_first
+        ),
+        "split_sources": {}
+        if plan.fa3
+        else _tu_parts.layout(source / _tu_parts.KERNEL_DIR, tools.tu_parts),
     }
     spec_path.write_text(json.dumps(spec))
     _log.info(f"running upstream setup.py ({mode}); full log: {log}")

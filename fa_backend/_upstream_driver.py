@@ -142,26 +142,34 @@ def _install_hooks():
 
     original_setup = setuptools.setup
 
+    def wrap_ninja_writer():
+        original_write = cpp_extension._write_ninja_file
+        if getattr(original_write, "_fa_shim", False):
+            return
+
+        def write_ninja_file(*args, **kwargs):
+            path = kwargs.get("path", args[0] if args else None)
+            REPORT["ninja_files"].append(os.path.abspath(path))
+            _write_report()
+            if "sources" in kwargs and "objects" in kwargs:  # torch passes both by name
+                kwargs["sources"], kwargs["objects"] = _heaviest_first(
+                    kwargs["sources"], kwargs["objects"]
+                )
+            return original_write(*args, **kwargs)
+
+        write_ninja_file._fa_shim = True
+        cpp_extension._write_ninja_file = write_ninja_file
+
     def setup(*args, **kwargs):
         for ext in kwargs.get("ext_modules") or []:
             _inject(ext)
+        # hopper/setup.py (FA3) replaces torch's ninja writer with its own at import time,
+        # after this driver's: wrap whichever writer is in place when setup() runs
+        wrap_ninja_writer()
         return original_setup(*args, **kwargs)
 
     setuptools.setup = setup
-
-    original_write = cpp_extension._write_ninja_file
-
-    def write_ninja_file(*args, **kwargs):
-        path = kwargs.get("path", args[0] if args else None)
-        REPORT["ninja_files"].append(os.path.abspath(path))
-        _write_report()
-        if "sources" in kwargs and "objects" in kwargs:  # torch passes both by name
-            kwargs["sources"], kwargs["objects"] = _heaviest_first(
-                kwargs["sources"], kwargs["objects"]
-            )
-        return original_write(*args, **kwargs)
-
-    cpp_extension._write_ninja_file = write_ninja_file
+    wrap_ninja_writer()
 
     if SPEC["mode"] == "prepare":
 

@@ -30,7 +30,7 @@ from ._mangling import demangle, is_torch_symbol, string_abi
 from ._report import FAIL, PASS, SKIP, Check, plural
 from ._runtime_guard import PROVENANCE
 from ._torch import TorchInfo
-from ._verify_targets import MODULE, Target
+from ._verify_targets import Target
 
 
 def _fa_shim_source() -> str:
@@ -69,6 +69,7 @@ def _python_tag() -> str:
 
 
 def check_tags(target: Target) -> Check:
+    f = target.flavour
     if target.tags is None:
         return Check("tags", SKIP, "a bare module carries no wheel tags")
     shown = ", ".join(sorted(str(t) for t in target.tags))
@@ -77,10 +78,10 @@ def check_tags(target: Target) -> Check:
         return Check(
             "tags",
             FAIL,
-            f"{shown} is a pure-Python wheel tag: this flash-attn carries no compiled "
-            f"{MODULE} module for this interpreter (upstream builds one like this when "
-            "FLASH_ATTENTION_SKIP_CUDA_BUILD=TRUE is set), so `import flash_attn` fails with "
-            f"\"No module named '{MODULE}'\".",
+            f"{shown} is a pure-Python wheel tag: this {f.dist} carries no compiled "
+            f"{f.module} module for this interpreter (upstream builds one like this when "
+            f"FLASH_ATTENTION_SKIP_CUDA_BUILD=TRUE is set), so `import {f.package}` fails "
+            f"with \"No module named '{f.module}'\".",
             fix=f"build it against your torch: `{REBUILD}`.",
         )
     supported = set(tags.sys_tags())
@@ -111,24 +112,26 @@ def check_tags(target: Target) -> Check:
 
 
 def check_module(target: Target) -> Check:
+    f = target.flavour
+    module = f.module_path
     if not target.modules:
         return Check(
             "module",
             FAIL,
-            f"no {MODULE}*.so: `import flash_attn` fails with \"No module named '{MODULE}'\".",
+            f"no {module}*.so: `import {f.package}` fails with \"No module named '{f.module}'\".",
             fix=f"build the extension against your torch: `{REBUILD}`.",
         )
     suffixes = importlib.machinery.EXTENSION_SUFFIXES
     names = ", ".join(n for n, _ in target.modules)
-    if target.kind == "module" and not all(n.startswith(MODULE + ".") for n, _ in target.modules):
+    if target.kind == "module" and not all(n.startswith(module + ".") for n, _ in target.modules):
         return Check("module", PASS, f"{names} (a bare file: its import name is not checked)")
-    wrong = [n for n, _ in target.modules if not any(n == MODULE + s for s in suffixes)]
+    wrong = [n for n, _ in target.modules if not any(n == module + s for s in suffixes)]
     if wrong:
         return Check(
             "module",
             FAIL,
             f"{', '.join(wrong)} cannot be imported by this interpreter (it imports "
-            f"{', '.join(MODULE + s for s in suffixes[:2])}).",
+            f"{', '.join(module + s for s in suffixes[:2])}).",
             fix=f"build with the interpreter you run ({sys.executable}): `{REBUILD}`.",
         )
     return Check("module", PASS, names)

@@ -15,9 +15,10 @@ from packaging import tags
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
 from ._errors import FaShimError
+from ._flavours import FA2, FA3, FLAVOURS, Flavour, of_package
 from ._runtime_guard import PROVENANCE
 
-MODULE = "flash_attn_2_cuda"
+MODULE = FA2.module  # FA2's, the default of everything verify is given without a flavour
 
 
 @dataclasses.dataclass
@@ -29,6 +30,7 @@ class Target:
     modules: list[tuple[str, Path]]  # (name as shipped, readable path)
     provenance: dict | None
     provenance_error: str | None = None
+    flavour: Flavour = FA2
 
 
 def _parse_provenance(text: str | None, where: str) -> tuple[dict | None, str | None]:
@@ -43,9 +45,14 @@ def _parse_provenance(text: str | None, where: str) -> tuple[dict | None, str | 
         return None, f"{where} is not valid JSON ({exc})"
 
 
-def _is_module(name: str) -> bool:
-    base = name.rsplit("/", 1)[-1]
-    return base.startswith(MODULE + ".") and base.endswith(".so")
+def _is_module(name: str, flavour: Flavour = FA2) -> bool:
+    """flash_attn_2_cuda.<suffix>.so at the top; flash_attn_3/_C.<suffix>.so in its package."""
+    return name.startswith(flavour.module_path + ".") and name.endswith(".so")
+
+
+def _flavour_of_dist(dist) -> Flavour:
+    name = (dist.metadata["Name"] or "").lower().replace("_", "-")
+    return next((f for f in FLAVOURS.values() if f.dist == name), FA2)
 
 
 def wheel_target(wheel: Path, scratch: Path) -> Target:
@@ -56,13 +63,14 @@ def wheel_target(wheel: Path, scratch: Path) -> Target:
             f"{wheel.name} is not a valid wheel file name ({exc}).",
             fix="pass the wheel under the name it was built with.",
         ) from None
-    modules, provenance_text, where, has_package = [], None, PROVENANCE, False
+    modules, provenance_text, where = [], None, PROVENANCE
     try:
         with zipfile.ZipFile(wheel) as zf:
-            for info in zf.infolist():
+            infos = zf.infolist()
+            flavour = of_package({i.filename.split("/")[0] for i in infos if "/" in i.filename})
+            for info in infos if flavour else ():
                 parts = info.filename.split("/")
-                has_package = has_package or (len(parts) > 1 and parts[0] == "flash_attn")
-                if len(parts) == 1 and _is_module(info.filename):
+                if _is_module(info.filename, flavour):
                     target = scratch / info.filename
                     with zf.open(info) as src, target.open("wb") as dst:
                         shutil.copyfileobj(src, dst, 1 << 20)
@@ -73,13 +81,13 @@ def wheel_target(wheel: Path, scratch: Path) -> Target:
         raise FaShimError(
             f"{wheel} is not a readable wheel ({exc}).", fix="download or build the wheel again."
         ) from None
-    if not has_package:
+    if not flavour:
         raise FaShimError(
-            f"{wheel} is not a flash-attn wheel: it holds no flash_attn package.",
-            fix="pass a flash-attn wheel (flash_attn-*.whl); verify checks nothing else.",
+            f"{wheel} is not a flash-attn wheel: it holds no flash_attn or flash_attn_3 package.",
+            fix="pass a flash-attn or flash-attn-3 wheel; verify checks nothing else.",
         )
     provenance, error = _parse_provenance(provenance_text, where)
-    return Target(str(wheel), "wheel", wheel_tags, "file name", modules, provenance, error)
+    return Target(str(wheel), "wheel", wheel_tags, "file name", modules, provenance, error, flavour)
 
 
 def _dist_target(dist, where: str) -> Target:
@@ -90,11 +98,13 @@ def _dist_target(dist, where: str) -> Target:
         if line.startswith("Tag:")
         for t in tags.parse_tag(line.split(":", 1)[1].strip())
     )
+    flavour = _flavour_of_dist(dist)
     files = [str(f) for f in dist.files or []]
-    modules = [(f, Path(dist.locate_file(f))) for f in files if "/" not in f and _is_module(f)]
+    modules = [(f, Path(dist.locate_file(f))) for f in files if _is_module(f, flavour)]
     if not files:  # no RECORD: look next to the package
         site = Path(dist.locate_file(""))
-        modules = [(p.name, p) for p in sorted(site.glob(f"{MODULE}.*.so"))]
+        found = sorted(site.glob(f"{flavour.module_path}.*.so"))
+        modules = [(p.relative_to(site).as_posix(), p) for p in found]
     provenance, error = _parse_provenance(dist.read_text(PROVENANCE), PROVENANCE)
     name = f"{dist.metadata['Name']} {dist.version}"
     return Target(
@@ -105,6 +115,7 @@ def _dist_target(dist, where: str) -> Target:
         modules,
         provenance,
         error,
+        flavour,
     )
 
 
@@ -112,21 +123,22 @@ def installed_target(spec: str) -> Target:
     from importlib import metadata
 
     path = Path(spec)
-    if spec in ("flash_attn", "flash-attn") and not path.exists():
-        for name in ("flash-attn", "flash_attn"):
-            try:
-                dist = metadata.distribution(name)
-            except metadata.PackageNotFoundError:
-                continue
+    named = next((f for f in FLAVOURS.values() if spec in (f.dist, f.file_name)), None)
+    if named and not path.exists():
+        try:
+            dist = metadata.distribution(named.dist)
+        except metadata.PackageNotFoundError:
+            pass
+        else:
             return _dist_target(dist, str(Path(dist.locate_file("")).resolve()))
         raise FaShimError(
-            f"no flash-attn distribution is installed for {sys.executable}.",
+            f"no {named.dist} distribution is installed for {sys.executable}.",
             fix="install it first, name the environment's interpreter with --python, or pass "
             "the wheel, site-packages directory or flash_attn_2_cuda*.so to verify.",
         )
     site = path.resolve()
     for dist in metadata.distributions(path=[str(site)]):
-        if (dist.metadata["Name"] or "").lower().replace("_", "-") == "flash-attn":
+        if (dist.metadata["Name"] or "").lower().replace("_", "-") in ("flash-attn", FA3.dist):
             return _dist_target(dist, str(site))
     modules = [(p.name, p) for p in sorted(site.glob(f"{MODULE}.*.so"))]
     if not modules:

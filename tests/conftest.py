@@ -226,6 +226,41 @@ def upstream_sdists(request) -> Path:
     return directory
 
 
+# FlashAttention-3's two source trees as tarballs (see its README); tests seed from it only
+FA3_SHARED = REPO.parent / "shared" / "fa3"
+
+
+@pytest.fixture(scope="session")
+def fa3_tarballs() -> dict[str, Path]:
+    """flash-attention 2.8.3's hopper and cutlass trees, by their names in ../shared/fa3."""
+    from fa_backend import _fa3_releases, _fa3_sources
+
+    release = _fa3_releases.release("2.8.3")
+    found = {
+        k.name: FA3_SHARED / _fa3_sources.archive_name(release, k)
+        for k in (_fa3_sources.HOPPER, _fa3_sources.CUTLASS)
+    }
+    missing = [str(p) for p in found.values() if not p.is_file()]
+    if missing:
+        pytest.skip(
+            f"{missing[0]} is absent: the FA3 source tests seed from ../shared/fa3 only "
+            "(fa-shim does not fetch the FA3 trees yet, docs/fa3-design.md)"
+        )
+    return found
+
+
+@pytest.fixture(scope="session")
+def fa3_trees(fa3_tarballs, tmp_path_factory) -> dict[str, Path]:
+    """The two trees extracted once, as `git archive` made them; copy one before changing it."""
+    dest = tmp_path_factory.mktemp("fa3-trees")
+    roots = {}
+    for name, tarball in fa3_tarballs.items():
+        with tarfile.open(tarball) as tar:
+            tar.extractall(dest / name, filter="data")
+        (roots[name],) = (dest / name).iterdir()
+    return roots
+
+
 # Markers by what a test needs, so a tier can be chosen with -m: see README "Tests".
 _MARKED_FIXTURES = {
     "upstream_sdists": ["network"],
