@@ -206,11 +206,12 @@ def verify_path(
             raise FaShimError(f"{path} does not exist.", fix="pass the path of the module.")
         torch, gpus = _resolve(torch, gpus)
         return _run(module_target(path), torch, gpus)
-    if text not in ("flash_attn", "flash-attn") and not path.is_dir():
+    names = ("flash_attn", "flash-attn", "flash_attn_3", "flash-attn-3")
+    if text not in names and not path.is_dir():
         raise FaShimError(
-            f"{text} is neither a wheel, a .so, a directory nor 'flash_attn'.",
+            f"{text} is neither a wheel, a .so, a directory nor 'flash_attn' / 'flash_attn_3'.",
             fix="pass a .whl, a flash_attn_2_cuda*.so, a site-packages directory, or flash_attn "
-            "(the installed distribution).",
+            "or flash_attn_3 (the installed distribution).",
         )
     torch, gpus = _resolve(torch, gpus)
     return _run(installed_target(text), torch, gpus)

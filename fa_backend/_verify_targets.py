@@ -71,7 +71,8 @@ def wheel_target(wheel: Path, scratch: Path) -> Target:
             for info in infos if flavour else ():
                 parts = info.filename.split("/")
                 if _is_module(info.filename, flavour):
-                    target = scratch / info.filename
+                    target = scratch / info.filename  # FA3's sits in its package directory
+                    target.parent.mkdir(parents=True, exist_ok=True)
                     with zf.open(info) as src, target.open("wb") as dst:
                         shutil.copyfileobj(src, dst, 1 << 20)
                     modules.append((info.filename, target))
