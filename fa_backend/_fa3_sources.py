@@ -356,7 +356,7 @@ def locate(
 def _download_failed(release: Fa3Release, kind: Kind, url: str, reason: str) -> FaShimError:
     return FaShimError(
         f"downloading flash-attention {release.tag}'s {kind.name} tree from "
-        f"{_index.redact(url)} failed: {reason}; nothing was written to the cache.",
+        f"{_index.redact(url)} failed: {reason}; nothing of it was written to the cache.",
         fix=f"check the network (a proxy goes in https_proxy), or {_give(release)}.",
     )
 
@@ -458,16 +458,17 @@ def _download(kind: Kind, release: Fa3Release, cache: Path) -> Tree:
             with _atomic.writing(target) as out:
                 try:
                     manifest = _cut(archive, out, release, kind)
-                except (*_BROKEN, FaShimError) as exc:
-                    reason = exc.cause if isinstance(exc, FaShimError) else exc
-                    why = f"it is not a readable .tar.gz of the repository ({reason})"
+                except _BROKEN as exc:
+                    why = f"it is not a readable .tar.gz ({exc or type(exc).__name__})"
                     raise _download_failed(release, kind, url, why) from None
+                except FaShimError as exc:  # a link in the tree
+                    raise _download_failed(release, kind, url, exc.cause.rstrip(".")) from None
                 got, want = manifest.pin(), expected_pin(release, kind)
                 if got != want:
                     raise FaShimError(
                         f"the {kind.name} tree downloaded from {shown} is not flash-attention "
                         f"{release.tag}'s: its content pin is {got}, {release.tag} pins {want}; "
-                        "nothing was written to the cache.",
+                        "nothing of it was written to the cache.",
                         fix=f"a mirror or proxy serving other files? Check "
                         f"{DOWNLOAD_URL_VARIABLE} and the proxy, or {_give(release)}.",
                     )

@@ -153,7 +153,7 @@ def test_a_changed_byte_is_one_pin_error_and_nothing_is_cached(github, github_ar
         _fa3_sources.locate(RELEASE, tmp_path, download=True)
     cause = info.value.cause
     assert f"the hopper tree downloaded from http://127.0.0.1:{github.port}{_path(HOPPER)}" in cause
-    assert f"v2.8.3 pins {RELEASE.hopper_pin}" in cause and "nothing was written" in cause
+    assert f"v2.8.3 pins {RELEASE.hopper_pin}" in cause and "nothing of it was written" in cause
     assert _fa3_sources.DOWNLOAD_URL_VARIABLE in info.value.fix
     assert github.requests == [_path(HOPPER)]
     assert _leftovers(_fa3_sources.cache_dir(tmp_path)) == []  # no tarball, no temporary file
@@ -189,8 +189,22 @@ def test_a_body_that_is_not_a_tarball_is_one_error(github, tmp_path):
     github.served[_path(HOPPER)] = b"<html>rate limited</html>"
     with pytest.raises(FaShimError) as info:
         _fa3_sources.locate(RELEASE, tmp_path, download=True)
-    assert "not a readable .tar.gz of the repository" in info.value.cause
+    assert "failed: it is not a readable .tar.gz (" in info.value.cause
     assert _path(HOPPER) in info.value.cause
+    assert _leftovers(_fa3_sources.cache_dir(tmp_path)) == []
+
+
+def test_a_link_in_the_downloaded_tree_is_one_error(github, tmp_path):
+    top = f"flash-attention-{RELEASE.commit}"
+    body = io.BytesIO()
+    with tarfile.open(fileobj=body, mode="w:gz") as tar:
+        link = tarfile.TarInfo(f"{top}/hopper/flash.h")
+        link.type, link.linkname = tarfile.SYMTYPE, "/etc/hostname"
+        tar.addfile(link)
+    github.served[_path(HOPPER)] = body.getvalue()
+    with pytest.raises(FaShimError) as info:
+        _fa3_sources.locate(RELEASE, tmp_path, download=True)
+    assert _path(HOPPER) in info.value.cause and "holds a link or special file" in info.value.cause
     assert _leftovers(_fa3_sources.cache_dir(tmp_path)) == []
 
 
