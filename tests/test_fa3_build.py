@@ -118,7 +118,7 @@ def test_provenance_pins_both_trees_and_names_what_was_compiled(fa3_installed):
         "05-import-guard.patch",
         "06-headdim-dispatch.patch",
     }
-    compiled = set(re.findall(r"\b(flash_\w+\.cu|flash_api\.cpp)\b", proc.stdout))
+    compiled = set(re.findall(r"\b(flash_\w+\.cu|flash_api\.cpp)\b", proc.stdout + proc.stderr))
     assert compiled <= UNITS and {"flash_bwd_hdim128_bf16_sm90.cu"} <= compiled
 
 
