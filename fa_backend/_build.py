@@ -132,7 +132,8 @@ def toolchain(plan: Plan) -> Tools:
         env = _jobs.env_for(s, 1)
         cache = _toolchain.compiler_cache(s.compiler_cache)
         archs = _fa3_build.archs(s, nvcc.path)
-        return Tools(nvcc, archs, int(env["MAX_JOBS"]), int(env["NVCC_THREADS"]), cache)
+        jobs = _fa3_build.jobs(plan, int(env["MAX_JOBS"]), _jobs.available_memory())
+        return Tools(nvcc, archs, jobs, int(env["NVCC_THREADS"]), cache)
     nvcc = archs = None
     if _sdist.has_cuda_sources(plan.sdist):
         nvcc = _toolkit.choose(plan.torch, s)  # the system's, or one from the index

@@ -89,6 +89,7 @@ def plan(settings: Settings, torch: TorchInfo) -> Plan:
         hopper=settings.fa3_hopper,
         cutlass=settings.fa3_cutlass,
         shared_dir=settings.fa3_source_dir,
+        download=not settings.offline,
     )
     tailoring = _fa3_kernels.tailoring(
         settings, _fa3_kernels.switches(_read(sources.hopper, "hopper/setup.py"))
@@ -116,6 +117,32 @@ def plan(settings: Settings, torch: TorchInfo) -> Plan:
         metadata,
         fa3=Fa3Source(release, sources, tailoring),
     )
+
+
+# Peak memory of one FA3 unit, measured on the H100 (docs/benchmarks.md): a forward
+# flash_fwd_hdimall_* unit compiles every head dim of the set into one object, about 4.5 GiB
+# each (17-22 GiB for all five), a backward unit about 6 GiB
+_GIB = 1024**3
+_FWD_BYTES_PER_HEAD_DIM = int(4.5 * _GIB)
+_MIN_JOB_BYTES = 6 * _GIB
+
+
+def job_bytes(plan: Plan) -> int:
+    return max(_MIN_JOB_BYTES, _FWD_BYTES_PER_HEAD_DIM * len(plan.fa3.tailoring.head_dims))
+
+
+def jobs(plan: Plan, planned: int, available_bytes: int) -> int:
+    """FA2's plan of jobs, cut to what FA3's heavier units fit in memory (a full set on 16
+    cores and 128 GiB: 5, not 16; the kernel would kill the rest)."""
+    if plan.settings.max_jobs:
+        return planned
+    fits = max(1, available_bytes // job_bytes(plan))
+    if fits < planned:
+        _log.info(
+            f"{fits} compile job(s), not {planned}: a FlashAttention-3 unit of this set needs "
+            f"about {job_bytes(plan) / _GIB:.0f} GiB (set -C max-jobs to choose)"
+        )
+    return min(planned, fits)
 
 
 def archs(settings: Settings, nvcc_path: Path) -> _archs.ArchChoice:

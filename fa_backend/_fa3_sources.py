@@ -3,7 +3,12 @@
 The hopper tree is flash-attention's `LICENSE` + `hopper/**`, the cutlass tree CUTLASS's
 `LICENSE.txt` + `include/**` (the `csrc/cutlass` submodule). Each comes from a flash-attention
 checkout with its submodule, a directory, a `.tar.gz` with one top directory, a shared directory
-or fa-shim's cache (as `archive_name` names them), first found wins.
+or fa-shim's cache (as `archive_name` names them), first found wins; last, when `locate` is
+told it may, GitHub's archive of each repository at the pinned commit is downloaded, the tree cut
+out of it, pinned and only then published in the cache under its `archive_name`.
+
+`FA_SHIM_FA3_DOWNLOAD_URL` replaces `https://github.com` as the base of those downloads: a hook
+for tests and for mirrors with GitHub's layout (`<base>/<owner>/<repo>/archive/<commit>.tar.gz`).
 
 The pin is by content, never by archive bytes: sha256 of the manifest `sha256sum` prints for the
 tree's files (paths relative to the tree root, sorted bytewise), so a tarball, its extraction and
@@ -17,16 +22,20 @@ from __future__ import annotations
 import dataclasses
 import gzip
 import hashlib
+import io
 import os
 import shutil
 import stat
 import tarfile
+import tempfile
+import urllib.error
+import urllib.request
 import zlib
 from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
 from typing import IO
 
-from . import _failures, _log
+from . import _atomic, _failures, _index, _log
 from ._errors import FaShimError
 from ._fa3_releases import Fa3Release
 
@@ -42,10 +51,15 @@ class Kind:
     members: tuple[str, ...]  # top-level entries of the tree root that are the tree
     marker: str  # the directory that identifies a tree root
     in_checkout: str  # where a flash-attention checkout holds the root
+    repo: str  # its GitHub repository, owner/name
 
 
-HOPPER = Kind("hopper", ("LICENSE", "hopper"), "hopper", ".")
-CUTLASS = Kind("cutlass", ("LICENSE.txt", "include"), "include", "csrc/cutlass")
+HOPPER = Kind("hopper", ("LICENSE", "hopper"), "hopper", ".", "Dao-AILab/flash-attention")
+CUTLASS = Kind("cutlass", ("LICENSE.txt", "include"), "include", "csrc/cutlass", "NVIDIA/cutlass")
+
+DOWNLOAD_URL_VARIABLE = "FA_SHIM_FA3_DOWNLOAD_URL"
+GITHUB = "https://github.com"
+TIMEOUT = 60  # seconds without a byte, as for the package index
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,6 +82,23 @@ def archive_name(release: Fa3Release, kind: Kind) -> str:
     if kind is HOPPER:
         return f"flash-attention-{release.tag}-hopper.tar.gz"
     return f"cutlass-{release.cutlass_commit}-include.tar.gz"
+
+
+def archive_top(release: Fa3Release, kind: Kind) -> str:
+    """The one top directory of archive_name's tarball (`git archive --prefix`)."""
+    if kind is HOPPER:
+        return f"flash-attention-{release.tag}"
+    return f"cutlass-{release.cutlass_commit}"
+
+
+def commit(release: Fa3Release, kind: Kind) -> str:
+    return release.commit if kind is HOPPER else release.cutlass_commit
+
+
+def download_url(release: Fa3Release, kind: Kind) -> str:
+    """GitHub's archive of the tree's repository at the pinned commit (or a mirror's)."""
+    base = os.environ.get(DOWNLOAD_URL_VARIABLE) or GITHUB
+    return f"{base.rstrip('/')}/{kind.repo}/archive/{commit(release, kind)}.tar.gz"
 
 
 def cache_dir(cache_root: Path) -> Path:
@@ -252,6 +283,7 @@ def _find(
     checkout: Path | None,
     shared_dir: Path | None,
     cache_root: Path,
+    download: bool,
 ) -> Tree:
     if explicit is not None:
         if not explicit.exists():
@@ -280,13 +312,21 @@ def _find(
     for directory, origin in ((shared_dir, f"directory {shared_dir}"), (cache, "fa-shim cache")):
         if directory is not None and (directory / name).is_file():
             return _checked(directory / name, kind, release, origin)
+    if download:
+        return _download(kind, release, cache)
     where = f"{shared_dir} or {cache}" if shared_dir else str(cache)
     raise FaShimError(
-        f"FlashAttention-3 needs flash-attention {release.tag}'s {kind.name} tree, and there "
-        f"is no {name} in {where}.",
-        fix=f"give a flash-attention clone of {release.tag} with its submodule "
+        f"FlashAttention-3 needs flash-attention {release.tag}'s {kind.name} tree, there "
+        f"is no {name} in {where}, and downloading is off (offline).",
+        fix=f"{_give(release)}, or allow downloading (-C offline=false).",
+    )
+
+
+def _give(release: Fa3Release) -> str:
+    return (
+        f"give a flash-attention clone of {release.tag} with its submodule "
         "(`git clone --recursive`), or the two trees as directories or tarballs "
-        "(docs/fa3-design.md).",
+        "(docs/fa3-design.md)"
     )
 
 
@@ -298,14 +338,148 @@ def locate(
     hopper: Path | None = None,
     cutlass: Path | None = None,
     shared_dir: Path | None = None,
+    download: bool = False,
 ) -> Sources:
     """Both trees, each checked against its pin: an explicit tree > the checkout > the shared
-    directory > fa-shim's cache (cache_root: the cache-dir setting's directory)."""
+    directory > fa-shim's cache (cache_root: the cache-dir setting's directory) > when download
+    is true, GitHub's archive (download_url), cut to the tree and published in the cache."""
     return Sources(
         release,
-        _find(HOPPER, release, hopper, checkout, shared_dir, cache_root),
-        _find(CUTLASS, release, cutlass, checkout, shared_dir, cache_root),
+        _find(HOPPER, release, hopper, checkout, shared_dir, cache_root, download),
+        _find(CUTLASS, release, cutlass, checkout, shared_dir, cache_root, download),
     )
+
+
+# ------------------------------------------------------------------------------ downloading
+
+
+def _download_failed(release: Fa3Release, kind: Kind, url: str, reason: str) -> FaShimError:
+    return FaShimError(
+        f"downloading flash-attention {release.tag}'s {kind.name} tree from "
+        f"{_index.redact(url)} failed: {reason}; nothing of it was written to the cache.",
+        fix=f"check the network (a proxy goes in https_proxy), or {_give(release)}.",
+    )
+
+
+def _reason(exc: BaseException) -> str:
+    if isinstance(exc, urllib.error.HTTPError):
+        return f"HTTP {exc.code} {exc.reason}"
+    reason = getattr(exc, "reason", None) or exc
+    return str(reason) or type(reason).__name__
+
+
+def _fetch(url: str, out: IO[bytes], release: Fa3Release, kind: Kind) -> int:
+    """Stream url's body into out; the number of bytes. Network failures are the one error,
+    a failed write to out (a full disk) stays an OSError."""
+    request = urllib.request.Request(url, headers={"User-Agent": "fa-shim"})
+    try:  # build_opener: proxies from the environment (https_proxy, no_proxy), as pip
+        response = urllib.request.build_opener().open(request, timeout=TIMEOUT)
+    except _index.FETCH_ERRORS as exc:
+        raise _download_failed(release, kind, url, _reason(exc)) from None
+    size = 0
+    with response:
+        length = response.headers.get("Content-Length")
+        while True:
+            try:
+                block = response.read(_BLOCK)
+            except _index.FETCH_ERRORS as exc:
+                raise _download_failed(release, kind, url, _reason(exc)) from None
+            if not block:
+                break
+            out.write(block)
+            size += len(block)
+    # http.client ends a body cut short of its Content-Length quietly
+    if length is not None and length.isdigit() and int(length) != size:
+        reason = f"the connection closed after {size} of {length} bytes"
+        raise _download_failed(release, kind, url, reason)
+    return size
+
+
+def _cut(archive: IO[bytes], out: IO[bytes], release: Fa3Release, kind: Kind) -> _Manifest:
+    """Write the tree's entries of a GitHub archive (one top directory, the whole repository)
+    to out as a .tar.gz under archive_top, as `git archive --prefix` makes it; the manifest of
+    what was written."""
+    top = archive_top(release, kind)
+    manifest = _Manifest()
+    with (
+        tarfile.open(fileobj=archive, mode="r:gz") as src,
+        tarfile.open(
+            fileobj=out,
+            mode="w:gz",
+            format=tarfile.PAX_FORMAT,
+            pax_headers={"comment": commit(release, kind)},  # where git archive keeps it
+        ) as dst,
+    ):
+        root = None
+        for member in src:
+            parts = PurePosixPath(member.name).parts
+            if not parts or parts[0] in ("/", "..") or ".." in parts:
+                raise tarfile.TarError(f"unsafe member {member.name}")
+            if root is None:
+                root = parts[0]
+            elif parts[0] != root:
+                raise tarfile.TarError(f"more than one top directory ({root}, {parts[0]})")
+            rest = parts[1:]
+            if rest and not _in_tree(rest, kind):
+                continue
+            # a fresh header: the member's own pax headers would keep its old path
+            info = tarfile.TarInfo("/".join((top, *rest)))
+            info.mtime, info.mode = member.mtime, member.mode
+            info.uname = info.gname = "root"
+            if member.isdir():
+                info.type = tarfile.DIRTYPE
+                dst.addfile(info)
+                continue
+            if not member.isfile():
+                raise _link_error(member.name, kind)
+            f = src.extractfile(member)
+            assert f is not None
+            data = io.BytesIO()
+            manifest.add("/".join(rest), iter(lambda f=f: f.read(_BLOCK), b""), data)
+            info.size = data.tell()
+            data.seek(0)
+            dst.addfile(info, data)
+    return manifest
+
+
+def _download(kind: Kind, release: Fa3Release, cache: Path) -> Tree:
+    """GitHub's archive streamed to an unnamed temporary file in the cache, the tree cut out
+    of it into a tarball beside its final name, pinned, then renamed into place."""
+    url = download_url(release, kind)
+    shown = _index.redact(url)
+    target = cache / archive_name(release, kind)
+    _log.info(f"downloading flash-attention {release.tag}'s {kind.name} tree from {shown}")
+    try:
+        cache.mkdir(parents=True, exist_ok=True)  # 0o777 & ~umask
+        # TemporaryFile has no name on Linux (O_TMPFILE): nothing is left however this ends
+        with tempfile.TemporaryFile(dir=cache, prefix=".fa-shim-", suffix=".part") as archive:
+            size = _fetch(url, archive, release, kind)
+            archive.seek(0)
+            with _atomic.writing(target) as out:
+                try:
+                    manifest = _cut(archive, out, release, kind)
+                except _BROKEN as exc:
+                    why = f"it is not a readable .tar.gz ({exc or type(exc).__name__})"
+                    raise _download_failed(release, kind, url, why) from None
+                except FaShimError as exc:  # a link in the tree
+                    raise _download_failed(release, kind, url, exc.cause.rstrip(".")) from None
+                got, want = manifest.pin(), expected_pin(release, kind)
+                if got != want:
+                    raise FaShimError(
+                        f"the {kind.name} tree downloaded from {shown} is not flash-attention "
+                        f"{release.tag}'s: its content pin is {got}, {release.tag} pins {want}; "
+                        "nothing of it was written to the cache.",
+                        fix=f"a mirror or proxy serving other files? Check "
+                        f"{DOWNLOAD_URL_VARIABLE} and the proxy, or {_give(release)}.",
+                    )
+    except OSError as exc:
+        _failures.name_it(exc, cache)
+        raise
+    _log.info(
+        f"{size / 1e6:.1f} MB downloaded; the {kind.name} tree cut out ({len(manifest)} files, "
+        f"pin {got[:12]}… verified) into {target}"
+    )
+    return Tree(kind, target, shown, got)
 
 
 # ------------------------------------------------------------------------------- laying out

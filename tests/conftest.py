@@ -244,7 +244,7 @@ def fa3_tarballs() -> dict[str, Path]:
     if missing:
         pytest.skip(
             f"{missing[0]} is absent: the FA3 source tests seed from ../shared/fa3 only "
-            "(fa-shim does not fetch the FA3 trees yet, docs/fa3-design.md)"
+            "(GitHub, where fa-shim downloads them from, is not reachable here; docs/fa3-design.md)"
         )
     return found
 
