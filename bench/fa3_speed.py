@@ -36,6 +36,10 @@ import statistics
 import sys
 import time
 
+from speed import (
+    flops,  # bench/speed.py: upstream's count (4*b*h*s*s*d, halved when causal; bwd 2.5x)
+)
+
 TOKENS = 32 * 1024
 IMPLS = ("fa2", "sdpa", "fa3")
 LABEL = {"fa2": "FA2", "sdpa": "SDPA", "fa3": "FA3"}
@@ -95,12 +99,6 @@ def parse_args(argv=None) -> argparse.Namespace:
     if args.heads < 1 or args.head_dim < 1:
         p.error("--heads and --head-dim must be positive")
     return args
-
-
-def flops(batch: int, heads: int, seqlen: int, head_dim: int, causal: bool) -> tuple[float, float]:
-    """Upstream's count: 4*b*h*s*s*d (two matmuls), halved when causal; backward 2.5x."""
-    fwd = 4 * batch * heads * seqlen * seqlen * head_dim / (2 if causal else 1)
-    return fwd, 2.5 * fwd
 
 
 def plan(args) -> list[dict]:

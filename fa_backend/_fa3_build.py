@@ -16,6 +16,8 @@ import os
 import re
 from pathlib import Path
 
+from packaging.version import InvalidVersion, Version
+
 from . import (
     _archs,
     _cuda_driver,
@@ -59,8 +61,6 @@ def _read(tree: _fa3_sources.Tree, rel: str) -> str:
 
 def upstream_version(init_py: str) -> str:
     """hopper/__init__.py's `__version__ = "3.0.0.b1"`, as PEP 440 normalises it (3.0.0b1)."""
-    from packaging.version import InvalidVersion, Version
-
     match = _VERSION.search(init_py)
     try:
         return str(Version(ast.literal_eval(match.group(1).strip()))) if match else ""

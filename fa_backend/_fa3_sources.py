@@ -171,19 +171,24 @@ def _blocks(f: IO[bytes], path: Path, kind: Kind) -> Iterator[bytes]:
         raise _unreadable(path, kind, exc) from None
 
 
+def _member_parts(name: str, top: str | None) -> tuple[str, tuple[str, ...]]:
+    """A member's path parts, refused when unsafe or outside the archive's one top directory
+    (`top`: the first member's, None before it)."""
+    parts = PurePosixPath(name).parts
+    if not parts or parts[0] in ("/", "..") or ".." in parts:
+        raise tarfile.TarError(f"unsafe member {name}")
+    if top is not None and parts[0] != top:
+        raise tarfile.TarError(f"more than one top directory ({top}, {parts[0]})")
+    return parts[0], parts
+
+
 def _tar_files(path: Path, kind: Kind) -> Iterator[tuple[str, Iterator[bytes]]]:
     """The same for a .tar.gz with one top directory, streamed in archive order."""
     try:
         with tarfile.open(path, "r:gz") as tar:
             top = None
             for member in tar:
-                parts = PurePosixPath(member.name).parts
-                if not parts or parts[0] in ("/", "..") or ".." in parts:
-                    raise tarfile.TarError(f"unsafe member {member.name}")
-                if top is None:
-                    top = parts[0]
-                elif parts[0] != top:
-                    raise tarfile.TarError(f"more than one top directory ({top}, {parts[0]})")
+                top, parts = _member_parts(member.name, top)
                 if not _in_tree(parts[1:], kind) or member.isdir():
                     continue
                 if not member.isfile():
@@ -412,13 +417,7 @@ def _cut(archive: IO[bytes], out: IO[bytes], release: Fa3Release, kind: Kind) ->
     ):
         root = None
         for member in src:
-            parts = PurePosixPath(member.name).parts
-            if not parts or parts[0] in ("/", "..") or ".." in parts:
-                raise tarfile.TarError(f"unsafe member {member.name}")
-            if root is None:
-                root = parts[0]
-            elif parts[0] != root:
-                raise tarfile.TarError(f"more than one top directory ({root}, {parts[0]})")
+            root, parts = _member_parts(member.name, root)
             rest = parts[1:]
             if rest and not _in_tree(rest, kind):
                 continue
