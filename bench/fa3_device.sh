@@ -8,6 +8,9 @@
 #                                       # seeded sample of upstream's hopper/test_flash_attn.py
 #   bash bench/fa3_device.sh poll       # the full build's per-unit times so far (modelled by
 #                                       # bench/fa3_full_model.py)
+#   bash bench/fa3_device.sh transformers  # the tailored FA3 built and installed as above, then
+#                                       # transformers' flash_attention_3 against SDPA
+#                                       # (bench/fa3_transformers.py)
 set -u
 phase=$1
 OUT=${OUT:-/tmp/out}
@@ -21,8 +24,8 @@ export PYTHONPATH=/tmp/site
 FEATURES="fp8,split,paged-kv,appendkv,local,softcap,packgqa,varlen,cluster"
 SWITCHES="HDIM64 HDIM96 HDIM192 HDIM256 FP16 FP8 SPLIT PAGEDKV APPENDKV LOCAL SOFTCAP PACKGQA VARLEN CLUSTER"
 
-case $phase in
-tailored)
+# the tailored FA3 (bf16, head dim 128, forward + backward, every feature off), timed
+fa3_tailored() {
   nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$OUT/gpu.txt"
   nproc >> "$OUT/gpu.txt"
   start=$(date +%s)
@@ -31,6 +34,18 @@ tailored)
     -C disable=$FEATURES -C cache-dir=/tmp/fa-cache -C compiler-cache=none \
     > "$OUT/fa3-tailored.log" 2>&1
   echo "fa3 tailored: exit $? in $(( $(date +%s) - start )) s" | tee -a "$OUT/times.txt"
+}
+
+case $phase in
+transformers)
+  fa3_tailored
+  python3 -m fa_backend verify flash_attn_3 > "$OUT/fa3-verify.txt" 2>&1
+  cd /tmp && python3 "$ROOT/bench/fa3_transformers.py" > "$OUT/fa3-transformers.json" \
+    2> "$OUT/fa3-transformers.err"
+  echo "fa3_transformers: exit $?" | tee -a "$OUT/times.txt"
+  ;;
+tailored)
+  fa3_tailored
   cp /tmp/fa-cache/wheels/*.whl "$OUT/" 2>/dev/null
   python3 -m fa_backend verify flash_attn_3 > "$OUT/fa3-verify.txt" 2>&1
   start=$(date +%s)
