@@ -1,7 +1,7 @@
 """Forward kernel sources compiled as parts (-C tu-parts, vendored 30-tu-parts.patch): how many
 parts, the part files written into the real patched 2.8.3 source, the build description torch
 writes for them, and the check that no part goes missing. The parts' kernels compiling, linking
-and importing is tests/test_real_build.py's split build; computing right, the GPU run's
+and importing is tests/test_real_build.py's build (split); computing right, the GPU run's
 (docs/benchmarks.md)."""
 
 from __future__ import annotations
