@@ -11,6 +11,8 @@
 #   bash bench/fa3_device.sh transformers  # the tailored FA3 built and installed as above, then
 #                                       # transformers' flash_attention_3 against SDPA
 #                                       # (bench/fa3_transformers.py)
+#   bash bench/fa3_device.sh refusals   # the tailored FA3 as above, then each left-out feature
+#                                       # called (bench/fa3_refusals.py); again forward-only
 set -u
 phase=$1
 OUT=${OUT:-/tmp/out}
@@ -25,15 +27,17 @@ FEATURES="fp8,split,paged-kv,appendkv,local,softcap,packgqa,varlen,cluster"
 SWITCHES="HDIM64 HDIM96 HDIM192 HDIM256 FP16 FP8 SPLIT PAGEDKV APPENDKV LOCAL SOFTCAP PACKGQA VARLEN CLUSTER"
 
 # the tailored FA3 (bf16, head dim 128, forward + backward, every feature off), timed
+# (a name for its log, then extra -C options, e.g. fwd -C forward-only=true)
 fa3_tailored() {
+  local name=${1:-tailored}; shift
   nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$OUT/gpu.txt"
   nproc >> "$OUT/gpu.txt"
   start=$(date +%s)
   python3 -m pip install --no-build-isolation --no-deps -v ./flash-attn-3 \
     -C fa3-source-dir="$ROOT/.carry/fa3" -C head-dims=128 -C dtypes=bf16 \
-    -C disable=$FEATURES -C cache-dir=/tmp/fa-cache -C compiler-cache=none \
-    > "$OUT/fa3-tailored.log" 2>&1
-  echo "fa3 tailored: exit $? in $(( $(date +%s) - start )) s" | tee -a "$OUT/times.txt"
+    -C disable=$FEATURES -C cache-dir=/tmp/fa-cache -C compiler-cache=none "$@" \
+    > "$OUT/fa3-$name.log" 2>&1
+  echo "fa3 $name: exit $? in $(( $(date +%s) - start )) s" | tee -a "$OUT/times.txt"
 }
 
 case $phase in
@@ -43,6 +47,15 @@ transformers)
   cd /tmp && python3 "$ROOT/bench/fa3_transformers.py" > "$OUT/fa3-transformers.json" \
     2> "$OUT/fa3-transformers.err"
   echo "fa3_transformers: exit $?" | tee -a "$OUT/times.txt"
+  ;;
+refusals)
+  fa3_tailored
+  (cd /tmp && python3 "$ROOT/bench/fa3_refusals.py") > "$OUT/fa3-refusals.json" 2> "$OUT/fa3-refusals.err"
+  echo "fa3_refusals: exit $?" | tee -a "$OUT/times.txt"
+  fa3_tailored tailored-fwd -C forward-only=true
+  (cd /tmp && python3 "$ROOT/bench/fa3_refusals.py" --forward-only) \
+    > "$OUT/fa3-refusals-fwd.json" 2> "$OUT/fa3-refusals-fwd.err"
+  echo "fa3_refusals --forward-only: exit $?" | tee -a "$OUT/times.txt"
   ;;
 tailored)
   fa3_tailored
