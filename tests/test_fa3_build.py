@@ -3,8 +3,10 @@ pinned hopper and CUTLASS trees, tailored to bf16, head dim 128, forward + backw
 FA3 feature switch off: 4 CUDA units for sm_90a plus flash_api.cpp. The wheel goes into a
 throwaway environment layered over the session's CUDA 13.0 torch 2.11 venv. Then: its name and
 cp39-abi3 tag, its provenance (both content pins), `python -m fa_backend verify flash_attn_3`,
-the import through fa-shim's guard (transformers' flash_attention_3 imports flash_attn_interface),
-and the compiled module's own refusals of what the set left out, reached without a GPU.
+and the import through fa-shim's guard (transformers' flash_attention_3 imports
+flash_attn_interface) with the module's ops registered. What the set left out cannot be called
+without a GPU (upstream's mha_fwd asks for the device's properties first): bench/fa3_refusals.py
+calls each on the H100 (docs/benchmarks.md).
 
 The trees come from ../shared/fa3 or GitHub (fa-shim's download); without either it skips.
 The same build on the H100 and its timings are in docs/benchmarks.md."""
