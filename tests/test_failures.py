@@ -257,6 +257,10 @@ def test_ctrl_c_during_a_real_build_publishes_nothing(tmp_path, sample_sdist_dir
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        # a terminal's Ctrl-C: a suite started in the background by a non-interactive shell
+        # (`bash -c '... &'`) inherits SIGINT ignored, and Python then never raises
+        # KeyboardInterrupt (the full run's failures of this test, 2026-11-23 and -24)
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     deadline = time.monotonic() + 300
     while not marker.is_file() and time.monotonic() < deadline and proc.poll() is None:
