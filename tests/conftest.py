@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import os
+import re
 import shutil
 import site
 import subprocess
 import sys
 import tarfile
+import time
 import venv
 from pathlib import Path
 
@@ -277,6 +280,71 @@ def pytest_collection_modifyitems(config, items):
         for fixture in getattr(item, "fixturenames", ()):
             for marker in _MARKED_FIXTURES.get(fixture, ()):
                 item.add_marker(marker)
+
+
+README = REPO / "README.md"
+# The kernel set the quick start builds, through FA_SHIM_* variables (the README's environment
+# spelling of -C): the real 2.8.3 sdist tailored to 4 forward kernel sources (hdim 128, bf16,
+# sm_80, upstream's five DISABLE switches), each compiled in two parts plus its dispatch part.
+QUICK_START_SET = {
+    "FA_SHIM_HEAD_DIMS": "128",
+    "FA_SHIM_DTYPES": "bf16",
+    "FA_SHIM_FORWARD_ONLY": "true",
+    "FA_SHIM_DISABLE": "dropout,alibi,softcap,local,uneven_k",
+    "FA_SHIM_CUDA_ARCHS": "80",
+    "FA_SHIM_TU_PARTS": "2",
+    "FA_SHIM_NVCC_THREADS": "1",
+    "FA_SHIM_COMPILER_CACHE": "none",  # a real compile, whatever ccache the CI box has
+}
+
+
+def quick_start_command() -> str:
+    """The line after '# the main job' in the Quick start section's first bash block."""
+    section = README.read_text().split("\n## Quick start\n", 1)[1].split("\n## ", 1)[0]
+    block = re.search(r"```bash\n(.*?)```", section, re.S)
+    assert block, "README's Quick start has no ```bash block"
+    lines = block.group(1).splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("# the main job"))
+    return lines[start + 1]
+
+
+@dataclasses.dataclass(frozen=True)
+class QuickStart:
+    command: str
+    tmp: Path  # the newcomer's working directory
+    checkout: Path  # the copy of this checkout the command ran in
+    python: Path  # the fresh venv's
+    env: dict[str, str]  # the newcomer's shell: the venv activated, QUICK_START_SET
+    fresh_freeze: str  # `pip list` of the venv before the command
+    proc: subprocess.CompletedProcess
+    seconds: float
+
+
+@pytest.fixture(scope="session")
+def quick_start(tmp_path_factory) -> QuickStart:
+    """The README's main-job line, verbatim, run once by bash in a fresh `python3 -m venv` (no
+    system site-packages: the venv's own pip and setuptools 65.5) from a copy of this checkout,
+    as a newcomer runs it. The torch download (~7 GB) is part of it. tests/test_quickstart.py
+    checks the newcomer's view; tests/test_real_build.py the wheel it built and installed: the
+    suite's one real build of upstream's forward kernels (CI has 90 minutes on 2 cores)."""
+    tmp = tmp_path_factory.mktemp("quick-start")
+    command = quick_start_command()
+    venv_dir = tmp / "venv"
+    subprocess.run([sys.executable, "-m", "venv", venv_dir], check=True)
+    python = venv_dir / "bin" / "python"
+    fresh = run([python, "-m", "pip", "list", "--format=freeze"]).stdout
+    checkout = copy_repo(tmp / "fa-shim")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("FA_SHIM_", "PYTHON"))}
+    env.update(QUICK_START_SET)
+    env["FA_SHIM_SDIST_DIR"] = str(SHARED_SDISTS)
+    env["XDG_CACHE_HOME"] = str(tmp / "xdg-cache")  # fa-shim's caches and logs, this run's own
+    env["PATH"] = f"{venv_dir / 'bin'}{os.pathsep}{env['PATH']}"  # `source venv/bin/activate`
+    env["VIRTUAL_ENV"] = str(venv_dir)
+    start = time.monotonic()
+    proc = subprocess.run(
+        ["bash", "-e", "-c", command], cwd=checkout, env=env, capture_output=True, text=True
+    )
+    return QuickStart(command, tmp, checkout, python, env, fresh, proc, time.monotonic() - start)
 
 
 def copy_repo(dest: Path) -> Path:

@@ -77,7 +77,8 @@ def _slow_cxx(tmp_path: Path, command: str) -> dict[str, str]:
 
 def test_one_host_compiles_the_other_waits_and_reuses(sample_sdist_dir, tmp_path):
     cache = tmp_path / "shared-wheels"
-    env = _slow_cxx(tmp_path, "sleep 8")  # node-a stays inside its lock a while
+    # node-a stays inside its lock a while: its compiles (not its --version probes) are slow
+    env = _slow_cxx(tmp_path, 'case "$*" in *" -c "*) sleep 8;; esac')
     a = _builder("node-a", tmp_path / "a", sample_sdist_dir, cache, env=env)
     lock = _wait_for_lock(cache)
     assert '"host": "node-a"' in lock.read_text()

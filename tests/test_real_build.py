@@ -1,14 +1,15 @@
-"""The real thing on a CPU box: pip compiles upstream flash-attn 2.8.3 through fa-shim, for real.
+"""The real thing on a CPU box: upstream flash-attn 2.8.3 compiled through fa-shim, for real.
 
-One build serves every test here (CI has 90 minutes on 2 cores): a tailored set (head dim 128,
-bf16, forward only, sm_80, upstream's five DISABLE switches) of 4 forward kernel sources (fwd and
-split-KV fwd, causal and not), each compiled in two parts plus its dispatch part, and
-flash_api.cpp. The wheel goes into a throwaway environment layered over the session's CUDA 13.0
-torch 2.11 venv (a .pth file), so the shared venv stays as it was. Then: the wheel's name and
-tags, its provenance, `python -m fa_backend verify` on the installed package, the imports, the
-split module's symbols, and calls into the compiled module. Unsplit real builds are in
-test_quickstart, test_toolkit_build and the fleet tests; the full-featured kernels are compiled
-on the GPU machine (docs/benchmarks.md).
+The wheel checked here is the one the README's quick start built and installed in a fresh venv
+(conftest's `quick_start`; tests/test_quickstart.py checks the newcomer's view of it): one
+real build of upstream's forward kernels serves both, as CI has 90 minutes on 2 cores. Its set
+(conftest.QUICK_START_SET): head dim 128, bf16, forward only, sm_80, upstream's five DISABLE
+switches, so 4 forward kernel sources (fwd and split-KV fwd, causal and not), each compiled in
+two parts plus its dispatch part, and flash_api.cpp. Then: the wheel's name and tags, its
+provenance, `python -m fa_backend verify` on the installed package, the imports, the split
+module's symbols, calls into the compiled module and the import guard. Unsplit real builds are
+in test_toolkit_build and test_fleet_dist; the full-featured kernels are compiled on the GPU
+machine (docs/benchmarks.md).
 
 Without a GPU no kernel can run, but the module's functions can be entered:
 - `flash_attn_func` on CPU tensors stops in torch's dispatcher: upstream registers its ops with
@@ -27,11 +28,10 @@ import json
 import os
 import re
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
-from conftest import REPO, SHARED_SDISTS, run
+from conftest import REPO, run
 from packaging.version import Version
 
 pytestmark = [pytest.mark.realbuild, pytest.mark.slow]
@@ -41,19 +41,6 @@ ARCH = "80"
 KERNEL_SET = "hdim128.bf16.fwd.nodropout.noalibi.nosoftcap.nolocal.nounevenk"
 TORCH_LABEL = "cu130torch2.11cxx11abiTRUE"
 VERSION = f"2.8.3+{TORCH_LABEL}.{KERNEL_SET}"
-SETTINGS = {
-    "sdist-dir": str(SHARED_SDISTS),
-    "cuda-archs": ARCH,
-    "head-dims": "128",
-    "dtypes": "bf16",
-    "forward-only": "true",
-    "disable": "dropout,alibi,softcap,local,uneven_k",
-    # two parts per forward source: each becomes part 0 (the dispatch) and parts 1 and 2
-    "tu-parts": "2",
-    "max-jobs": "2",
-    "nvcc-threads": "1",
-    "compiler-cache": "none",  # a real compile every time, whatever ccache the CI box has
-}
 # The 4 forward kernels of the set plus flash_api.cpp: nothing else may be compiled.
 KERNELS = {
     f"flash_{p}_hdim128_bf16{c}_sm80.cu" for p in ("fwd", "fwd_split") for c in ("", "_causal")
@@ -73,8 +60,8 @@ def _clean_env(**extra: str) -> dict[str, str]:
 
 
 class Installed:
-    def __init__(self, python: Path, site: Path, pip, seconds: float, tmp: Path) -> None:
-        self.python, self.site, self.pip, self.seconds, self.tmp = python, site, pip, seconds, tmp
+    def __init__(self, python: Path, site: Path, pip, project: Path, tmp: Path) -> None:
+        self.python, self.site, self.pip, self.project, self.tmp = python, site, pip, project, tmp
 
     def py(self, code: str, check: bool = True, **env: str):
         """Run code in the target environment, from a directory without any flash_attn in it."""
@@ -115,27 +102,14 @@ def _overlay_venv(base_python: Path, path: Path) -> tuple[Path, Path]:
 
 
 @pytest.fixture(scope="module")
-def installed(torch211_python, tmp_path_factory) -> Installed:
-    return _install(torch211_python, tmp_path_factory.mktemp("real-build"), SETTINGS)
-
-
-def _install(torch211_python: Path, tmp: Path, settings: dict[str, str]) -> Installed:
-    python, site = _overlay_venv(torch211_python, tmp / "venv")
-    options = [a for key, value in settings.items() for a in ("-C", f"{key}={value}")]
-    options += ["-C", f"cache-dir={tmp / 'fa-shim-cache'}"]
-    scratch = tmp / "tmp"  # fa-shim's scratch build dir lives here, away from any /tmp cleanup
-    scratch.mkdir()
-    start = time.monotonic()
-    pip = run(
-        [python, "-m", "pip", "install", "--no-build-isolation", "--no-index", REPO, *options],
-        cwd=tmp,
-        env=_clean_env(
-            XDG_CACHE_HOME=str(tmp / "xdg-cache"), PIP_NO_CACHE_DIR="1", TMPDIR=str(scratch)
-        ),
-    )
-    seconds = time.monotonic() - start
-    print(f"\nreal build: pip install took {seconds:.0f} s")
-    return Installed(python, site, pip, seconds, tmp)
+def installed(quick_start) -> Installed:
+    proc = quick_start.proc
+    if proc.returncode:
+        pytest.fail(f"the quick start's build failed: see test_quickstart\n{proc.stderr[-3000:]}")
+    purelib = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
+    site = Path(run([quick_start.python, "-c", purelib]).stdout.strip())
+    print(f"\nreal build: the quick start took {quick_start.seconds:.0f} s (torch install too)")
+    return Installed(quick_start.python, site, proc, quick_start.checkout, quick_start.tmp)
 
 
 # ------------------------------------------------------------------------------------ the wheel
@@ -363,7 +337,7 @@ def test_the_import_guard_names_the_torch_and_the_rebuild(installed):
         rebuild = message.rstrip().splitlines()[-1].split()
         assert rebuild[:3] == [str(installed.python), "-m", "pip"], message
         assert {"install", "--no-build-isolation", "--force-reinstall"} <= set(rebuild), message
-        assert rebuild[-1] == str(REPO), message
+        assert rebuild[-1] == str(installed.project), message
         forced = installed.py(
             "import flash_attn; print('IMPORTED')", FLASH_ATTN_IGNORE_TORCH_MISMATCH="1"
         )

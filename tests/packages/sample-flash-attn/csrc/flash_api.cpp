@@ -10,17 +10,21 @@
 
 namespace {
 
+int64_t checked_head_dim(int64_t head_dim) {
+  const std::string what = "head_dim must be a positive multiple of 8, got ";
+  TORCH_CHECK(head_dim > 0 && head_dim % 8 == 0, what + std::to_string(head_dim));
+  return head_dim;
+}
+
 PyObject* check_head_dim(PyObject*, PyObject* arg) {
   const long head_dim = PyLong_AsLong(arg);
   if (head_dim == -1 && PyErr_Occurred()) return nullptr;
   try {
-    const std::string what = "head_dim must be a positive multiple of 8, got ";
-    TORCH_CHECK(head_dim > 0 && head_dim % 8 == 0, what + std::to_string(head_dim));
+    return PyLong_FromLong(checked_head_dim(head_dim));
   } catch (const c10::Error& e) {  // as pybind11 does: the message, as a RuntimeError
     PyErr_SetString(PyExc_RuntimeError, e.what());
     return nullptr;
   }
-  return PyLong_FromLong(head_dim);
 }
 
 PyObject* cxx11_abi(PyObject*, PyObject*) {
