@@ -347,6 +347,38 @@ def quick_start(tmp_path_factory) -> QuickStart:
     return QuickStart(command, tmp, checkout, python, env, fresh, proc, time.monotonic() - start)
 
 
+def clean_env(**extra: str) -> dict[str, str]:
+    """This environment without fa-shim settings, PYTHONPATH or the guard override."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FA_SHIM_")}
+    env.pop("PYTHONPATH", None)
+    env.pop("FLASH_ATTN_IGNORE_TORCH_MISMATCH", None)
+    env.update(extra)
+    return env
+
+
+def overlay_venv(base_python: Path, path: Path) -> tuple[Path, Path]:
+    """A venv of its own whose import path continues into the base venv's (its torch, pip and
+    build tools, .pth entries included) through a .pth file: flash-attn installs here, and the
+    base venv stays untouched."""
+    run([base_python, "-m", "venv", "--without-pip", path])
+    python = path / "bin" / "python"
+    purelib = run(
+        [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"]
+    ).stdout.strip()
+    base_path = run(
+        [
+            base_python,
+            "-c",
+            "import os, sys, sysconfig\n"
+            "std = {os.path.normpath(sysconfig.get_path(k)) for k in ('stdlib', 'platstdlib')}\n"
+            "print('\\n'.join(p for p in sys.path[1:] if os.path.isdir(p)"
+            " and os.path.normpath(p) not in std and os.path.basename(p) != 'lib-dynload'))",
+        ]
+    ).stdout
+    Path(purelib, "_base_venv.pth").write_text(base_path)
+    return python, Path(purelib)
+
+
 def copy_repo(dest: Path) -> Path:
     """A copy of the fa-shim checkout, for tests that install from a path pip may write into."""
     ignore = shutil.ignore_patterns(".git", "__pycache__", "build", ".pytest_cache", "*.egg-info")

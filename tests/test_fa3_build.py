@@ -17,9 +17,8 @@ import json
 import re
 
 import pytest
-from conftest import FA3_SHARED, REPO, run
+from conftest import FA3_SHARED, REPO, clean_env, overlay_venv, run
 from packaging.version import Version
-from test_real_build import _clean_env, _overlay_venv
 
 pytestmark = [pytest.mark.realbuild, pytest.mark.slow]
 
@@ -41,7 +40,7 @@ UNITS = {
 @pytest.fixture(scope="module")
 def fa3_installed(torch211_python, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("fa3-build")
-    python, site = _overlay_venv(torch211_python, tmp / "venv")
+    python, site = overlay_venv(torch211_python, tmp / "venv")
     settings = {
         "head-dims": "128",
         "dtypes": "bf16",
@@ -71,7 +70,7 @@ def fa3_installed(torch211_python, tmp_path_factory):
         ],
         cwd=tmp,
         check=False,
-        env=_clean_env(PIP_NO_CACHE_DIR="1", TMPDIR=str(scratch)),
+        env=clean_env(PIP_NO_CACHE_DIR="1", TMPDIR=str(scratch)),
     )
     if proc.returncode and "github.com" in proc.stdout + proc.stderr and not FA3_SHARED.is_dir():
         pytest.skip("the FA3 trees are neither in ../shared/fa3 nor reachable on GitHub here")
@@ -130,7 +129,7 @@ def test_verify_and_import_through_the_guard(fa3_installed):
         [python, "-m", "fa_backend", "verify", "flash_attn_3"],
         cwd=REPO,
         check=False,
-        env=_clean_env(),
+        env=clean_env(),
     )
     assert verify.returncode == 0, verify.stdout + verify.stderr
     assert "sm_90a" in verify.stdout and "cp39-abi3" in verify.stdout
@@ -139,5 +138,5 @@ def test_verify_and_import_through_the_guard(fa3_installed):
         "print(f.__file__)\n"
         "print(hasattr(torch.ops.flash_attn_3, 'fwd'))\n"
     )
-    out = run([python, "-c", code], cwd=tmp, env=_clean_env()).stdout.split()
+    out = run([python, "-c", code], cwd=tmp, env=clean_env()).stdout.split()
     assert out[0].startswith(str(tmp / "venv")) and out[1] == "True"

@@ -25,13 +25,12 @@ Without a GPU no kernel can run, but the module's functions can be entered:
 from __future__ import annotations
 
 import json
-import os
 import re
 import textwrap
 from pathlib import Path
 
 import pytest
-from conftest import REPO, run
+from conftest import REPO, clean_env, run
 from packaging.version import Version
 
 pytestmark = [pytest.mark.realbuild, pytest.mark.slow]
@@ -51,14 +50,6 @@ BACKWARD_MESSAGE = (
 )
 
 
-def _clean_env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FA_SHIM_")}
-    env.pop("PYTHONPATH", None)
-    env.pop("FLASH_ATTN_IGNORE_TORCH_MISMATCH", None)
-    env.update(extra)
-    return env
-
-
 class Installed:
     def __init__(self, python: Path, site: Path, pip, project: Path, tmp: Path) -> None:
         self.python, self.site, self.pip, self.project, self.tmp = python, site, pip, project, tmp
@@ -69,36 +60,13 @@ class Installed:
             [self.python, "-c", textwrap.dedent(code)],
             check=check,
             cwd=self.tmp,
-            env=_clean_env(**env),
+            env=clean_env(**env),
         )
 
     @property
     def dist_info(self) -> Path:
         (found,) = self.site.glob("flash_attn-*.dist-info")
         return found
-
-
-def _overlay_venv(base_python: Path, path: Path) -> tuple[Path, Path]:
-    """A venv of its own whose import path continues into the base venv's (its torch, pip and
-    build tools, .pth entries included) through a .pth file: flash-attn installs here, and the
-    base venv stays untouched."""
-    run([base_python, "-m", "venv", "--without-pip", path])
-    python = path / "bin" / "python"
-    purelib = run(
-        [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"]
-    ).stdout.strip()
-    base_path = run(
-        [
-            base_python,
-            "-c",
-            "import os, sys, sysconfig\n"
-            "std = {os.path.normpath(sysconfig.get_path(k)) for k in ('stdlib', 'platstdlib')}\n"
-            "print('\\n'.join(p for p in sys.path[1:] if os.path.isdir(p)"
-            " and os.path.normpath(p) not in std and os.path.basename(p) != 'lib-dynload'))",
-        ]
-    ).stdout
-    Path(purelib, "_base_venv.pth").write_text(base_path)
-    return python, Path(purelib)
 
 
 @pytest.fixture(scope="module")
@@ -184,7 +152,7 @@ def test_only_the_kernel_sets_kernels_are_in_the_module(installed):
     proc = run(
         [installed.python, "-c", textwrap.dedent(code), installed.site],
         cwd=installed.tmp,
-        env=_clean_env(),
+        env=clean_env(),
     )
     names = json.loads(proc.stdout)
     launchers = [n for n in names if re.search(r"run_mha_(fwd|bwd)_I", n)]
@@ -202,7 +170,7 @@ def test_fa_shim_verify_passes_on_the_installed_package(installed):
         [installed.python, "-m", "fa_backend", "verify", "flash_attn", "--json"],
         check=False,
         cwd=installed.tmp,
-        env=_clean_env(PYTHONPATH=str(REPO)),
+        env=clean_env(PYTHONPATH=str(REPO)),
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     report = json.loads(proc.stdout)
@@ -294,7 +262,7 @@ def test_the_module_defines_every_launcher_part_0_calls(installed):
     proc = run(
         [installed.python, "-c", textwrap.dedent(code), installed.site],
         cwd=installed.tmp,
-        env=_clean_env(),
+        env=clean_env(),
     )
     symbols = json.loads(proc.stdout)
     assert symbols["undefined"] == []
@@ -346,7 +314,7 @@ def test_the_import_guard_names_the_torch_and_the_rebuild(installed):
             [installed.python, "-m", "fa_backend", "verify", "flash_attn", "--json"],
             check=False,
             cwd=installed.tmp,
-            env=_clean_env(PYTHONPATH=str(REPO)),
+            env=clean_env(PYTHONPATH=str(REPO)),
         )
         assert verify.returncode == 1, verify.stdout + verify.stderr
         status = {c["name"]: c["status"] for c in json.loads(verify.stdout)["checks"]}

@@ -21,9 +21,8 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from conftest import REPO, SHARED_SDISTS, SMALLEST_REAL_SET, run
+from conftest import REPO, SHARED_SDISTS, SMALLEST_REAL_SET, clean_env, overlay_venv, run
 from packaging.version import Version
-from test_real_build import _clean_env, _overlay_venv
 
 pytestmark = [pytest.mark.realbuild, pytest.mark.slow]
 
@@ -85,7 +84,7 @@ def built(no_cuda, torch2141_python, tmp_path_factory) -> dict:
     cache = tmp / "fa-shim-cache"
     scratch = tmp / "tmp"
     scratch.mkdir()
-    env = _clean_env(XDG_CACHE_HOME=str(tmp / "xdg"), PIP_NO_CACHE_DIR="1", TMPDIR=str(scratch))
+    env = clean_env(XDG_CACHE_HOME=str(tmp / "xdg"), PIP_NO_CACHE_DIR="1", TMPDIR=str(scratch))
     for name in ("CUDA_HOME", "CUDA_PATH"):
         env.pop(name, None)
     # without a toolkit, the `system` choice is an error that says what is missing
@@ -160,17 +159,17 @@ def test_the_second_build_reuses_the_toolkit_without_downloading(built):
 
 
 def test_the_wheel_verifies_and_imports(built):
-    python, site = _overlay_venv(built["python"], built["tmp"] / "venv")
+    python, site = overlay_venv(built["python"], built["tmp"] / "venv")
     run([python, "-m", "pip", "install", "-q", "--no-deps", "--no-index", built["wheel"]])
     verify = run(
-        [python, "-m", "fa_backend", "verify", "flash_attn"], cwd=REPO, env=_clean_env()
+        [python, "-m", "fa_backend", "verify", "flash_attn"], cwd=REPO, env=clean_env()
     ).stdout
     assert "result: OK" in verify, verify
     code = (
         "import importlib.metadata as m, flash_attn, flash_attn_2_cuda, torch; "
         "print(m.version('flash-attn'), torch.__version__)"
     )
-    out = run([python, "-c", code], cwd=built["tmp"], env=_clean_env()).stdout
+    out = run([python, "-c", code], cwd=built["tmp"], env=clean_env()).stdout
     flash_attn_version, torch_version = out.split()[-2:]
     assert Version(flash_attn_version) == Version(f"2.8.3+{LABEL}"), out
     assert torch_version == "2.14.1+cu130", out
