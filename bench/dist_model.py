@@ -31,7 +31,7 @@ from pathlib import Path
 
 # the checkout's fa_backend: the same reading of the launcher's records as the build
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from fa_backend import _runner
+from fa_backend.pipeline import _runner
 
 
 def lpt(times: list[float], slots: int) -> float:

@@ -18,7 +18,7 @@ from collections import defaultdict
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from fa_backend import _estimate, _runner
+from fa_backend.pipeline import _estimate, _runner
 
 ROOT = Path(__file__).resolve().parents[1]
 H100 = ROOT / "docs" / "gpu-runs" / "2026-11-22-h100"

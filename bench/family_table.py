@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from fa_backend import _runner  # the build's own reading of the launcher's records
+from fa_backend.pipeline import _runner
 
 KERNEL = re.compile(r"flash_(fwd_split|fwd|bwd)_hdim(\d+)_(fp16|bf16)(_causal)?_sm\d+\.cu$")
 FAMILY = {"fwd": "forward", "bwd": "backward", "fwd_split": "split-KV forward"}

@@ -28,9 +28,9 @@ from pathlib import Path
 from packaging import tags
 wheel, target = Path(sys.argv[1]), Path(sys.argv[2])
 try:
-    from fa_backend._repack import repack
+    from fa_backend.pipeline._repack import repack
 except ImportError:  # the layout before issue 12 (commit 5c15939 and earlier)
-    from fa_backend._build import repack
+    from fa_backend.pipeline._build import repack
 plan = types.SimpleNamespace(  # the three facts repack reads from a build plan
     dist_info="flash_attn-2.8.3+bench.dist-info",
     metadata="Metadata-Version: 2.1\nName: flash_attn\nVersion: 2.8.3+bench\n",

@@ -21,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from fa_backend import _toolkit
+from fa_backend.toolchain import _toolkit
 
 
 def main() -> int:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 # the checkout's fa_backend: the same reading of the launcher's records as the build
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from fa_backend import _runner
+from fa_backend.pipeline import _runner
 
 
 def fa_shim_tus(path: Path) -> tuple[list[tuple[str, float]], float | None]:

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from . import _build, _sdist_self, _settings
-from ._errors import FaShimError, boundary
+from .core._errors import FaShimError, boundary
+from .pipeline import _build
+from .settings import _settings
+from .wheel import _sdist_self
 
 
 @boundary

@@ -186,7 +186,9 @@ def pytest_sessionstart(session):
     """Without ../shared, fetch the sdists that tests read by path (once: they are kept)."""
     if SHARED_SDISTS == _SHARED:
         return
-    from fa_backend import _errors, _index, _releases, _sdist
+    from fa_backend.core import _errors
+    from fa_backend.flavours.fa2 import _releases, _sdist
+    from fa_backend.sources import _index
 
     SHARED_SDISTS.mkdir(parents=True, exist_ok=True)
     for version in SDISTS_READ_BY_PATH:
@@ -212,7 +214,8 @@ def upstream_sdists(request) -> Path:
     """Every pinned upstream sdist in one directory: copied from the seed where it holds one
     (FA_SHIM_TEST_SDIST_SEED, default ../shared/sdists), the rest downloaded once by fa-shim's
     own downloader into pytest's cache (kept between runs), all checked against their pins."""
-    from fa_backend import _index, _releases, _sdist
+    from fa_backend.flavours.fa2 import _releases, _sdist
+    from fa_backend.sources import _index
 
     directory = request.config.cache.mkdir("fa-shim-upstream-sdists")
     seed = sdist_seed()
@@ -236,7 +239,7 @@ FA3_SHARED = REPO.parent / "shared" / "fa3"
 @pytest.fixture(scope="session")
 def fa3_tarballs() -> dict[str, Path]:
     """flash-attention 2.8.3's hopper and cutlass trees, by their names in ../shared/fa3."""
-    from fa_backend import _fa3_releases, _fa3_sources
+    from fa_backend.flavours.fa3 import _fa3_releases, _fa3_sources
 
     release = _fa3_releases.release("2.8.3")
     found = {

@@ -193,7 +193,7 @@ def test_a_changed_backend_misses_the_cache(sample_sdist_dir, tmp_path):
     assert "running upstream setup.py (wheel)" in first.stderr
     same = run(pip_wheel_cmd(PY, tmp_path / "b", "-v", *cmd, project=project))
     assert "wheel cache hit" in same.stderr
-    with (project / "fa_backend" / "_log.py").open("a") as f:
+    with (project / "fa_backend" / "core" / "_log.py").open("a") as f:
         f.write("# a change to the backend\n")
     changed = run(pip_wheel_cmd(PY, tmp_path / "c", "-v", *cmd, project=project))
     assert "wheel cache hit" not in changed.stderr

@@ -20,7 +20,9 @@ from conftest import (
     sample_settings,
 )
 
-from fa_backend import _build, _doctor, _settings
+from fa_backend.cli import _doctor
+from fa_backend.pipeline import _build
+from fa_backend.settings import _settings
 
 OLD_ABI_CXX = str(TOOLS / "oldabi-g++")
 CUDA13 = Path("/usr/local/cuda-13.0")

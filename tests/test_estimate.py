@@ -11,7 +11,8 @@ import sys
 import pytest
 from conftest import REPO, SHARED_SDISTS, run
 
-from fa_backend import _estimate, _jobs
+from fa_backend.pipeline import _estimate
+from fa_backend.toolchain import _jobs
 
 sys.path.insert(0, str(REPO / "bench"))
 import estimate_check

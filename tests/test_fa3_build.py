@@ -100,7 +100,7 @@ def test_the_wheel_is_cp39_abi3_with_the_label(fa3_installed):
 def test_provenance_pins_both_trees_and_names_what_was_compiled(fa3_installed):
     _, _, dist_info, proc, _ = fa3_installed
     prov = json.loads((dist_info / "fa_shim_provenance.json").read_text())
-    from fa_backend import _fa3_releases
+    from fa_backend.flavours.fa3 import _fa3_releases
 
     release = _fa3_releases.release("2.8.3")
     assert prov["distribution"] == "flash-attn-3"

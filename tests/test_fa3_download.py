@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from fa_backend import _fa3_releases, _fa3_sources
-from fa_backend._errors import FaShimError
-from fa_backend._fa3_sources import CUTLASS, HOPPER
+from fa_backend.core._errors import FaShimError
+from fa_backend.flavours.fa3 import _fa3_releases, _fa3_sources
+from fa_backend.flavours.fa3._fa3_sources import CUTLASS, HOPPER
 
 RELEASE = _fa3_releases.release("2.8.3")
 # outside both trees: in the repositories' archives, never in the cached tarballs

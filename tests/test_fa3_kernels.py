@@ -8,8 +8,9 @@ import re
 
 import pytest
 
-from fa_backend import _fa3_kernels, _settings
-from fa_backend._errors import FaShimError
+from fa_backend.core._errors import FaShimError
+from fa_backend.flavours.fa3 import _fa3_kernels
+from fa_backend.settings import _settings
 
 V283_SWITCHES = (
     "BACKWARD", "SPLIT", "PAGEDKV", "APPENDKV", "LOCAL", "SOFTCAP", "PACKGQA", "FP16", "FP8",

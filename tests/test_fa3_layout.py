@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from conftest import REPO
 
-from fa_backend import _settings
-from fa_backend._errors import FaShimError
+from fa_backend.core._errors import FaShimError
+from fa_backend.settings import _settings
 
 # the system interpreter's torch is the CPU build: FA3's plan stops at once, in the FA3 flavour
 FA3_NEEDS_CUDA = "FlashAttention-3 compiles CUDA kernels against a CUDA torch"

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from fa_backend import _fa3_releases, _patches, _seal
+from fa_backend.flavours.fa3 import _fa3_releases
+from fa_backend.pipeline import _patches, _seal
 
 RELEASE = _fa3_releases.release("2.8.3")
 # the URLs left in the patched file: documentation in comments and a warning, none fetched
@@ -65,7 +66,7 @@ def test_each_patch_states_its_reason_and_all_apply_strictly(fa3_trees, tmp_path
 
 def test_a_patch_that_does_not_fit_is_refused(fa3_trees, tmp_path):
     src = _tree(fa3_trees, tmp_path / "src", patched=True)
-    from fa_backend._errors import FaShimError
+    from fa_backend.core._errors import FaShimError
 
     with pytest.raises(FaShimError, match="does not apply cleanly"):  # applied twice
         _patches.apply_all(_patches.read(RELEASE.patches[:1]), src)

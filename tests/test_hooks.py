@@ -196,7 +196,7 @@ def test_build_sdist_contains_the_backend_and_patches_and_honours_relative_dirs(
         names = tar.getnames()
         pkg_info = tar.extractfile("flash_attn-2.8.3/PKG-INFO").read().decode()
     assert "flash_attn-2.8.3/pyproject.toml" in names
-    assert "flash_attn-2.8.3/fa_backend/_upstream_driver.py" in names
+    assert "flash_attn-2.8.3/fa_backend/resources/upstream_driver.py" in names
     assert "flash_attn-2.8.3/vendored_patches/2.8.3/release.toml" in names
     assert not any("/tests/" in n or "__pycache__" in n for n in names)
     assert "Name: flash-attn\nVersion: 2.8.3\n" in pkg_info

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 from conftest import PY, REPO, SAMPLE_VERSION, pack_sample, run
 
-from fa_backend import _index
-from fa_backend._errors import FaShimError
+from fa_backend.core._errors import FaShimError
+from fa_backend.sources import _index
 
 
 @pytest.fixture

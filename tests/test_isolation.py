@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 from conftest import PY, REPO, SAMPLE_VERSION, copy_repo, make_venv, run, sample_settings
 
-from fa_backend import _torch
-from fa_backend._errors import FaShimError
+from fa_backend.core._errors import FaShimError
+from fa_backend.toolchain import _torch
 
 HOST_LABEL = "cputorch2.13cxx11abiTRUE"  # the machine's torch 2.13.0+cpu, new C++ ABI
 
@@ -229,7 +229,7 @@ def test_torch_python_lets_an_isolated_uv_build_use_the_runtime_torch(
 
 def test_probe_is_a_child_process_and_the_backend_never_imports_torch():
     code = (
-        "import sys, fa_backend._torch as t; info = t.probe(); "
+        "import sys, fa_backend.toolchain._torch as t; info = t.probe(); "
         "print(info.version, 'torch' in sys.modules)"
     )
     proc = run([PY, "-c", code], cwd=REPO)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from fa_backend import _jobs
-from fa_backend._jobs import GIB, plan_jobs
-from fa_backend._settings import Settings
+from fa_backend.settings._settings import Settings
+from fa_backend.toolchain import _jobs
+from fa_backend.toolchain._jobs import GIB, plan_jobs
 
 
 def test_one_arch_uses_jobs_not_threads():

@@ -15,10 +15,12 @@ import pytest
 from conftest import REPO, SHARED_SDISTS, run
 from packaging.version import Version
 
-from fa_backend import _kernels, _metadata, _patches, _releases
-from fa_backend._compile_commands import Command
-from fa_backend._errors import FaShimError
-from fa_backend._settings import Settings
+from fa_backend.core._errors import FaShimError
+from fa_backend.flavours.fa2 import _kernels, _releases
+from fa_backend.pipeline import _patches
+from fa_backend.pipeline._compile_commands import Command
+from fa_backend.settings._settings import Settings
+from fa_backend.wheel import _metadata
 
 CUDA_INCLUDE = Path("/usr/local/cuda-13.0/include")
 BASE_LABEL = "cu130torch2.11cxx11abiTRUE"

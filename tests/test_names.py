@@ -11,8 +11,8 @@ from packaging.requirements import Requirement
 from packaging.utils import parse_wheel_filename
 from packaging.version import Version
 
-from fa_backend import _metadata
-from fa_backend._torch import TorchInfo
+from fa_backend.toolchain._torch import TorchInfo
+from fa_backend.wheel import _metadata
 
 
 def _torch(version: str, cuda: str | None, abi: int) -> TorchInfo:
@@ -115,12 +115,12 @@ RELEASES = [
 def test_the_torch_requirement_accepts_exactly_what_the_runtime_guard_accepts(built, installed):
     """One rule: METADATA's Requires-Dist (resolved by pip/uv with PEP 440) and the import
     guard's version check agree on every pair."""
-    from fa_backend import _runtime_guard
+    from fa_backend.resources import runtime_guard
 
     requirement = Requirement(_metadata.torch_requirement(built))
     pip_accepts = requirement.specifier.contains(installed, prereleases=True)
     running = {"version": installed, "cuda": "13.0", "cxx11_abi": 1}
-    guard_accepts = not _runtime_guard.mismatches(
+    guard_accepts = not runtime_guard.mismatches(
         {"version": built, "cuda": "13.0", "cxx11_abi": 1}, running
     )
     assert pip_accepts == guard_accepts, (requirement, installed)

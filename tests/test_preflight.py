@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from conftest import PY, REPO, TOOLS, pip_wheel_cmd, run, sample_settings
 
-from fa_backend import _preflight, _toolchain
+from fa_backend.toolchain import _compilers, _preflight
 
 ABI0_LAST = TOOLS / "abi0-last-g++"  # appends -D_GLIBCXX_USE_CXX11_ABI=0 after everything
 OLD_ABI_DEFAULT = TOOLS / "oldabi-g++"  # defaults to ABI 0; fa-shim's later define wins
@@ -78,9 +78,9 @@ def test_a_flag_variable_is_named_as_the_way_out(tmp_path, monkeypatch):
     )
 
 
-@pytest.mark.skipif(not _toolchain.find_nvccs(), reason="no nvcc here")
+@pytest.mark.skipif(not _compilers.find_nvccs(), reason="no nvcc here")
 def test_nvcc_with_a_forcing_host_compiler_is_refused(tmp_path):
-    nvcc = str(_toolchain.find_nvccs()[0].path)
+    nvcc = str(_compilers.find_nvccs()[0].path)
     flags = ["-std=c++17", "-D_GLIBCXX_USE_CXX11_ABI=1", "-c", "x.cu", "-o", "x.o"]
     ok = [nvcc, *flags]
     assert _preflight.check([_preflight.Command("nvcc", "x.cu", tuple(ok))], tmp_path)

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 from conftest import PY, REPO, run, sample_settings
 
-from fa_backend import _progress, _settings
+from fa_backend.pipeline import _progress
+from fa_backend.settings import _settings
 
 pytestmark = pytest.mark.slow
 
@@ -129,7 +130,7 @@ def test_progress_setting_is_checked_before_anything_runs(tmp_path):
 
 def test_frontend_verbosity_is_read_from_the_parent(tmp_path):
     """auto picks the terminal only when the frontend hides stderr: pip -v shows it."""
-    probe = "from fa_backend import _progress; print(_progress.frontend_shows_output())"
+    probe = "from fa_backend.pipeline import _progress; print(_progress.frontend_shows_output())"
     child = f"import subprocess, sys; subprocess.run([sys.executable, '-c', {probe!r}])"
     for extra, expected in (([], "False"), (["-v"], "True"), (["--verbose"], "True")):
         proc = run(

@@ -13,7 +13,7 @@ import re
 import pytest
 from conftest import quick_start_command, run
 
-from fa_backend import _requirements
+from fa_backend.toolchain import _requirements
 
 pytestmark = [pytest.mark.realbuild, pytest.mark.slow]
 

@@ -9,7 +9,7 @@ import re
 
 from conftest import REPO
 
-from fa_backend import _settings
+from fa_backend.settings import _settings
 
 README = (REPO / "README.md").read_text()
 
@@ -64,7 +64,7 @@ def _messages() -> set[str]:
     """Every text fa_backend's code can build from string literals, f-strings, `+` and
     conditional expressions, a local variable holding such a text substituted where used."""
     found: set[str] = set()
-    for path in sorted((REPO / "fa_backend").glob("*.py")):
+    for path in sorted((REPO / "fa_backend").rglob("*.py")):
         tree = ast.parse(path.read_text(encoding="utf-8"))
         for scope in [tree, *(n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef))]:
             names = {

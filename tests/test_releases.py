@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from conftest import PY, REPO, copy_repo, pack_sample, pip_wheel_cmd, run
 
-from fa_backend import _releases
+from fa_backend.flavours.fa2 import _releases
 
 SYNTHETIC = "9.9.9"
 NVCC13 = Path("/usr/local/cuda-13.0/bin/nvcc")
@@ -95,7 +95,10 @@ def test_a_new_release_declares_its_arch_mechanism_and_kernel_space(synthetic, t
     script = f"""
 import json, pathlib
 import fa_backend
-from fa_backend import _archs, _errors, _releases, _settings, _torch
+from fa_backend.core import _errors
+from fa_backend.flavours.fa2 import _releases
+from fa_backend.settings import _settings
+from fa_backend.toolchain import _archs, _torch
 NVCC = pathlib.Path({str(NVCC13)!r})
 torch = _torch.probe(None, _settings.load({{}}).resolved_cache_dir / "torch-probes")
 choice = _archs.resolve(
@@ -194,7 +197,8 @@ def malformed(tmp_path_factory) -> dict[str, str]:
     versions["no toml"] = "9.9.1"
     script = f"""
 import json
-from fa_backend import _errors, _releases
+from fa_backend.core import _errors
+from fa_backend.flavours.fa2 import _releases
 errors = {{}}
 for case, version in {versions!r}.items():
     try:

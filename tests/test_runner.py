@@ -8,8 +8,8 @@ import subprocess
 import sys
 import time
 
-from fa_backend import _runner
-from fa_backend._upstream import LAUNCHER
+from fa_backend.pipeline import _runner
+from fa_backend.pipeline._upstream import LAUNCHER
 
 
 def test_progress_reports_at_a_steady_rate_with_an_eta():

@@ -12,9 +12,10 @@ from pathlib import Path
 import pytest
 from conftest import REPO, SHARED_SDISTS, run, sample_settings
 
-from fa_backend import _patches, _runtime_guard
+from fa_backend.pipeline import _patches
+from fa_backend.resources import runtime_guard
 
-GUARD_SOURCE = REPO / "fa_backend" / "_runtime_guard.py"
+GUARD_SOURCE = REPO / "fa_backend" / "resources" / "runtime_guard.py"
 BUILT = {"version": "2.11.0+cu130", "cuda": "13.0", "cxx11_abi": 1}
 
 
@@ -34,7 +35,7 @@ BUILT = {"version": "2.11.0+cu130", "cuda": "13.0", "cxx11_abi": 1}
     ],
 )
 def test_what_counts_as_a_different_torch(running, differs):
-    found = _runtime_guard.mismatches(BUILT, running)
+    found = runtime_guard.mismatches(BUILT, running)
     assert len(found) == len(differs)
     for text, expected in zip(found, differs):
         assert expected in text
@@ -65,7 +66,7 @@ def _dist(tmp_path: Path, direct_url: dict | None) -> metadata.Distribution:
     ],
 )
 def test_rebuild_command_names_the_source_pip_recorded(tmp_path, direct_url, source):
-    command = _runtime_guard.rebuild_command(_dist(tmp_path, direct_url))
+    command = runtime_guard.rebuild_command(_dist(tmp_path, direct_url))
     pip = f"{sys.executable} -m pip install --no-build-isolation --no-deps --force-reinstall"
     assert command == f"{pip} {source}"
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from conftest import PY, REPO, pip_wheel_cmd, run, sample_settings
 
-from fa_backend import _seal
+from fa_backend.pipeline import _seal
 
 NAMESPACE_HERE = _seal.choose().kind == _seal.NAMESPACE
 needs_namespace = pytest.mark.skipif(
@@ -138,7 +138,7 @@ SEALED_CHILD = """
 import os, socket, subprocess, sys, types
 sys.modules["fa_backend"] = types.ModuleType("fa_backend")
 sys.modules["fa_backend"].__path__ = [os.path.join(sys.argv[1], "fa_backend")]
-from fa_backend import _seal
+from fa_backend.pipeline import _seal
 print(_seal.choose().kind, _seal.choose().prefix, file=sys.stderr)
 code = (
     "import os, socket, sys; open(sys.argv[1], 'w').write(str(os.getuid()));"

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from fa_backend import _settings
-from fa_backend._errors import FaShimError
+from fa_backend.core._errors import FaShimError
+from fa_backend.settings import _settings
 
 
 def _project(tmp_path: Path, table: str) -> Path:
@@ -157,9 +157,9 @@ def test_reference_lists_every_setting_and_its_environment_variable():
 
 @pytest.mark.parametrize("value", ["none", "OFF", "False", False, " no "])
 def test_compiler_cache_can_be_turned_off_in_any_spelling(value):
-    from fa_backend import _toolchain
+    from fa_backend.toolchain import _compilers
 
-    assert _toolchain.compiler_cache(value) is None
+    assert _compilers.compiler_cache(value) is None
 
 
 def test_a_command_line_setting_without_a_value_is_a_usage_error(tmp_path):

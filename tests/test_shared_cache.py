@@ -19,7 +19,7 @@ import packaging
 import pytest
 from conftest import PY, REPO, pip_wheel_cmd, run, sample_settings
 
-from fa_backend import _wheel_cache
+from fa_backend.fleet import _wheel_cache
 
 OTHER_USER = "fashim-b"
 
@@ -36,7 +36,7 @@ def _modes(*roots: Path) -> dict[str, int]:
 _OBTAIN = """
 import sys, zipfile
 from pathlib import Path
-from fa_backend import _wheel_cache
+from fa_backend.fleet import _wheel_cache
 root, out, scratch = map(Path, sys.argv[1:4])
 name = "demo-1.0-py3-none-any.whl"
 
@@ -138,7 +138,7 @@ def test_a_second_user_hits_the_first_users_entry_and_never_deletes_it(sample_sd
         code = f"""
 import json, sys, zipfile
 from pathlib import Path
-from fa_backend import _wheel_cache
+from fa_backend.fleet import _wheel_cache
 fingerprint = json.loads(Path({str(shared / "fingerprint.json")!r}).read_text())
 home = Path({str(b_home)!r})
 
@@ -153,7 +153,7 @@ def check(w):
     try:
         zipfile.ZipFile(w).testzip()
     except zipfile.BadZipFile as exc:
-        from fa_backend._errors import FaShimError
+        from fa_backend.core._errors import FaShimError
         raise FaShimError(f"{{w}} is not a readable wheel", "rebuild") from exc
 
 out = _wheel_cache.obtain(Path({str(cache)!r}), fingerprint, {wheel.name!r}, home / "out",

@@ -11,7 +11,7 @@ import pytest
 from conftest import REPO, SAMPLE_VERSION
 from test_failures import CAN_MOUNT, hook
 
-from fa_backend import _sdist
+from fa_backend.flavours.fa2 import _sdist
 
 pytestmark = pytest.mark.skipif(
     not CAN_MOUNT, reason="needs root and a mount namespace (unshare -m) for a real small disk"

@@ -21,9 +21,10 @@ from pathlib import Path
 import pytest
 from conftest import run
 
-from fa_backend import _settings, _toolchain, _toolkit
-from fa_backend._errors import FaShimError
-from fa_backend._torch import TorchInfo
+from fa_backend.core._errors import FaShimError
+from fa_backend.settings import _settings
+from fa_backend.toolchain import _compilers, _toolkit
+from fa_backend.toolchain._torch import TorchInfo
 
 COMPONENTS = [f"{p}>=13.0,<13.1" for p in _toolkit.COMPONENTS]
 
@@ -45,7 +46,7 @@ def _settings_for(tmp_path, **values) -> _settings.Settings:
     return _settings.Settings(cache_dir=tmp_path / "cache", **values)
 
 
-SYSTEM_13 = [n for n in _toolchain.find_nvccs() if n.version and n.version.major == 13]
+SYSTEM_13 = [n for n in _compilers.find_nvccs() if n.version and n.version.major == 13]
 needs_system_13 = pytest.mark.skipif(not SYSTEM_13, reason="no CUDA 13 nvcc on this machine")
 
 
@@ -235,7 +236,7 @@ def test_index_provisions_a_working_toolkit_then_reuses_it_without_a_request(
     assert (root / "include" / "cccl" / "cuda" / "std" / "type_traits").is_file()
     assert (root / "lib64").resolve() == (root / "lib").resolve()
     assert (root / "lib" / "libcudart.so").resolve().name == "libcudart.so.13"
-    assert _toolchain.nvcc_home(root / "bin" / "nvcc") == root.resolve()
+    assert _compilers.nvcc_home(root / "bin" / "nvcc") == root.resolve()
     # readable and usable by other users (umask 022)
     for path in (root, root / "bin" / "nvcc", root / "include" / "cuda_runtime.h"):
         mode = stat.S_IMODE(path.stat().st_mode)

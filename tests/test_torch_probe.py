@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from fa_backend import _torch
+from fa_backend.toolchain import _torch
 
 VERSION_PY = Path(torch.__file__).with_name("version.py")
 

@@ -15,10 +15,11 @@ import pytest
 from conftest import SHARED_SDISTS
 from test_kernels import INFERENCE, INFERENCE_KERNELS, _basenames, prepare, tailor
 
-from fa_backend import _kernels, _patches, _tu_parts
-from fa_backend._compile_commands import Command
-from fa_backend._errors import FaShimError
-from fa_backend._settings import Settings
+from fa_backend.core._errors import FaShimError
+from fa_backend.flavours.fa2 import _kernels, _tu_parts
+from fa_backend.pipeline import _patches
+from fa_backend.pipeline._compile_commands import Command
+from fa_backend.settings._settings import Settings
 
 TORCH211 = os.environ.get("TORCH211_PYTHON")
 SPLIT = "flash_fwd_split_hdim128_bf16_sm80"

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 from conftest import PY, REPO, SAMPLE, SHARED_SDISTS, TOOLS, run, sample_settings
 
-from fa_backend import _elf, _mangling, _verify, _verify_checks, _verify_targets
-from fa_backend._errors import FaShimError
+from fa_backend.core._errors import FaShimError
+from fa_backend.verify import _checks, _elf, _mangling, _targets, _verify
 
 OLD_ABI_CXX = str(TOOLS / "oldabi-g++")
 NVCC = Path("/usr/local/cuda-13.0/bin/nvcc")
@@ -161,14 +161,14 @@ def test_fatbin_archs_of_a_real_nvcc_build(tmp_path):
         listed = run([cuobjdump, "--list-elf", module]).stdout
         assert "sm_80" in listed and "sm_90a" in listed
 
-    target = _verify_targets.Target(str(module), "module", None, "", [("k.so", module)], None)
+    target = _targets.Target(str(module), "module", None, "", [("k.so", module)], None)
     torch = _verify.torch_here()
 
     def archs(gpus, provenance=None):
         target.provenance = provenance
-        return _verify_checks.check_archs([elf], target, torch, gpus)
+        return _checks.check_archs([elf], target, torch, gpus)
 
-    gpu = lambda sm: _verify_checks.Gpu(0, f"GPU sm_{sm}", divmod(sm, 10))  # noqa: E731
+    gpu = lambda sm: _checks.Gpu(0, f"GPU sm_{sm}", divmod(sm, 10))  # noqa: E731
     assert archs(None).status == "pass"
     assert archs([gpu(86)]).status == "pass"  # sm_80 SASS runs on 8.6
     assert archs([gpu(90)]).status == "pass"  # sm_90a runs on exactly 9.0

@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 from conftest import PY, REPO, SAMPLE_VERSION, run, sample_settings
 
-from fa_backend import _patches, _releases, _sdist
+from fa_backend.flavours.fa2 import _releases, _sdist
+from fa_backend.pipeline import _patches
 
 # Every flash-attn release on PyPI from 2.6.3 to 2.8.3.post2 (see docs/upstream-versions.md).
 SUPPORTED = [
@@ -55,7 +56,7 @@ def test_pin_is_a_sha256_naming_the_upstream_file(version):
 
 @pytest.mark.parametrize("version", SUPPORTED)
 def test_vendored_patches_apply_strictly(version, upstream_sdists, tmp_path):
-    from fa_backend import _settings
+    from fa_backend.settings import _settings
 
     settings = _settings.load(
         {"flash-attn-version": version, "sdist-dir": str(upstream_sdists), "offline": "true"}

@@ -7,7 +7,7 @@ import os
 import time
 from pathlib import Path
 
-from fa_backend import _wheel_cache
+from fa_backend.fleet import _wheel_cache
 
 HOUR = 3600
 

@@ -10,7 +10,7 @@ import zipfile
 import pytest
 from wheel.wheelfile import WheelFile
 
-from fa_backend._wheelfile import WheelWriter
+from fa_backend.wheel._wheelfile import WheelWriter
 
 DIST_INFO = "demo-1.0.dist-info"
 ODD = 'demo/odd, "quoted" name.py'  # a comma and quotes: only csv quoting keeps RECORD parseable

@@ -1,0 +1,207 @@
+"""`python -m fa_backend COMMAND`: tools around the backend (verify, doctor, prepare, settings,
+fingerprint, prebuild)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from ..core._errors import FaShimError, boundary
+from ..resources import CHECKOUT
+
+
+def _pair(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"{text!r} is not KEY=VALUE (e.g. -C max-jobs=8)")
+    return key, value
+
+
+def _delegate(python: str, argv: list[str]) -> int:
+    """Run `python -m fa_backend ARGV` in another interpreter (its torch, its tags), this
+    checkout's fa_backend first on its path; its report and exit status are ours."""
+    exe = shutil.which(python) or python
+    if not (os.path.isfile(exe) and os.access(exe, os.X_OK)):
+        raise FaShimError(
+            f"--python {python} is not an executable interpreter.",
+            fix="pass the python of the environment to check, e.g. --python /path/venv/bin/python.",
+        )
+    env = dict(os.environ)
+    root = str(CHECKOUT)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+    probe = subprocess.run(
+        [exe, "-c", "import elftools, packaging"], env=env, capture_output=True, text=True
+    )
+    if probe.returncode != 0:
+        raise FaShimError(
+            f"{exe} cannot run fa-shim's checks: {probe.stderr.strip().splitlines()[-1:]}.",
+            fix=f"install what they read ELF and tags with: `{exe} -m pip install pyelftools "
+            "packaging`.",
+        )
+    sys.stdout.flush()
+    sys.stderr.flush()
+    return subprocess.run([exe, "-m", "fa_backend", *argv], env=env).returncode
+
+
+def _settings(args: argparse.Namespace) -> int:
+    from ..settings import _settings
+
+    print(_settings.reference_markdown())
+    return 0
+
+
+def _prepare(args: argparse.Namespace) -> int:
+    """Extract, patch, inject and let torch write build.ninja, without compiling anything."""
+    import json
+
+    from ..core import _log
+    from ..pipeline import _build, _estimate
+    from ..toolchain import _jobs
+
+    config = dict(args.config_setting)
+    plan = _build.plan(config)
+    out = Path(args.build_dir).absolute()
+    created = not out.exists()
+    out.mkdir(parents=True, exist_ok=True)
+    try:
+        prep = _build.prepare(plan, out)
+    except BaseException:  # a failed or interrupted prepare leaves no half-prepared tree
+        if created:
+            shutil.rmtree(out, ignore_errors=True)
+        raise
+    estimate = _estimate.preview(
+        plan, prep.tools, _estimate.build_sources(prep.commands), _jobs.available_cores()
+    )
+    for line in estimate.lines:  # what a build would print before compiling
+        _log.info(line)
+    summary = {
+        "wheel": plan.wheel_name,
+        "ninja_file": str(prep.ninja_file),
+        "source": str(prep.source),
+        "compile_commands": [
+            {"kind": c.kind, "file": c.file, "args": c.args} for c in prep.commands
+        ],
+        "provenance": _build.provenance(plan, prep),
+        "estimate": {
+            "seconds": round(estimate.seconds),
+            "sources": len(prep.commands),
+            "archs": estimate.machine.archs,
+            "jobs": estimate.machine.jobs,
+            "threads": estimate.machine.threads,
+            "lines": list(estimate.lines),
+        },
+    }
+    print(json.dumps(summary, indent=1, default=str))
+    return 0
+
+
+def _verify(args: argparse.Namespace) -> int:
+    """Check a flash-attn against a torch; exit status 1 if any check fails."""
+    import json
+
+    from ..verify import _verify
+
+    if args.python:
+        return _delegate(args.python, ["verify", args.path, *(["--json"] * args.json)])
+    report = _verify.verify_path(args.path)
+    print(json.dumps(report.as_dict(), indent=1) if args.json else report.render())
+    return 0 if report.ok else 1
+
+
+def _doctor(args: argparse.Namespace) -> int:
+    """What a build here would use and what is wrong; exit status 1 if anything is."""
+    import json
+
+    from ..core import _log
+    from . import _doctor
+
+    if args.python:
+        return _delegate(args.python, ["doctor", *(["--json"] * args.json)])
+    with _log.quiet():  # it builds nothing: no "building against torch ..." from here
+        report = _doctor.diagnose()
+    print(json.dumps(report.as_dict(), indent=1) if args.json else report.render())
+    return 0 if report.ok else 1
+
+
+def _fingerprint(args: argparse.Namespace) -> int:
+    """This environment's wheel-cache fingerprint, and whether the cache holds its wheel."""
+    import json
+
+    from ..fleet import _prebuild
+
+    print(json.dumps(_prebuild.describe(dict(args.config_setting)), indent=1, default=str))
+    return 0
+
+
+def _prebuild(args: argparse.Namespace) -> int:
+    """Build each environment's wheel into the wheel cache unless it is there already."""
+    from ..fleet import _prebuild
+
+    config = dict(args.config_setting)
+    rows = [_prebuild.prebuild_one(python, config) for python in args.python]
+    print(_prebuild.render(rows))
+    return 1 if any(r.result == "failed" for r in rows) else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m fa_backend", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("settings", help="print the settings reference (markdown)")
+    p.set_defaults(func=_settings)
+    p = sub.add_parser("prepare", help="prepare the build tree and print the build description")
+    p.add_argument("--build-dir", required=True, help="where to extract and prepare")
+    p.add_argument(
+        "-C", "--config-setting", action="append", default=[], metavar="KEY=VALUE", type=_pair
+    )
+    p.set_defaults(func=_prepare)
+    p = sub.add_parser(
+        "verify",
+        help="check a flash-attn wheel, installed flash_attn or flash_attn_2_cuda*.so "
+        "against a torch",
+    )
+    p.add_argument(
+        "path", help="a .whl, flash_attn (the installed one), a site-packages dir, or a .so"
+    )
+    p.add_argument(
+        "--python",
+        metavar="INTERP",
+        help="check against the torch of this interpreter (default: the running one)",
+    )
+    p.add_argument("--json", action="store_true", help="machine-readable report on stdout")
+    p.set_defaults(func=_verify)
+    p = sub.add_parser("doctor", help="what a build here would use, and what is wrong")
+    p.add_argument("--python", metavar="INTERP", help="diagnose this interpreter's environment")
+    p.add_argument("--json", action="store_true", help="machine-readable report on stdout")
+    p.set_defaults(func=_doctor)
+    p = sub.add_parser(
+        "fingerprint", help="this environment's wheel-cache fingerprint (JSON) and cache entry"
+    )
+    p.add_argument(
+        "-C", "--config-setting", action="append", default=[], metavar="KEY=VALUE", type=_pair
+    )
+    p.set_defaults(func=_fingerprint)
+    p = sub.add_parser(
+        "prebuild",
+        help="build the wheel of each environment (--python, repeated) into the wheel cache",
+    )
+    p.add_argument(
+        "--python",
+        action="append",
+        required=True,
+        metavar="INTERP",
+        help="the interpreter of one environment (repeat for each)",
+    )
+    p.add_argument(
+        "-C", "--config-setting", action="append", default=[], metavar="KEY=VALUE", type=_pair
+    )
+    p.set_defaults(func=_prebuild)
+    args = parser.parse_args(argv)
+    return boundary(args.func)(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

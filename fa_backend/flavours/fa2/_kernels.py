@@ -1,0 +1,198 @@
+"""Tailored kernel sets: compile only the head dims, dtypes and passes a user needs.
+
+flash-attn 2.8.x compiles 72 kernel translation units (fwd, split-KV fwd and bwd for six head
+dims x two dtypes x causal/non-causal); a typical inference set (hdim128, bf16, forward only)
+needs 4 of them. A tailored build drops the others from the extension's sources (the driver's
+`exclude_sources`) and defines macros that vendored_patches/<version>/20-kernel-set-dispatch.patch
+turns into a RuntimeError at dispatch ("flash-attn was built by fa-shim without head dim 64 ...")
+instead of a reference to a kernel nobody compiled. The wheel's local version label names the set.
+Which releases have a kernel space, and how they name their sources, is recorded in _releases.
+See docs/kernel-sets.md.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import re
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+from ...core._errors import FaShimError
+from ...pipeline._compile_commands import Command
+from . import _releases, _tu_parts
+from ._releases import KernelSpace
+
+if TYPE_CHECKING:
+    from ...settings._settings import Settings
+
+_DTYPE_ALIASES = {"float16": "fp16", "half": "fp16", "bfloat16": "bf16"}
+_SWITCH_ALIASES = {"uneven-k": "uneven_k", "unevenk": "uneven_k", "softcapping": "softcap"}
+
+
+@dataclasses.dataclass(frozen=True)
+class Tailoring:
+    head_dims: tuple[str, ...]  # compiled; all of the version's when not tailored
+    dtypes: tuple[str, ...]
+    backward: bool
+    disabled: tuple[str, ...]
+    exclude_sources: tuple[str, ...]  # fnmatch patterns on source basenames (driver SPEC)
+    defines: tuple[str, ...]  # appended to cxx and nvcc flags (driver SPEC)
+    label: str  # "" or ".hdim128.bf16.fwd": appended to the wheel's local version label
+
+    @property
+    def full(self) -> bool:
+        return not self.label
+
+    @property
+    def kernel_set(self) -> str:
+        """The set's name as the C++ side reports it in errors (fa_shim::kernel_set())."""
+        return self.label[1:] or "full"
+
+    def describe(self) -> dict:
+        """For the wheel's provenance: what was compiled and how."""
+        return {
+            "kernel_set": self.kernel_set,
+            "head_dims": [int(d) for d in self.head_dims],
+            "dtypes": list(self.dtypes),
+            "backward": self.backward,
+            "disabled": list(self.disabled),
+            "defines": list(self.defines),
+            "exclude_sources": list(self.exclude_sources),
+        }
+
+
+FULL = Tailoring((), (), True, (), (), (), "")
+
+
+def _did_you_mean(value: str, known: Iterable[str]) -> str:
+    close = difflib.get_close_matches(value, list(known), n=1, cutoff=0.5)
+    return f" Did you mean {close[0]!r}?" if close else ""
+
+
+def _head_dims(values: tuple[str, ...], space: KernelSpace) -> tuple[str, ...]:
+    chosen = set()
+    for value in values:
+        text = re.sub(r"^(hdim|d)", "", value.strip().lower())
+        if text in space.head_dims:
+            chosen.add(text)
+            continue
+        hint = _did_you_mean(text, space.head_dims)
+        if text.isdigit() and 0 < int(text) <= int(space.head_dims[-1]):
+            # A head dim runs on the smallest kernel at least as large (HEADDIM_SWITCH).
+            kernel = next(d for d in space.head_dims if int(d) >= int(text))
+            hint = f" Head dim {text} runs on the hdim{kernel} kernels: use {kernel}."
+        raise FaShimError(
+            f"head-dims has {value!r}, which is not a flash-attn kernel head dim.{hint}",
+            fix="use some of " + ", ".join(space.head_dims) + " (e.g. -C head-dims=64,128).",
+        )
+    return tuple(d for d in space.head_dims if d in chosen)
+
+
+def _choose(values, known, aliases, setting, example) -> tuple[str, ...]:
+    chosen = set()
+    for value in values:
+        name = aliases.get(value.strip().lower(), value.strip().lower())
+        if name not in known:
+            hint = _did_you_mean(name, known)
+            raise FaShimError(
+                f"{setting} has {value!r}, which fa-shim does not know.{hint}",
+                fix=f"use some of {', '.join(known)} (e.g. -C {setting}={example}).",
+            )
+        chosen.add(name)
+    return tuple(k for k in known if k in chosen)
+
+
+def tailoring(settings: Settings, version: str) -> Tailoring:
+    """The kernel set the settings ask for; FULL when they ask for nothing to be left out."""
+    asked = settings.head_dims or settings.dtypes or settings.forward_only or settings.disable
+    release = _releases.release(version)
+    space, naming = release.kernels, release.naming
+    if space is None:
+        if asked:
+            raise FaShimError(
+                f"tailored kernel sets (head-dims, dtypes, forward-only, disable) are not "
+                f"available for flash-attn {version}: fa-shim has no dispatch patch for it.",
+                fix="build the full set (drop those settings) or use flash-attn "
+                + " or ".join(_releases.tailorable())
+                + ".",
+            )
+        return FULL
+    head_dims = _head_dims(settings.head_dims, space) if settings.head_dims else space.head_dims
+    dtypes = (
+        _choose(settings.dtypes, space.dtypes, _DTYPE_ALIASES, "dtypes", "bf16")
+        if settings.dtypes
+        else space.dtypes
+    )
+    disabled = _choose(settings.disable, space.switches, _SWITCH_ALIASES, "disable", "dropout")
+    backward = not settings.forward_only
+
+    exclude, defines, label = [], [], []
+    if len(head_dims) < len(space.head_dims):
+        label += [f"hdim{d}" for d in head_dims]
+        for d in space.head_dims:
+            if d not in head_dims:
+                exclude.append(naming.head_dim_sources.format(d))
+                defines.append(f"-DFA_SHIM_NO_HDIM{d}")
+    if len(dtypes) < len(space.dtypes):
+        label += list(dtypes)
+        for t in space.dtypes:
+            if t not in dtypes:
+                exclude.append(naming.dtype_sources.format(t))
+                defines.append(f"-DFA_SHIM_NO_{t.upper()}")
+    if not backward:
+        label.append("fwd")
+        exclude.append(naming.pass_sources.format(naming.backward))
+        defines.append("-DFA_SHIM_NO_BACKWARD")
+    if defines:  # switches dispatch through the patch only when some kernel is left out
+        defines.insert(0, "-DFA_SHIM_TAILORED")
+    for name in disabled:
+        label.append("no" + name.replace("_", ""))
+        defines.append(f"-DFLASHATTENTION_DISABLE_{name.upper()}")
+    return Tailoring(
+        head_dims,
+        dtypes,
+        backward,
+        disabled,
+        tuple(exclude),
+        tuple(defines),
+        "." + ".".join(label) if label else "",
+    )
+
+
+def expected_kernels(t: Tailoring, version: str) -> set[str]:
+    """The kernel sources a build of this set compiles (named as the release names them)."""
+    release = _releases.release(version)
+    space, naming = release.kernels, release.naming
+    assert space is not None, version
+    passes = [*naming.forward, *([naming.backward] if t.backward else [])]
+    return {
+        naming.kernel.format(pass_=p, head_dim=d, dtype=dt, causal=c)
+        for p in passes
+        for d in (t.head_dims or space.head_dims)
+        for dt in (t.dtypes or space.dtypes)
+        for c in naming.causal
+    }
+
+
+def check_sources(commands: list[Command], t: Tailoring, version: str) -> None:
+    """The build compiles exactly the set's kernels: a missing one would be an undefined symbol
+    at import, an extra one wasted minutes (or an upstream renaming the patterns no longer hit).
+    A source split into parts (_tu_parts) counts as that source, and needs all of its parts."""
+    files = [c.file.rsplit("/", 1)[-1] for c in commands if c.kind == "nvcc"]
+    compiled = {_tu_parts.source_of(f) for f in files}
+    expected = compiled if t.full else expected_kernels(t, version)
+    missing, extra = sorted(expected - compiled), sorted(compiled - expected)
+    incomplete = _tu_parts.check_complete(files)
+    if missing or extra or incomplete:
+        details = [f"missing: {m}" for m in missing] + [f"unexpected: {e}" for e in extra]
+        details += [f"incomplete parts: {p}" for p in incomplete]
+        raise FaShimError(
+            f"the build of kernel set {t.kernel_set} does not compile exactly its "
+            f"{len(expected)} kernel sources ({len(missing)} missing, {len(extra)} unexpected, "
+            f"{len(incomplete)} split into incomplete parts).",
+            details="\n".join(details[:30]),
+            fix="report this: flash-attn's source list differs from what fa-shim's kernel-set "
+            "patterns expect; build without head-dims/dtypes/forward-only (or with -C "
+            "tu-parts=1) meanwhile.",
+        )

@@ -1,0 +1,261 @@
+"""What fa-shim knows about each upstream flash-attn release, in one place per release.
+
+`vendored_patches/<version>/` holds the release: `release.toml` (the sdist's file name and
+sha256, how its setup.py takes CUDA architectures, the kernel space tailored sets are cut from,
+whether its forward sources compile in parts) and the `*.patch` files applied to it, in name
+order. Facts many releases share (an arch mechanism, a kernel space, the source file naming)
+are defined once below and named in the toml. Adding a release is adding its directory; every
+other module asks `release(version)`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import functools
+import re
+import sys
+from pathlib import Path
+
+from packaging.utils import InvalidSdistFilename, canonicalize_name, parse_sdist_filename
+from packaging.version import InvalidVersion, Version
+
+from ...core._errors import FaShimError
+from ...resources import VENDORED
+from ._tu_parts import PATCH as TU_PARTS_PATCH
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on 3.9/3.10 only
+    import tomli as tomllib
+
+RELEASE_FILE = "release.toml"
+
+
+@dataclasses.dataclass(frozen=True)
+class Mechanism:
+    """How an upstream setup.py is told its architectures."""
+
+    env: str | None  # the variable setup.py reads; None: its list is fixed
+    known: tuple[str, ...]  # the architectures it can emit -gencode for
+    default: tuple[str, ...]  # what it compiles when not told
+    patch: str | None = None  # the vendored patch that gives setup.py this mechanism
+
+
+ARCH_MECHANISMS = {
+    # upstream's own variable, since 2.7.3; only these four values produce -gencode flags
+    "flash-attn-cuda-archs": Mechanism(
+        "FLASH_ATTN_CUDA_ARCHS", ("80", "90", "100", "120"), ("80", "90", "100", "120")
+    ),
+    # 2.6.3-2.7.2.post1 through fa-shim's backport of the variable (80 and 90 only)
+    "cuda-archs-patch": Mechanism(
+        "FLASH_ATTN_CUDA_ARCHS", ("80", "90"), ("80", "90"), "02-cuda-archs.patch"
+    ),
+    # older setup.py files hard-code sm_80 and sm_90 (the -gencode check at prepare time
+    # reports it if a version does otherwise)
+    "fixed-80-90": Mechanism(None, ("80", "90"), ("80", "90")),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Naming:
+    """How a release names its kernel sources (fnmatch patterns on basenames)."""
+
+    kernel: str  # one source, from its pass, head dim, dtype and causal suffix
+    forward: tuple[str, ...]  # the passes a forward-only set keeps
+    backward: str  # the pass a forward-only set drops
+    causal: tuple[str, ...]  # the suffixes of the non-causal and causal variants
+    pass_sources: str  # every source of one pass
+    head_dim_sources: str  # every source of one head dim
+    dtype_sources: str  # every source of one dtype
+    heavy_first: tuple[str, ...]  # the slowest groups, which ninja is to start first
+
+
+# Every flash-attn 2 release names its sources alike. ninja starts edges in file order, and a
+# slow TU started last sets the wall time alone: the slowest groups first (measured: the kernel
+# parts 1..n of a split source, then split-KV, then backward); part 0 files and flash_api.cpp
+# are light and fill the slots that free up last.
+FA2_NAMING = Naming(
+    kernel="flash_{pass_}_hdim{head_dim}_{dtype}{causal}_sm80.cu",
+    forward=("fwd", "fwd_split"),
+    backward="bwd",
+    causal=("", "_causal"),
+    pass_sources="flash_{}_*.cu",
+    head_dim_sources="flash_*_hdim{}_*.cu",
+    dtype_sources="flash_*_{}_*.cu",
+    heavy_first=("*.part[1-9]*of*.cu", "flash_fwd_split_*", "flash_bwd_*"),
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class KernelSpace:
+    """What a release compiles, in the order labels and messages list it."""
+
+    head_dims: tuple[str, ...]
+    dtypes: tuple[str, ...]
+    switches: tuple[str, ...]  # upstream's FLASHATTENTION_DISABLE_<NAME> switches
+    patch: str  # the vendored patch that makes left-out kernels a clean error
+
+
+KERNEL_SPACES = {
+    # checked against 2.8.3's sources, dispatch and patch (2.8.3.post2: the same flash_api.cpp
+    # and static_switch.h)
+    "fa2": KernelSpace(
+        head_dims=("32", "64", "96", "128", "192", "256"),
+        dtypes=("fp16", "bf16"),
+        switches=("dropout", "alibi", "softcap", "local", "uneven_k"),
+        patch="20-kernel-set-dispatch.patch",
+    ),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Release:
+    version: str
+    sdist: str | None  # upstream's file name; None for a version fa-shim does not know
+    sha256: str | None
+    archs: Mechanism
+    kernels: KernelSpace | None  # None: no tailored kernel sets
+    tu_parts: bool  # forward kernel sources can be compiled in parts (_tu_parts)
+    patches: tuple[Path, ...]
+    naming: Naming = FA2_NAMING
+
+    @property
+    def pinned(self) -> bool:
+        return self.sha256 is not None
+
+
+_TYPES = {str: "a string", bool: "true or false"}
+# key: (type, what it holds, required)
+_KEYS = {
+    "sdist": (str, "upstream's file name, e.g. flash_attn-2.8.3.tar.gz", True),
+    "sha256": (str, "the sdist's sha256 as PyPI publishes it, 64 hex digits", True),
+    "archs": (str, "one of " + ", ".join(ARCH_MECHANISMS), True),
+    "kernel-space": (
+        str,
+        "optional, one of " + ", ".join(KERNEL_SPACES) + ": tailored sets",
+        False,
+    ),
+    "tu-parts": (bool, "optional, true or false: forward sources compiled in parts", False),
+}
+
+
+def known() -> list[str]:
+    """The versions fa-shim knows: those with a release directory."""
+    return sorted((p.parent.name for p in VENDORED.glob(f"*/{RELEASE_FILE}")), key=Version)
+
+
+def tailorable() -> list[str]:
+    """The known versions that have a kernel space (tailored sets)."""
+    return [v for v in known() if release(v).kernels]
+
+
+@functools.cache
+def release(version: str) -> Release:
+    """What fa-shim knows about a version; for an unknown one, what its version number says."""
+    directory = VENDORED / version
+    if not (directory / RELEASE_FILE).is_file():
+        if directory.is_dir():
+            raise FaShimError(
+                f"{directory} has no {RELEASE_FILE}.",
+                fix=f"describe the release in {directory / RELEASE_FILE} (see README, "
+                "'Supported flash-attn versions'), or remove the directory.",
+            )
+        # unpinned, unpatched: FLASH_ATTN_CUDA_ARCHS appeared upstream in 2.7.3
+        mech = "flash-attn-cuda-archs" if Version(version) >= Version("2.7.3") else "fixed-80-90"
+        return Release(version, None, None, ARCH_MECHANISMS[mech], None, False, ())
+    return _load(directory)
+
+
+def read_toml(path: Path, guide: str) -> dict:
+    """A release.toml's table; bad TOML is one error pointing at the guide to its keys."""
+    try:
+        with path.open("rb") as f:
+            return tomllib.load(f)
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise FaShimError(
+            f"{path} is not valid TOML ({exc}).", fix=f"correct its syntax ({guide})."
+        ) from None
+
+
+def _load(directory: Path) -> Release:
+    path = directory / RELEASE_FILE
+    data = read_toml(path, "see README, 'Supported flash-attn versions'")
+    problems = []
+    for key in data:
+        if key not in _KEYS:
+            problems.append(f"unknown key {key!r}{_did_you_mean(key, _KEYS)}")
+    for key, (kind, meaning, required) in _KEYS.items():
+        if key in data and not isinstance(data[key], kind):
+            problems.append(f"{key} = {data[key]!r} is not {_TYPES[kind]}")
+            del data[key]
+        elif required and key not in data:
+            problems.append(f"{key} is missing ({meaning})")
+    problems += _check_values(directory.name, data)
+
+    patches = tuple(sorted(directory.glob("*.patch")))
+    archs = ARCH_MECHANISMS.get(data.get("archs", ""))
+    kernels = KERNEL_SPACES.get(data.get("kernel-space", ""))
+    tu_parts = data.get("tu-parts", False)
+    if tu_parts and not kernels:
+        problems.append("tu-parts = true needs a kernel-space (parts are cut from kernel sources)")
+    needed = {
+        archs.patch if archs else None: f"archs = {data.get('archs')!r}",
+        kernels.patch if kernels else None: f"kernel-space = {data.get('kernel-space')!r}",
+        TU_PARTS_PATCH if tu_parts else None: "tu-parts = true",
+    }
+    needed.pop(None, None)
+    problems += _check_patches({p.name for p in patches}, needed)
+    if problems:
+        raise FaShimError(
+            f"{path} does not describe a release fa-shim can use: {'; '.join(problems)}.",
+            fix="correct it: keys are "
+            + "; ".join(f"{k} ({m})" for k, (_, m, _) in _KEYS.items())
+            + "; see README, 'Supported flash-attn versions'.",
+        )
+    assert archs is not None
+    return Release(directory.name, data["sdist"], data["sha256"], archs, kernels, tu_parts, patches)
+
+
+def _check_values(version: str, data: dict) -> list[str]:
+    problems = []
+    try:
+        parsed = Version(version)
+    except InvalidVersion:
+        return [f"its directory name {version!r} is not a PEP 440 version"]
+    if "sdist" in data:
+        try:
+            name, found = parse_sdist_filename(data["sdist"])
+        except InvalidSdistFilename:
+            name, found = None, None
+        if name != canonicalize_name("flash-attn") or found != parsed:
+            problems.append(f"sdist = {data['sdist']!r} is not flash_attn-{version}.tar.gz")
+    if "sha256" in data and not re.fullmatch(r"[0-9a-f]{64}", data["sha256"]):
+        problems.append(f"sha256 = {data['sha256']!r} is not 64 lowercase hex digits")
+    for key, table in (("archs", ARCH_MECHANISMS), ("kernel-space", KERNEL_SPACES)):
+        if key in data and data[key] not in table:
+            hint = _did_you_mean(data[key], table)
+            problems.append(f"{key} = {data[key]!r} is none of {', '.join(table)}{hint}")
+    return problems
+
+
+def _check_patches(present: set[str], needed: dict[str, str]) -> list[str]:
+    """A feature's patch is here exactly when the toml declares the feature: a declared one
+    without its patch would build without it, an undeclared patch would go unused by fa-shim."""
+    features = {m.patch for m in ARCH_MECHANISMS.values()} | {TU_PARTS_PATCH}
+    features |= {s.patch for s in KERNEL_SPACES.values()}
+    problems = [
+        f"{why} needs {name}, which is not here"
+        for name, why in sorted(needed.items())
+        if name not in present
+    ]
+    problems += [
+        f"{name} is here, and nothing declares what it provides"
+        for name in sorted((present & features) - needed.keys())
+    ]
+    return problems
+
+
+def _did_you_mean(value: str, known) -> str:
+    close = difflib.get_close_matches(value, list(known), n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""

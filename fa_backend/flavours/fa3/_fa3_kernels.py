@@ -1,0 +1,125 @@
+"""Tailored FlashAttention-3 builds: fa-shim's settings as upstream's FLASH_ATTENTION_DISABLE_*.
+
+hopper/setup.py reads `FLASH_ATTENTION_DISABLE_<NAME>` from its environment: a switch picks its
+sources and becomes `-DFLASHATTENTION_DISABLE_<NAME>`. So a set is an environment for the
+setup.py child, with every switch said (TRUE or FALSE: a stray variable of the user's cannot
+change the build behind its label). The switches a version knows are parsed from its setup.py,
+the one place that says so. `head-dims`, `dtypes` and `forward-only` own the HDIM<n>, FP16 and
+BACKWARD switches, the arch choice owns SM80; `disable` takes the rest. See docs/fa3-design.md.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import TYPE_CHECKING
+
+from ...core._errors import FaShimError
+from ..fa2 import _kernels
+from ..fa2._releases import KernelSpace
+
+if TYPE_CHECKING:
+    from ...settings._settings import Settings
+
+ENV_PREFIX = "FLASH_ATTENTION_DISABLE_"
+_SWITCH = re.compile(r"""os\.getenv\(\s*["']FLASH_ATTENTION_DISABLE_(\w+)["']""")
+_HDIM = re.compile(r"HDIM(\d+)")
+# the switches other settings own; `disable` names them to the user
+OWNERS = {"FP16": "dtypes", "BACKWARD": "forward-only", "SM80": "cuda-archs"}
+DTYPES = ("fp16", "bf16")  # upstream compiles bf16 always; FP16 is the only dtype switch
+
+
+@dataclasses.dataclass(frozen=True)
+class Fa3Tailoring:
+    head_dims: tuple[str, ...]  # compiled
+    dtypes: tuple[str, ...]
+    backward: bool
+    disabled: tuple[str, ...]  # `disable`'s switches, as upstream names them in lower case
+    env: tuple[tuple[str, str], ...]  # FLASH_ATTENTION_DISABLE_<NAME>: TRUE or FALSE, each
+    label: str  # "" or ".hdim128.bf16.fwd.nofp8": appended to the wheel's local version label
+
+    @property
+    def full(self) -> bool:
+        return not self.label
+
+
+def switches(setup_py: str) -> tuple[str, ...]:
+    """The FLASH_ATTENTION_DISABLE_* switches a hopper/setup.py reads, in its order."""
+    found = tuple(dict.fromkeys(_SWITCH.findall(setup_py)))
+    if not found:
+        raise FaShimError(
+            "this hopper/setup.py reads no FLASH_ATTENTION_DISABLE_* switch: fa-shim cannot "
+            "tailor it.",
+            fix="report this with the flash-attention version; build without head-dims, "
+            "dtypes, forward-only and disable meanwhile.",
+        )
+    return found
+
+
+def _owner(switch: str) -> str | None:
+    return "head-dims" if _HDIM.fullmatch(switch) else OWNERS.get(switch)
+
+
+def _flat(name: str) -> str:
+    """`paged-kv`, `paged_kv`, `PagedKV` and `pagedkv` name upstream's PAGEDKV."""
+    return re.sub(r"[-_\s]", "", name).lower()
+
+
+def _disabled(values: tuple[str, ...], known: tuple[str, ...]) -> tuple[str, ...]:
+    features = tuple(s.lower() for s in known if not _owner(s))
+    for value in values:
+        owner = _owner(_flat(value).upper())
+        if owner and _flat(value).upper() in known:
+            raise FaShimError(
+                f"disable has {value!r}, which the setting {owner} decides for FlashAttention-3.",
+                fix=f"use -C {owner}=... instead (README, 'Settings').",
+            )
+    aliases = {v.strip().lower(): _flat(v) for v in values}
+    return _kernels._choose(values, features, aliases, "disable", "fp8")
+
+
+def tailoring(settings: Settings, known: tuple[str, ...]) -> Fa3Tailoring:
+    """The set the settings ask for, as the environment of upstream's switches `known`."""
+    head_dims = tuple(m.group(1) for s in known if (m := _HDIM.fullmatch(s)))
+    space = KernelSpace(head_dims, DTYPES, (), "")  # the vocabulary _kernels checks against
+    chosen = _kernels._head_dims(settings.head_dims, space) if settings.head_dims else head_dims
+    dtypes = (
+        _kernels._choose(settings.dtypes, DTYPES, _kernels._DTYPE_ALIASES, "dtypes", "bf16")
+        if settings.dtypes
+        else DTYPES
+    )
+    if "bf16" not in dtypes:
+        raise FaShimError(
+            f"dtypes has {', '.join(dtypes)} without bf16: FlashAttention-3 always compiles its "
+            "bf16 kernels (upstream has no switch to leave them out).",
+            fix="add bf16 (e.g. -C dtypes=bf16 or -C dtypes=fp16,bf16).",
+        )
+    disabled = _disabled(settings.disable, known)
+    off = {f"HDIM{d}" for d in head_dims if d not in chosen} | {n.upper() for n in disabled}
+    if "fp16" not in dtypes:
+        off.add("FP16")
+    if settings.forward_only:
+        off.add("BACKWARD")
+    for switch in sorted(off - set(known)):  # FP16 or BACKWARD, on a setup.py without them
+        raise FaShimError(
+            f"this hopper/setup.py has no {ENV_PREFIX}{switch} switch, so {_owner(switch)} "
+            "cannot leave those kernels out.",
+            fix=f"build without {_owner(switch)}.",
+        )
+    env = tuple(
+        (ENV_PREFIX + s, "TRUE" if s in off else "FALSE")
+        for s in known
+        if _owner(s) != "cuda-archs"  # the arch choice sets it (sm_90a only)
+    )
+    label = [f"hdim{d}" for d in chosen] if len(chosen) < len(head_dims) else []
+    label += list(dtypes) if len(dtypes) < len(DTYPES) else []
+    label += ["fwd"] if settings.forward_only else []
+    label += ["no" + n for n in disabled]
+    return Fa3Tailoring(
+        chosen,
+        dtypes,
+        not settings.forward_only,
+        disabled,
+        env,
+        "." + ".".join(label) if label else "",
+    )

@@ -1,0 +1,184 @@
+"""A lock that holds across hosts on shared storage (NFS, EFS, Lustre, a local disk alike).
+
+Why not filelock's default (flock/fcntl): on NFS those locks go through the lock manager (NLM
+for NFSv3, lock state for v4): mounts with `nolock` or `local_lock=all` make them host-local
+without a word, and a crashed client's lock outlives it until the server's grace period. What
+every such file system does atomically on the server is an exclusive create (O_CREAT|O_EXCL,
+NFSv3 and later) and a rename. So:
+
+- acquire: create the lock file exclusively, then write who holds it (host, pid, start time);
+- heartbeat: the holder's thread sets the file's mtime every `heartbeat` seconds (a SETATTR on
+  NFS: the server's clock, visible to every host);
+- stale: a waiter re-opens the file (NFS close-to-open consistency: fresh attributes) and
+  measures on its *own* monotonic clock how long (inode, mtime, size) stayed unchanged; after
+  STALE_BEATS heartbeats the holder is dead (no comparison of clocks across hosts);
+- takeover: the waiter renames the stale file to a unique name (atomic: one waiter wins) and
+  creates its own; the loser sees the new holder and keeps waiting;
+- never forever: past `timeout` the error names the holder (host, pid) and since when.
+
+A holder that stalls longer than the stale time (a frozen VM) can lose its lock while still
+working; its heartbeat notices and says so. The wheel cache stays correct even then: entries
+are published by rename, so two builders of one key at worst both compile it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from ..core import _log
+from ..core._errors import FaShimError
+
+STALE_BEATS = 8  # heartbeats without a change before a lock is a dead builder's
+
+
+def _hostname() -> str:
+    return socket.gethostname()
+
+
+def _read(path: Path) -> tuple[tuple[int, int, int], dict] | None:
+    """(identity, holder) of the lock file, or None when there is none. Opening the file (not a
+    bare stat) makes an NFS client fetch fresh attributes."""
+    try:
+        with open(path, "rb") as f:
+            st = os.fstat(f.fileno())
+            raw = f.read(4096)
+    except FileNotFoundError:
+        return None
+    try:
+        holder = json.loads(raw)
+    except ValueError:  # being written right now
+        holder = {}
+    return (st.st_ino, st.st_mtime_ns, st.st_size), holder if isinstance(holder, dict) else {}
+
+
+def describe(holder: dict) -> str:
+    since = holder.get("started")
+    when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(since)) if since else "?"
+    return f"host {holder.get('host', '?')}, pid {holder.get('pid', '?')}, since {when}"
+
+
+class HostLock:
+    def __init__(
+        self,
+        path: Path,
+        timeout: float,
+        heartbeat: float,
+        on_wait: Callable[[dict], None] | None = None,
+    ) -> None:
+        self.path = path
+        self.timeout = timeout
+        self.heartbeat = heartbeat
+        self.on_wait = on_wait
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._ino: int | None = None
+
+    # ------------------------------------------------------------------------------ acquire
+
+    def _try_create(self) -> bool:
+        me = {"host": _hostname(), "pid": os.getpid(), "started": time.time()}
+        try:
+            fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # umask applies
+        except FileExistsError:
+            return False
+        with os.fdopen(fd, "w") as f:
+            json.dump(me, f)
+            f.flush()
+            os.fsync(f.fileno())
+            self._ino = os.fstat(f.fileno()).st_ino
+        return True
+
+    def _take_over(self, identity: tuple[int, int, int], holder: dict) -> None:
+        """Move a stale lock aside; whoever's rename succeeds removes it."""
+        aside = self.path.with_name(f"{self.path.name}.stale-{uuid.uuid4().hex}")
+        try:
+            os.rename(self.path, aside)
+        except FileNotFoundError:
+            return  # another waiter took it over first
+        moved = _read(aside)
+        if moved and moved[0] != identity:
+            _log.warn(
+                f"the lock {self.path} was refreshed while being taken over ({describe(holder)})"
+            )
+        _log.warn(
+            f"took over the wheel-cache lock {self.path} of a builder that stopped refreshing it "
+            f"({describe(holder)}; no heartbeat for {STALE_BEATS * self.heartbeat:.0f} s)"
+        )
+        with contextlib.suppress(OSError):
+            aside.unlink()
+
+    def acquire(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        deadline = time.monotonic() + self.timeout
+        seen: tuple[tuple[int, int, int], float] | None = None  # identity, when it last changed
+        told = False
+        while not self._try_create():
+            now = time.monotonic()
+            current = _read(self.path)
+            if current is None:
+                continue  # released between our create and our read
+            identity, holder = current
+            if seen is None or seen[0] != identity:
+                seen = (identity, now)
+            elif now - seen[1] > STALE_BEATS * self.heartbeat:
+                self._take_over(identity, holder)
+                seen = None
+                continue
+            if not told and self.on_wait:
+                self.on_wait(holder)
+                told = True
+            if now > deadline:
+                raise FaShimError(
+                    f"waited {self.timeout:.0f} s for the wheel-cache lock {self.path}, held by "
+                    f"another build of the same wheel ({describe(holder)}).",
+                    fix="wait for that build (its heartbeat is alive), stop it, or raise "
+                    "-C wheel-cache-lock-timeout.",
+                )
+            time.sleep(min(self.heartbeat / 2, 1.0, max(deadline - now, 0.01)))
+        self._thread = threading.Thread(target=self._beat, name="fa-shim-lock-heartbeat")
+        self._thread.daemon = True
+        self._thread.start()
+
+    # ------------------------------------------------------------------------------ hold
+
+    def _beat(self) -> None:
+        while not self._stop.wait(self.heartbeat):
+            try:
+                fd = os.open(self.path, os.O_RDONLY)
+                try:
+                    if os.fstat(fd).st_ino != self._ino:
+                        raise FileNotFoundError
+                    os.utime(fd)  # the server's clock on NFS
+                finally:
+                    os.close(fd)
+            except OSError:
+                _log.warn(
+                    f"lost the wheel-cache lock {self.path} (taken over after a stall?): "
+                    "another builder may compile the same wheel; both results are valid"
+                )
+                return
+
+    def release(self) -> None:
+        self._stop.set()
+        if self._thread:
+            self._thread.join()
+        current = _read(self.path)
+        if current and current[0][0] == self._ino:  # still ours, not a taker's
+            with contextlib.suppress(FileNotFoundError):
+                self.path.unlink()
+
+    @contextlib.contextmanager
+    def held(self) -> Iterator[None]:
+        self.acquire()
+        try:
+            yield
+        finally:
+            self.release()

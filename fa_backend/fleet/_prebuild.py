@@ -1,0 +1,133 @@
+"""`python -m fa_backend prebuild`: fill the (shared) wheel cache for every environment of a
+cluster, so that each user's install afterwards is a cache hit.
+
+For each interpreter: its fingerprint, computed by fa-shim running *in* that interpreter (its
+torch, its Python tag, its compilers: `python -m fa_backend fingerprint`); if the wheel cache
+has no entry for it, one real `pip wheel` of fa-shim there, which stores the wheel in the cache
+as any build does (and takes the cache's lock, so a user installing at the same moment waits
+and reuses). A failure is recorded with its reason and the next environment built. The end is
+a table on stdout: environment, fingerprint, wheel, built / cached / failed (reason).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+from ..core._errors import FaShimError
+from ..resources import CHECKOUT
+
+ROOT = CHECKOUT  # this fa-shim checkout: what pip builds
+
+
+@dataclasses.dataclass
+class Row:
+    python: str
+    fingerprint: str = "-"
+    wheel: str = "-"
+    result: str = "failed"
+    reason: str = ""
+    seconds: float = 0.0
+
+
+def describe(config: dict[str, str]) -> dict:
+    """This interpreter's fingerprint and whether the wheel cache holds its wheel."""
+    from ..pipeline import _build
+    from . import _wheel_cache
+
+    plan = _build.plan(config)
+    if not plan.settings.wheel_cache:
+        raise FaShimError(
+            "prebuild fills the wheel cache, and -C wheel-cache=false turns it off.",
+            fix="drop wheel-cache=false (and name the shared directory: -C wheel-cache-dir=DIR).",
+        )
+    facts = _build.fingerprint(plan, _build.toolchain(plan))
+    key = _wheel_cache.key(facts)
+    root = plan.settings.resolved_wheel_cache_dir
+    cached = _wheel_cache.lookup(root, key, plan.wheel_name)
+    return {
+        "python": sys.executable,
+        "key": key,
+        "wheel": plan.wheel_name,
+        "wheel_cache_dir": str(root),
+        "cached": str(cached) if cached else None,
+        "fingerprint": facts,
+    }
+
+
+def _reason(output: str) -> str:
+    """fa-shim's own error line if there is one, else the last line of what the child said."""
+    lines = [line.strip() for line in output.splitlines() if line.strip()]
+    errors = [line.split("fa-shim: error: ", 1)[1] for line in lines if "fa-shim: error: " in line]
+    return (errors[0] if errors else lines[-1] if lines else "no output")[:300]
+
+
+def _options(config: dict[str, str]) -> list[str]:
+    return [a for key, value in config.items() for a in ("-C", f"{key}={value}")]
+
+
+def _in(python: str, argv: list[str], timeout: float | None = None) -> subprocess.CompletedProcess:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
+    return subprocess.run(
+        [python, *argv], env=env, capture_output=True, text=True, timeout=timeout, check=False
+    )
+
+
+def _fingerprint(python: str, config: dict[str, str]) -> dict:
+    proc = _in(python, ["-m", "fa_backend", "fingerprint", *_options(config)], timeout=900)
+    if proc.returncode != 0:
+        raise FaShimError(_reason(proc.stderr + proc.stdout))
+    return json.loads(proc.stdout)
+
+
+def prebuild_one(python: str, config: dict[str, str]) -> Row:
+    row = Row(python)
+    started = time.monotonic()
+    exe = shutil.which(python) or python
+    if not (os.path.isfile(exe) and os.access(exe, os.X_OK)):
+        row.reason = "not an executable interpreter"
+        return row
+    try:
+        facts = _fingerprint(exe, config)
+        row.fingerprint, row.wheel = facts["key"], facts["wheel"]
+        if facts["cached"]:
+            row.result = "cached"
+            return row
+        sys.stderr.write(f"fa-shim: prebuild: building {row.wheel} with {exe}\n")
+        with tempfile.TemporaryDirectory(prefix="fa-shim-prebuild-") as out:
+            pip = ["-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "-w", out]
+            proc = _in(exe, [*pip, str(ROOT), *_options(config)])
+        if proc.returncode != 0:
+            raise FaShimError(_reason(proc.stderr + proc.stdout))
+        if not _fingerprint(exe, config)["cached"]:  # the build stored it, or it is not there
+            raise FaShimError(f"the build succeeded but {facts['wheel_cache_dir']} has no entry")
+        row.result = "built"
+    except FaShimError as exc:
+        row.reason = exc.cause
+    except (OSError, ValueError, subprocess.TimeoutExpired) as exc:
+        row.reason = str(exc)
+    finally:
+        row.seconds = time.monotonic() - started
+    return row
+
+
+def render(rows: list[Row]) -> str:
+    table = [("environment", "fingerprint", "wheel", "result")]
+    for r in rows:
+        result = f"{r.result} ({r.seconds:.0f} s)" if r.result != "failed" else "failed"
+        table.append((r.python, r.fingerprint, r.wheel, result))
+    widths = [max(len(row[i]) for row in table) for i in range(4)]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in table]
+    lines += [f"{r.python}: failed: {r.reason}" for r in rows if r.result == "failed"]
+    built = sum(r.result == "built" for r in rows)
+    cached = sum(r.result == "cached" for r in rows)
+    failed = sum(r.result == "failed" for r in rows)
+    lines.append(f"prebuild: {built} built, {cached} cached, {failed} failed")
+    return "\n".join(lines)

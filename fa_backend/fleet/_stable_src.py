@@ -1,0 +1,85 @@
+"""A build tree at the same absolute path on every node, so that a shared compiler cache hits.
+
+nvcc hands cudafe++ and cicc the .cu file's absolute, symlink-resolved path
+(`--orig_src_file_name`, `--orig_src_path_name`), and sccache hashes those arguments as they
+are: SCCACHE_BASEDIRS rewrites only preprocessor output. The module id cudafe++ derives from the
+path then feeds cicc, ptxas and the host step. A tree under a per-build temporary directory
+therefore misses every CUDA step on another node (measured: 1 hit, 16 misses; a symlink does
+not help, nvcc resolves it). With a compiler cache, fa-shim compiles from /tmp/fa-shim-src-<n>:
+
+- the path is the same on every node and for every user, whatever TMPDIR, pip or HOME are;
+- slot n is held by a kernel lock on /tmp/fa-shim-src-<n>.lock (/tmp is node-local, where such a
+  lock is reliable, and it dies with its process): concurrent builds on one node take different
+  slots (the later ones then share compiles only with builds that used the same slot), and a
+  killed build's slot is cleaned and reused; with no slot to be had it compiles in scratch;
+- it holds the source tree and its objects; the wheels stay in the build's scratch directory.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+from ..core import _log
+
+ROOT = Path("/tmp")  # not TMPDIR: that differs per node and per job
+PREFIX = "fa-shim-src-"
+SLOTS = 32
+
+
+def _lock(n: int) -> int | None:
+    """An open, locked file descriptor for slot n, or None when another build holds it."""
+    path = ROOT / f"{PREFIX}{n}.lock"
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)  # other users take it after us
+    except PermissionError:
+        try:  # another user's lock file: flock needs no write access
+            fd = os.open(path, os.O_RDONLY)
+        except OSError:
+            return None
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        return None
+    return fd
+
+
+@contextlib.contextmanager
+def place(scratch: Path, enabled: bool, keep: bool = False) -> Iterator[Path]:
+    """Where to prepare and compile: `scratch` itself, or with `enabled` a held slot directory.
+    With `keep` (setting keep-build-dir) the slot's tree is moved into scratch at the end."""
+    if not enabled:
+        yield scratch
+        return
+    for n in range(SLOTS):
+        fd = _lock(n)
+        if fd is None:
+            continue
+        slot = ROOT / f"{PREFIX}{n}"
+        try:
+            shutil.rmtree(slot, ignore_errors=True)  # what a killed build left (its lock is free)
+            slot.mkdir(mode=0o700)
+        except OSError:  # another user's leftovers: not ours to remove
+            os.close(fd)
+            continue
+        _log.info(f"compiling from {slot} (the same path on every node: compiler-cache hits)")
+        try:
+            yield slot
+        finally:
+            if keep:
+                shutil.move(str(slot / "src"), str(scratch / "src"))
+            shutil.rmtree(slot, ignore_errors=True)
+            os.close(fd)  # releases the lock
+        return
+    _log.warn(
+        f"no build slot {ROOT / PREFIX}N could be taken (all {SLOTS} held, or {ROOT} not "
+        "writable): compiling in the scratch directory, so other nodes' compiles will not hit"
+    )
+    yield scratch

@@ -1,0 +1,80 @@
+"""Read the compile commands torch recorded in build.ninja, and check the flags fa-shim injected.
+
+`ninja -t compdb` expands every variable exactly as ninja will when it runs, so what we check is
+what the compiler receives, not what setup.py meant to pass.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shlex
+import shutil
+from pathlib import Path
+
+from ..core import _subprocess
+from ..core._errors import FaShimError
+
+# torch's two rules, and the per-arch ones FA3's hopper/setup.py adds in its own ninja writer
+RULES = {
+    "compile": "cxx",
+    "cuda_compile": "nvcc",
+    "cuda_compile_sm80": "nvcc",
+    "cuda_compile_sm80_sm90": "nvcc",
+    "cuda_compile_sm100": "nvcc",
+}
+ABI_DEFINE = "-D_GLIBCXX_USE_CXX11_ABI="
+
+
+@dataclasses.dataclass(frozen=True)
+class Command:
+    kind: str  # "cxx" or "nvcc"
+    file: str
+    args: tuple[str, ...]
+
+    def last_define(self, prefix: str) -> str | None:
+        values = [a[len(prefix) :] for a in self.args if a.startswith(prefix)]
+        return values[-1] if values else None
+
+    def values(self, flag: str) -> list[str]:
+        """Values of a flag given as `flag VALUE` pairs (e.g. -gencode)."""
+        return [self.args[i + 1] for i, a in enumerate(self.args[:-1]) if a == flag]
+
+
+def read(ninja_file: Path) -> list[Command]:
+    ninja = shutil.which("ninja")
+    if not ninja:
+        raise FaShimError("ninja is not installed.", fix="pip install ninja")
+    commands = []
+    for rule, kind in RULES.items():
+        proc = _subprocess.run(
+            [ninja, "-f", ninja_file.name, "-t", "compdb", rule],
+            cwd=ninja_file.parent,
+            fix=f"ninja could not read {ninja_file}, which torch wrote: report this with the "
+            "build log, or run with -C keep-build-dir=true to inspect it.",
+        )
+        for entry in json.loads(proc.stdout or "[]"):
+            commands.append(Command(kind, entry["file"], tuple(shlex.split(entry["command"]))))
+    return commands
+
+
+def verify_abi(commands: list[Command], abi: int, ninja_file: Path) -> None:
+    """Every cxx and nvcc command must end up defining _GLIBCXX_USE_CXX11_ABI to torch's value."""
+    if not commands:
+        raise FaShimError(
+            f"{ninja_file} records no compile commands.",
+            fix="report this: the upstream build did not go through torch's ninja.",
+        )
+    wrong = [
+        f"{c.kind} {c.file}: {c.last_define(ABI_DEFINE) or 'no define'}"
+        for c in commands
+        if c.last_define(ABI_DEFINE) != str(abi)
+    ]
+    if wrong:
+        raise FaShimError(
+            f"{len(wrong)} of {len(commands)} compile commands in {ninja_file} do not define "
+            f"_GLIBCXX_USE_CXX11_ABI={abi} (torch's value) last.",
+            details="\n".join(wrong[:20]),
+            fix="report this with the log; an environment variable such as "
+            "FLASH_ATTENTION_FORCE_CXX11_ABI or a CFLAGS entry may be overriding it.",
+        )

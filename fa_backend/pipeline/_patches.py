@@ -1,0 +1,78 @@
+"""Apply vendored_patches/<version>/*.patch (FA3: vendored_patches/fa3/<version>/) to the scratch
+source tree, strictly.
+
+Each patch starts with a `Reason:` line and must apply with no fuzz; otherwise the build stops,
+because a patch that half-applies is the silent failure mode of the sed recipes we replace.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import shutil
+from collections.abc import Iterable
+from pathlib import Path
+
+from ..core import _log, _subprocess
+from ..core._errors import FaShimError
+from ..flavours.fa2 import _releases
+
+
+@dataclasses.dataclass(frozen=True)
+class Patch:
+    path: Path
+    reason: str
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+    @property
+    def sha256(self) -> str:
+        return hashlib.sha256(self.path.read_bytes()).hexdigest()
+
+
+def patches_for(version: str) -> list[Patch]:
+    return read(_releases.release(version).patches)
+
+
+def read(paths: Iterable[Path]) -> list[Patch]:
+    """The patches at these paths, each with the reason its first line states."""
+    result = []
+    for path in paths:
+        first = path.read_text().splitlines()[0] if path.stat().st_size else ""
+        if not first.startswith("Reason:"):
+            raise FaShimError(
+                f"{path} does not start with a 'Reason:' line.",
+                fix="every vendored patch states why it exists on its first line.",
+            )
+        result.append(Patch(path, first.partition(":")[2].strip()))
+    return result
+
+
+def _patch_command() -> list[str]:
+    if shutil.which("patch"):
+        return ["patch", "-p1", "--forward", "--batch", "--fuzz=0", "--no-backup-if-mismatch", "-i"]
+    raise FaShimError(
+        "the `patch` program is needed to apply fa-shim's vendored patches.",
+        fix="install it (apt-get install patch / dnf install patch).",
+    )
+
+
+def apply_all(patches: list[Patch], source_root: Path) -> None:
+    for patch in patches:
+        command = [*_patch_command(), str(patch.path)]
+        _subprocess.run(
+            [*command, "--dry-run"],
+            cwd=source_root,
+            cause=f"vendored patch {patch.path} does not apply cleanly to this sdist.",
+            fix="the sdist differs from the one the patch was made for: use the pinned "
+            "sdist, or regenerate the patch for this version.",
+        )
+        _subprocess.run(
+            command,
+            cwd=source_root,
+            fix="the dry run of this patch passed: check the disk space and permissions of "
+            f"{source_root}.",
+        )
+        _log.info(f"applied {patch.name}: {patch.reason}")

@@ -1,0 +1,251 @@
+"""Build progress a user can see: the estimate block before compiling, a heartbeat until the
+first source is compiled, then progress with an ETA that counts the work still running.
+
+pip (and uv) show nothing of a backend's output without -v: stderr is a pipe they read and
+drop. When that is so and the process has a controlling terminal (/dev/tty opens), setting
+`progress=auto` writes the progress there too, as one line updated in place. Everything also
+goes to stderr as plain lines at most every 30 s (what pip -v, a CI log and pip's failure
+report show) and to the build's log file. Never to stdout, which belongs to the frontend.
+
+The state comes from the compiler launcher's records (_launcher: a line when a source starts,
+one when it ends), read by a thread once a second, independent of upstream's output.
+`_FA_SHIM_PROGRESS_INTERVAL_S` (not a setting, for tests) shortens the 30 s.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import sys
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import TextIO
+
+from ..core import _log
+from ..core._errors import FaShimError
+from ..resources.launcher import started_file
+from ..toolchain import _jobs
+from . import _estimate, _runner
+
+MODES = ("auto", "tty", "stderr", "none")
+INTERVAL_ENV = "_FA_SHIM_PROGRESS_INTERVAL_S"
+TICK_S = 1.0
+_active = 0  # monitors running in this process: _runner then leaves progress to them
+
+
+def interval() -> float:
+    return float(os.environ.get(INTERVAL_ENV) or 30.0)
+
+
+def watching_now() -> bool:
+    return _active > 0
+
+
+def check_mode(setting: str) -> str:
+    mode = (setting or "auto").strip().lower()
+    if mode not in MODES:
+        raise FaShimError(
+            f"setting progress is {setting!r}, expected one of {', '.join(MODES)}.",
+            fix="use -C progress=auto (the terminal when the frontend hides the build's "
+            "output), tty, stderr or none.",
+        )
+    return mode
+
+
+def _parent_argv() -> list[str]:
+    try:
+        raw = Path(f"/proc/{os.getppid()}/cmdline").read_bytes()
+    except OSError:
+        return []
+    return [a.decode(errors="replace") for a in raw.split(b"\0") if a]
+
+
+def frontend_shows_output() -> bool:
+    """Whether someone reads our stderr live: it is a terminal, or the frontend that started
+    this hook runs verbose (pip/uv/build -v: their argv, or PIP_VERBOSE)."""
+    if sys.stderr.isatty():
+        return True
+    if os.environ.get("PIP_VERBOSE", "0").strip().lower() not in ("", "0", "false", "no", "off"):
+        return True
+    return any(a == "--verbose" or re.fullmatch(r"-[a-zA-Z]*v[a-zA-Z]*", a) for a in _parent_argv())
+
+
+def _open_tty() -> TextIO | None:
+    try:
+        return open("/dev/tty", "w", encoding="utf-8", errors="replace")
+    except OSError:  # no controlling terminal (CI, a daemon, ssh without -t)
+        return None
+
+
+class Display:
+    """Where the lines go: stderr (plain), the log file (plain), the terminal (in place)."""
+
+    def __init__(self, setting: str, log: Path | None) -> None:
+        mode = check_mode(setting)
+        self.stderr = mode != "none"
+        self.tty: TextIO | None = None
+        if mode == "tty" or (mode == "auto" and not frontend_shows_output()):
+            self.tty = _open_tty()
+            if self.tty is None and mode == "tty":
+                _log.warn("progress=tty, but this process has no terminal: progress on stderr")
+        self._fresh_line = mode == "auto"  # the frontend's own line (pip's spinner) is open
+        self._open = False  # an in-place line is on the terminal
+        self.log = log.open("a", buffering=1) if log else None
+
+    def line(self, text: str) -> None:
+        """A line for everyone: stderr, the log, the terminal."""
+        if self.stderr:
+            _log.info(text)
+        if self.log:
+            self.log.write(f"fa-shim: {text}\n")
+        if self.tty:
+            self._tty_write(f"fa-shim: {text}\n", in_place=False)
+
+    def status(self, text: str) -> None:
+        """The terminal's in-place line (the plain lines are `line`'s business)."""
+        if self.tty:
+            # the trailing space is for pip's spinner, which backs up one column to draw
+            self._tty_write(f"fa-shim: {text} ", in_place=True)
+
+    def _tty_write(self, text: str, in_place: bool) -> None:
+        assert self.tty is not None
+        lead = "\n" if self._fresh_line else ""
+        self._fresh_line = False
+        if self._open:
+            lead += "\r\x1b[K"
+        try:
+            self.tty.write(lead + text)
+            self.tty.flush()
+        except OSError:  # the terminal went away (ssh dropped): keep building
+            self.tty = None
+        self._open = in_place
+
+    def close(self) -> None:
+        if self.tty:
+            with contextlib.suppress(OSError):
+                if self._open:
+                    self.tty.write("\n")
+                self.tty.close()
+            self.tty = None
+        if self.log:
+            self.log.close()
+            self.log = None
+
+
+def _clock(seconds: float) -> str:
+    seconds = int(seconds)
+    return f"{seconds // 60}:{seconds % 60:02d}"
+
+
+def _left(seconds: float) -> str:
+    return "<1 min left" if seconds < 60 else f"~{round(seconds / 60)} min left"
+
+
+def _names(names: Sequence[str], limit: int = 3) -> str:
+    more = f" +{len(names) - limit} more" if len(names) > limit else ""
+    return ", ".join(names[:limit]) + more
+
+
+class Monitor:
+    """Reads the launcher's records once a second; the heartbeat and progress lines."""
+
+    def __init__(
+        self,
+        display: Display,
+        sources: Sequence[str],
+        stats_file: Path,
+        machine: _estimate.Machine,
+        disabled: int,
+    ) -> None:
+        self.display, self.sources, self.stats_file = display, list(sources), stats_file
+        self.machine, self.disabled = machine, disabled
+        self.interval = interval()
+        self.start = time.monotonic()
+        self.last_line = self.start
+        self.complete = False
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="fa-shim-progress", daemon=True)
+
+    def state(self) -> tuple[list[tuple[str, float]], list[tuple[str, float]], list[str]]:
+        """(finished: name and seconds, running: name and seconds so far, pending names)."""
+        records = _runner.tu_stats(self.stats_file)
+        ended = {(r["source"], r.get("started")) for r in records}
+        finished = [(r["source"], float(r["seconds"])) for r in _runner.compiled(self.stats_file)]
+        now = time.time()
+        running = []
+        for r in _runner.tu_stats(started_file(self.stats_file)):
+            if (r["source"], r["started"]) not in ended:
+                running.append((r["source"], max(0.0, now - r["started"])))
+        taken = {n for n, _ in finished} | {n for n, _ in running}
+        pending = [s for s in self.sources if s not in taken]
+        return finished, running, pending
+
+    def text(self) -> tuple[str, bool]:
+        """The current line, and whether every source is compiled."""
+        finished, running, pending = self.state()
+        elapsed = _clock(time.monotonic() - self.start)
+        total = len(self.sources)
+        done = len({n for n, _ in finished} & set(self.sources)) or len(finished)
+        if not pending and not running and finished:
+            return f"compiled {done}/{total} (100%) in {elapsed}", True
+        left = _left(_estimate.remaining(pending, running, finished, self.machine, self.disabled))
+        compiling = _names([n for n, _ in sorted(running, key=lambda r: -r[1])])
+        if not finished:  # the heartbeat: alive, and what it is working on
+            if not running:
+                return f"{elapsed} starting the compile (0/{total} done)", False
+            return f"{elapsed} compiling {compiling} (0/{total} done, {left})", False
+        percent = 100 * done // max(total, 1)
+        text = f"compiled {done}/{total} ({percent}%) in {elapsed}, {left}"
+        return text + (f"; compiling {compiling}" if running else ""), False
+
+    def update(self, force: bool = False) -> bool:
+        text, complete = self.text()
+        now = time.monotonic()
+        if force or complete or now - self.last_line >= self.interval:
+            self.last_line = now
+            self.display.line(text)
+        else:
+            self.display.status(text)
+        self.complete = complete
+        return complete
+
+    def _loop(self) -> None:
+        while not self._stop.wait(TICK_S):
+            try:
+                if self.update():
+                    return
+            except (OSError, ValueError, json.JSONDecodeError) as exc:  # a half-written record
+                _log.debug(f"progress: {exc}")
+
+    def __enter__(self) -> Monitor:
+        global _active
+        _active += 1
+        self._thread.start()
+        return self
+
+    def __exit__(self, exc_type, *exc) -> None:
+        global _active
+        self._stop.set()
+        self._thread.join()
+        _active -= 1
+        if exc_type is None and not self.complete:  # finished between two looks
+            self.update(force=True)
+
+
+@contextlib.contextmanager
+def watching(plan, prep) -> Iterator[None]:
+    """Around the compile of a prepared build: the estimate block, then progress."""
+    display = Display(plan.settings.progress, prep.log)
+    try:
+        sources = _estimate.build_sources(prep.commands)
+        preview = _estimate.preview(plan, prep.tools, sources, _jobs.available_cores())
+        for line in preview.lines:
+            display.line(line)
+        with Monitor(display, sources, prep.stats_file, preview.machine, preview.disabled):
+            yield
+    finally:
+        display.close()

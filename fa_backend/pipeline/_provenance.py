@@ -1,0 +1,144 @@
+"""What went into a wheel, in the two forms fa-shim keeps: the fingerprint (what decides what
+the wheel computes: the wheel cache's key) and the provenance (the wheel's
+<dist-info>/fa_shim_provenance.json, which the runtime guard and `verify` read)."""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import re
+
+from ..resources import GUARD, PACKAGE
+from ..resources.runtime_guard import PROVENANCE
+from ..toolchain import _compilers, _toolkit
+from . import _seal
+from ._plan import Plan, Prepared, Tools
+
+__all__ = ["GUARD", "PROVENANCE", "fa_shim_version", "fingerprint", "provenance"]
+
+# The environment the compilers read: a change in any of them can change the objects.
+_COMPILER_ENV = (
+    "CXX",
+    "CC",
+    "CFLAGS",
+    "CXXFLAGS",
+    "CPPFLAGS",
+    "LDFLAGS",
+    "NVCC_APPEND_FLAGS",
+    "NVCC_PREPEND_FLAGS",
+    "NVCC_CCBIN",
+    "PYTORCH_NVCC",
+    "CPATH",
+    "CPLUS_INCLUDE_PATH",
+)
+
+
+def fa_shim_version() -> str:
+    from .. import __version__
+
+    return __version__
+
+
+@functools.cache
+def fa_shim_sources() -> str:
+    """sha256 over fa_backend/'s own files (names and contents): `__version__` stays put across
+    commits, so a changed backend must change the cache key by itself."""
+    package = PACKAGE
+    digest = hashlib.sha256()
+    for path in sorted(package.rglob("*")):
+        if path.is_file() and "__pycache__" not in path.parts and path.suffix != ".pyc":
+            digest.update(path.relative_to(package).as_posix().encode() + b"\0")
+            digest.update(hashlib.sha256(path.read_bytes()).digest())
+    return digest.hexdigest()
+
+
+def _sources(plan: Plan, with_origin: bool) -> dict:
+    """What was compiled: FA2's sdist by its sha256; FA3's two trees by their content pins
+    (docs/fa3-design.md) and the commits they are from."""
+    if plan.fa3:
+        release, found = plan.fa3.release, plan.fa3.sources
+        trees = {
+            "tag": release.tag,
+            "hopper": {"commit": release.commit, "pin": found.hopper.pin},
+            "cutlass": {"commit": release.cutlass_commit, "pin": found.cutlass.pin},
+        }
+        if with_origin:
+            trees["hopper"]["origin"] = found.hopper.origin
+            trees["cutlass"]["origin"] = found.cutlass.origin
+        return trees
+    sdist = {"sha256": plan.sdist.sha256}
+    if with_origin:
+        sdist.update(pinned=plan.sdist.pinned, origin=plan.sdist.origin, file=plan.sdist.path.name)
+    return sdist
+
+
+def fingerprint(plan: Plan, tools: Tools) -> dict:
+    """Everything that decides what the wheel computes; jobs, threads and tu-parts do not
+    (parts change how the objects are cut, not a kernel), so machines of any size share it.
+    The applied patches count by content (their sha256s), the host compiler by path + version."""
+    compiler = _compilers.host_compiler()
+    return {
+        "wheel": plan.wheel_name,
+        "metadata": hashlib.sha256(plan.metadata.encode()).hexdigest(),  # Requires-Dist & co.
+        "fa_shim": fa_shim_version(),
+        "fa_shim_sources": fa_shim_sources(),
+        "sources": _sources(plan, with_origin=False),
+        "patches": [p.sha256 for p in plan.patches],
+        "guard": hashlib.sha256(GUARD.read_bytes()).hexdigest(),
+        "torch": [plan.torch.version, plan.torch.cuda, plan.torch.abi, plan.torch.cxx_std],
+        "nvcc": str(tools.nvcc.version) if tools.nvcc else None,
+        "nvcc_build": _compilers.nvcc_build(tools.nvcc.path) if tools.nvcc else None,
+        "archs": list(tools.archs.targets) if tools.archs else None,
+        "kernel_set": plan.kernel_set,
+        "host_compiler": [compiler["path"], compiler["version"]],
+        "env": {name: os.environ.get(name) for name in _COMPILER_ENV},
+    }
+
+
+def provenance(plan: Plan, prep: Prepared) -> dict:
+    archs = sorted(
+        {
+            m.group(1)
+            for c in prep.commands
+            for g in c.values("-gencode")
+            for m in [re.search(r"code=sm_(\w+)", g)]
+            if m
+        }
+    )
+    return {
+        "fa_shim_version": fa_shim_version(),
+        "flash_attn_version": plan.fa3.release.version if plan.fa3 else plan.sdist.version,
+        "distribution": plan.flavour.dist,
+        ("fa3_sources" if plan.fa3 else "sdist"): _sources(plan, with_origin=True),
+        "wheel_version": plan.version,
+        "python_tag": str(plan.tag),
+        "torch": {
+            "version": plan.torch.version,
+            "cuda": plan.torch.cuda,
+            "cxx11_abi": plan.torch.abi,
+            "cxx_std": plan.torch.cxx_std,
+            "path": plan.torch.package_dir,
+        },
+        "nvcc": {
+            **prep.tools.nvcc.describe(),
+            "origin": prep.tools.nvcc.origin,
+            "build": _compilers.nvcc_build(prep.tools.nvcc.path),
+            "toolkit": _toolkit.manifest_of(prep.tools.nvcc),
+        }
+        if prep.tools.nvcc
+        else None,
+        "cuda_arch_choice": prep.tools.archs.describe() if prep.tools.archs else None,
+        "compiler_cache": prep.tools.compiler_cache,
+        "network_seal": _seal.choose().kind,
+        "tu_parts": prep.tools.tu_parts,
+        "host_compiler": _compilers.host_compiler(),
+        "cuda_archs": archs,
+        "injected_flags": prep.report.get("extensions", []),
+        "patches": [{"name": p.name, "reason": p.reason, "sha256": p.sha256} for p in plan.patches],
+        "kernel_set": plan.kernel_set,
+        "compile_commands": {
+            "cxx": sum(c.kind == "cxx" for c in prep.commands),
+            "nvcc": sum(c.kind == "nvcc" for c in prep.commands),
+        },
+    }

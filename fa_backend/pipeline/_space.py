@@ -1,0 +1,108 @@
+"""Free disk space, checked before the work that needs it: "needs N GB on DIR, has M".
+
+Extraction needs what the archive's members add up to (read from the archive itself). The
+compile's scratch peak, the wheel and the cache entry come from measured builds
+(docs/benchmarks.md, "Disk space"); a kernel set between the measured ones is scaled by its
+kernel count and architecture count, and the estimate errs high.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tarfile
+import tempfile
+import zlib
+from pathlib import Path
+
+from ..core import _failures
+from ..core._errors import FaShimError
+
+MB = 1000**2
+GB = 1000**3
+# docs/benchmarks.md, "Disk space": a tailored 2.8.3 build (4 kernels, sm_90) peaked at 356 MB
+# of scratch (the extracted tree is 93 MB, prepare's copy and build.ninja take it to ~350 MB),
+# its compile added ~30 MB per kernel TU; its wheel was 3.7 MB, the full one-arch wheel 62.6 MB.
+# A full build's peak is estimated from these (not measured): 72 kernels x archs.
+SCRATCH_BASE = 200 * MB
+SCRATCH_PER_KERNEL_ARCH = 40 * MB
+WHEEL_PER_KERNEL_ARCH = 1 * MB
+FULL_KERNELS = 72
+MARGIN = 1.25  # filesystems round up, compilers write temporary files beside their objects
+
+
+def free_bytes(directory: Path) -> int:
+    return shutil.disk_usage(_failures.directory_of(directory) or directory).free
+
+
+def _gb(n: float) -> str:
+    if n < MB:
+        return f"{n / 1000:.0f} kB"
+    if n < GB:
+        return f"{n / MB:.1f} MB"
+    return f"{n / GB:.1f} GB"
+
+
+def require(needs: list[tuple[str, Path, int]]) -> None:
+    """Each (what, directory, bytes); directories on one filesystem add up."""
+    by_device: dict[int, list[tuple[str, Path, int]]] = {}
+    for what, directory, size in needs:
+        existing = _failures.directory_of(directory)
+        if existing is None:
+            continue
+        by_device.setdefault(os.stat(existing).st_dev, []).append((what, existing, size))
+    for entries in by_device.values():
+        total = sum(size for _, _, size in entries)
+        have = free_bytes(entries[0][1])
+        if have < total:
+            parts = ", ".join(f"{what} {_gb(size)}" for what, _, size in entries)
+            place = _failures.where_it_is(entries[0][1])
+            raise FaShimError(
+                f"not enough disk space: the build needs {_gb(total)} on {place}, has "
+                f"{_gb(have)} ({parts}).",
+                fix="free space there, or point that directory at a larger disk; nothing was "
+                "extracted or compiled yet.",
+            )
+
+
+def extracted_size(sdist: Path) -> int:
+    """What the members add up to; 0 for an archive that does not read (extract says why)."""
+    try:
+        with tarfile.open(sdist, "r:gz") as tar:
+            return sum(m.size for m in tar.getmembers() if m.isfile())
+    except (tarfile.TarError, EOFError, OSError, zlib.error):
+        return 0
+
+
+def before_extract(sdist: Path, dest: Path) -> None:
+    require([("extracting the sdist", dest, int(extracted_size(sdist) * MARGIN))])
+
+
+def compile_needs(kernels: int | None, archs: int, sdist_size: int) -> tuple[int, int]:
+    """(scratch peak, wheel size) for a build of `kernels` kernel TUs for `archs` archs; a
+    package without kernel sets (e.g. an unknown version) is sized from its sdist."""
+    if kernels is None:
+        return int(20 * sdist_size * MARGIN), int(4 * sdist_size)
+    units = max(kernels, 1) * max(archs, 1)
+    scratch = SCRATCH_BASE + units * SCRATCH_PER_KERNEL_ARCH
+    return int(scratch * MARGIN), int(units * WHEEL_PER_KERNEL_ARCH * MARGIN)
+
+
+def before_compile(plan, tools, out_dir: Path) -> None:
+    """Scratch (under TMPDIR), the output directory and the wheel cache, before the build."""
+    from ..flavours.fa2 import _kernels, _releases
+
+    archs = len(tools.archs.targets) if tools.archs else 1
+    if plan.fa3:  # sized as FA2's full set: FA3's units are as heavy, and fewer when tailored
+        peak, wheel = compile_needs(FULL_KERNELS, archs, 0)
+    else:
+        version = plan.sdist.version
+        if _releases.release(version).kernels:
+            kernels: int | None = len(_kernels.expected_kernels(plan.tailoring, version))
+        else:
+            kernels = FULL_KERNELS if plan.sdist.pinned else None
+        peak, wheel = compile_needs(kernels, archs, plan.sdist.path.stat().st_size)
+    needs = [("scratch", Path(tempfile.gettempdir()), peak), ("the wheel", out_dir, wheel)]
+    if plan.settings.wheel_cache:
+        needs.append(("the wheel cache", plan.settings.resolved_wheel_cache_dir, wheel))
+    require(needs)

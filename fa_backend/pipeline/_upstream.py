@@ -1,0 +1,166 @@
+"""Running upstream setup.py in a child process under fa-shim's rules: its environment, the
+compiler launcher in front of every compiler, and what its exit status means."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ..core import _failures, _log
+from ..core._errors import FaShimError
+from ..flavours.fa2 import _releases, _tu_parts
+from ..flavours.fa3 import _fa3_build
+from ..fleet import _sccache
+from ..resources import DRIVER, LAUNCHER
+from ..resources.upstream_driver import BLOCKED_EXIT
+from . import _plan, _runner, _seal
+
+if TYPE_CHECKING:
+    from ._plan import Plan, Tools
+
+# set by a user for upstream's setup.py; each would change the build behind fa-shim's label
+_SCRUBBED_ENV = (
+    "FLASH_ATTENTION_SKIP_CUDA_BUILD",
+    "FLASH_ATTENTION_FORCE_CXX11_ABI",
+    "FLASH_ATTENTION_ENABLE_VCOLMAJOR",  # FA3's layout switch, not in the label
+)
+
+
+def _launcher_script(path: Path, stats: Path, compiler: str, cache: str | None) -> str:
+    """A one-line executable standing in for a compiler (torch's CXX and PYTORCH_NVCC take a
+    single command). `compiler` is the user's own text, split by the shell as they wrote it."""
+    prefix = f"{shlex.quote(cache)} " if cache else ""
+    path.write_text(
+        "#!/bin/sh\n"
+        f"exec {shlex.quote(sys.executable)} {shlex.quote(str(LAUNCHER))} "
+        f'{shlex.quote(str(stats))} {prefix}{compiler} "$@"\n'
+    )
+    path.chmod(0o755)
+    return str(path)
+
+
+def environment(plan: Plan, tools: Tools, scratch: Path, jobs: int | None) -> dict[str, str]:
+    env = dict(os.environ)
+    for name in _SCRUBBED_ENV:
+        if env.pop(name, None) is not None:
+            _log.warn(f"ignoring {name}: fa-shim decides how the extension is built")
+    env["FLASH_ATTENTION_FORCE_BUILD"] = "TRUE"  # upstream's switch off its wheel download
+    env["BUILD_TARGET"] = "cuda"
+    env["PYTHONUNBUFFERED"] = "1"
+    # torch >= 2.12 puts ccache/sccache in front of the compiler on its own; fa-shim decides that
+    # (setting compiler-cache) inside its launcher, where the cache sees the real compiler.
+    env["TORCH_NO_COMPILER_WRAPPER"] = "1"
+    bin_dir = scratch / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    env["CXX"] = _launcher_script(
+        bin_dir / "cxx",
+        _plan.stats_file(scratch),
+        os.environ.get("CXX", "c++"),
+        tools.compiler_cache,
+    )
+    if tools.nvcc:
+        home = tools.nvcc.cuda_home
+        env["CUDA_HOME"] = str(home)
+        env["PATH"] = f"{home / 'bin'}{os.pathsep}{env.get('PATH', '')}"
+        real_nvcc = os.environ.get("PYTORCH_NVCC") or shlex.quote(str(tools.nvcc.path))
+        env["PYTORCH_NVCC"] = _launcher_script(
+            bin_dir / "nvcc", _plan.stats_file(scratch), real_nvcc, tools.compiler_cache
+        )
+        env.update(tools.archs.env)
+    if plan.fa3:
+        env.update(_fa3_build.environment(plan, tools.nvcc.cuda_home))
+    if tools.compiler_cache:
+        # every build has a fresh scratch path: hash paths relative to it, or nothing ever hits
+        env.setdefault("CCACHE_BASEDIR", str(scratch))
+        env.setdefault("CCACHE_NOHASHDIR", "true")
+        env.update(_sccache.defaults(env))  # as its server got them (see _sccache)
+    if jobs:
+        env["MAX_JOBS"] = str(jobs)
+    if tools.nvcc_threads:
+        env["NVCC_THREADS"] = str(tools.nvcc_threads)
+    return env
+
+
+def run_setup(
+    plan: Plan,
+    tools: Tools,
+    source: Path,
+    dist: Path,
+    mode: str,
+    log: Path,
+    jobs: int | None = None,
+) -> tuple[int, str, dict]:
+    """Run upstream setup.py bdist_wheel ("wheel") or stop once build.ninja exists ("prepare")."""
+    scratch = source.parent
+    spec_path = scratch / f"fa-shim-{mode}.json"
+    report_path = scratch / f"fa-shim-{mode}-report.json"
+    spec = {
+        "setup_dir": str(source),
+        "mode": mode,
+        "dist_dir": str(dist),
+        "report": str(report_path),
+        "abi": plan.torch.abi,
+        "cxx_std": plan.torch.cxx_std,
+        "extra_sys_path": plan.torch.extra_sys_path,
+        "exclude_sources": list(plan.tailoring.exclude_sources),
+        "defines": list(plan.tailoring.defines),
+        "heavy_sources_first": list(
+            _fa3_build.HEAVY_FIRST
+            if plan.fa3
+            else _releases.release(plan.sdist.version).naming.heavy_first
+        ),
+        "split_sources": {}
+        if plan.fa3
+        else _tu_parts.layout(source / _tu_parts.KERNEL_DIR, tools.tu_parts),
+    }
+    spec_path.write_text(json.dumps(spec))
+    _log.info(f"running upstream setup.py ({mode}); full log: {log}")
+    command = [sys.executable, str(DRIVER), str(spec_path)]
+    with _seal.sealed(command, environment(plan, tools, scratch, jobs)) as (command, env):
+        code, output = _runner.run_logged(command, source, env, log)
+    report = json.loads(report_path.read_text()) if report_path.is_file() else {}
+    return code, output, report
+
+
+def failure(code: int, report: dict, log: Path, output: str) -> FaShimError:
+    """The error for a failed upstream run; its excerpt comes from this run's output (the log
+    also holds earlier attempts, e.g. the one an out-of-memory kill ended)."""
+    if code == BLOCKED_EXIT:
+        return FaShimError(
+            f"upstream's build tried to reach the network ({report.get('blocked')}); fa-shim "
+            "forbids network access during the build so that no prebuilt binary can slip in.",
+            fix="report this: this flash-attn version has a download path fa-shim does not "
+            f"disable yet. Full log: {log}",
+        )
+    full = _failures.no_space_in(output)  # a full disk is not a compiler error
+    if full:
+        return full
+    return FaShimError(
+        f"the upstream build failed (exit status {code}).",
+        details=first_errors(output),
+        fix=f"read the full log: {log}",
+    )
+
+
+def first_errors(output: str, limit: int = 15) -> str:
+    """The first compiler error and the lines right after it, without the Python traceback."""
+    pattern = re.compile(
+        r"(error:|error\b.*:|FAILED:|fatal|Killed|killed by signal|"
+        r"undefined reference)",
+        re.IGNORECASE,
+    )
+    lines = output.splitlines()
+    start = next((i for i, line in enumerate(lines) if pattern.search(line)), None)
+    if start is None:
+        return "\n".join(lines[-limit:])
+    excerpt = []
+    for line in lines[start : start + limit]:
+        if line.startswith(("Traceback", "ninja: build stopped")):
+            break
+        excerpt.append(line)
+    return "\n".join(excerpt)

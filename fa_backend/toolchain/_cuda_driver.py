@@ -1,0 +1,46 @@
+"""The GPUs this process can see, asked of the CUDA driver (libcuda) directly.
+
+torch.cuda.get_device_capability asks the same driver, but importing torch and creating its CUDA
+state costs seconds per hook; cuInit plus two attributes per device cost milliseconds, need no
+torch on the path, and honour CUDA_VISIBLE_DEVICES the same way.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+
+from ..core import _log
+
+# CUdevice_attribute values from cuda.h (stable since CUDA 2.x)
+_COMPUTE_CAPABILITY_MAJOR = 75
+_COMPUTE_CAPABILITY_MINOR = 76
+
+
+@functools.cache
+def capabilities() -> tuple[tuple[int, int], ...]:
+    """(major, minor) of every visible GPU, in device order; () without a driver or a GPU."""
+    try:
+        cuda = ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return ()  # no NVIDIA driver: no GPU to build for
+    status = cuda.cuInit(0)
+    if status != 0:  # 100 = CUDA_ERROR_NO_DEVICE; anything else is worth a line in the log
+        if status != 100:
+            _log.info(f"the CUDA driver did not initialise (CUresult {status}); assuming no GPU")
+        return ()
+    count = ctypes.c_int()
+    if cuda.cuDeviceGetCount(ctypes.byref(count)) != 0:
+        return ()
+    caps = []
+    for ordinal in range(count.value):
+        device, major, minor = ctypes.c_int(), ctypes.c_int(), ctypes.c_int()
+        if (
+            cuda.cuDeviceGet(ctypes.byref(device), ordinal) == 0
+            and cuda.cuDeviceGetAttribute(ctypes.byref(major), _COMPUTE_CAPABILITY_MAJOR, device)
+            == 0
+            and cuda.cuDeviceGetAttribute(ctypes.byref(minor), _COMPUTE_CAPABILITY_MINOR, device)
+            == 0
+        ):
+            caps.append((major.value, minor.value))
+    return tuple(caps)

@@ -1,0 +1,139 @@
+"""How many compile jobs (ninja -j / MAX_JOBS) and nvcc threads (NVCC_THREADS) to run.
+
+Memory, not cores, is what kills flash-attn builds: one nvcc job compiling one kernel file for
+one architecture peaks at 4-6 GB (measured), and `nvcc --threads N` compiles up to N of a file's
+architectures at once, each adding to that job's peak (upstream's heuristic assumes ~9 GB per
+job at 4 threads). Threads beyond the number of architectures do nothing. Upstream's own default
+(cores/2 jobs, 4 threads, free memory / 9 GB) over-subscribes small machines with one arch and
+ignores container memory limits; `plan_jobs` sizes both from the cores and *available* memory.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ..core import _log
+
+if TYPE_CHECKING:
+    from ..settings._settings import Settings
+
+GIB = 1024**3
+JOB_BYTES_ONE_ARCH = 6 * GIB  # top of the measured 4-6 GB: an OOM costs more than a slower build
+JOB_BYTES_PER_EXTRA_ARCH = 1 * GIB  # 6 + 3 = 9 GB at 4 concurrent archs, upstream's figure
+CGROUP = Path("/sys/fs/cgroup")
+
+
+def job_bytes(concurrent_archs: int) -> int:
+    """Peak memory of one nvcc job compiling `concurrent_archs` architectures at once."""
+    return JOB_BYTES_ONE_ARCH + JOB_BYTES_PER_EXTRA_ARCH * (max(1, concurrent_archs) - 1)
+
+
+def plan_jobs(
+    cores: int,
+    available_bytes: int,
+    n_archs: int,
+    max_jobs_setting: int | None = None,
+    nvcc_threads_setting: int | None = None,
+    n_sources: int | None = None,
+) -> tuple[int, int]:
+    """(jobs, nvcc threads) that keep the most compilers busy within cores and memory.
+
+    A job with t threads runs min(t, n_archs) compilers. Of the choices that fit, take the one
+    with the most compilers running (at most one per core); on a tie the one with more jobs,
+    which also overlaps nvcc's serial host-side steps. Settings are taken as given; n_sources
+    (kernel files to compile) caps jobs, which makes threads worthwhile for small kernel sets.
+    """
+    cores, n_archs = max(1, cores), max(1, n_archs)
+    if max_jobs_setting and nvcc_threads_setting:
+        return max_jobs_setting, nvcc_threads_setting
+    source_cap = max(1, n_sources) if n_sources else math.inf
+    options = [nvcc_threads_setting] if nvcc_threads_setting else range(1, min(n_archs, cores) + 1)
+    best: tuple[tuple[int, int], int, int] | None = None
+    for threads in options:
+        per_job = min(threads, n_archs)
+        if max_jobs_setting:
+            jobs = max_jobs_setting
+            fits = jobs * job_bytes(per_job) <= available_bytes or per_job == 1
+            if not fits:
+                continue
+        else:
+            by_cores = cores // per_job
+            by_memory = available_bytes // job_bytes(per_job)
+            jobs = int(max(1, min(by_cores, by_memory, source_cap)))
+        busy = min(jobs * per_job, cores)
+        key = (busy, jobs)
+        if best is None or key > best[0]:
+            best = (key, jobs, threads)
+    assert best is not None
+    return best[1], best[2]
+
+
+# ------------------------------------------------------------------------------- the machine
+
+
+def _read(path: str | Path) -> str | None:
+    try:
+        return Path(path).read_text().strip()
+    except OSError:
+        return None
+
+
+def available_cores() -> int:
+    """Cores this process may use: its CPU affinity, capped by a cgroup v2 CPU quota."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cores = os.cpu_count() or 1
+    quota = _read("/sys/fs/cgroup/cpu.max")  # "max 100000" or "200000 100000"
+    if quota and not quota.startswith("max"):
+        limit, period = (int(x) for x in quota.split()[:2])
+        cores = min(cores, max(1, limit // period))
+    return max(1, cores)
+
+
+def available_memory() -> int:
+    """Memory a build can still take: MemAvailable, capped by the cgroup's limit minus its use
+    (inside a container the host's free memory is not ours to take)."""
+    try:
+        import psutil
+
+        available = int(psutil.virtual_memory().available)
+    except ImportError:
+        meminfo = _read("/proc/meminfo") or ""
+        line = next((x for x in meminfo.splitlines() if x.startswith("MemAvailable:")), None)
+        available = int(line.split()[1]) * 1024 if line else 8 * GIB
+    left = cgroup_memory_left()
+    if left is not None:
+        available = min(available, left)
+    return available
+
+
+def cgroup_memory_left(root: Path = CGROUP) -> int | None:
+    """What this cgroup's memory limit leaves (limit minus usage), or None without a limit:
+    cgroup v2 memory.max ("max": none) and memory.current, else cgroup v1's
+    memory/memory.limit_in_bytes (a number near 2**63: none) and memory.usage_in_bytes."""
+    for limit_file, usage_file in (
+        (root / "memory.max", root / "memory.current"),
+        (root / "memory" / "memory.limit_in_bytes", root / "memory" / "memory.usage_in_bytes"),
+    ):
+        limit, usage = _read(limit_file), _read(usage_file)
+        if limit and usage and limit.isdigit() and usage.isdigit() and int(limit) < 2**60:
+            return max(0, int(limit) - int(usage))
+    return None
+
+
+def env_for(settings: Settings, n_archs: int, n_sources: int | None = None) -> dict[str, str]:
+    """MAX_JOBS and NVCC_THREADS for the upstream build, logged with the reason."""
+    cores, memory = available_cores(), available_memory()
+    jobs, threads = plan_jobs(
+        cores, memory, n_archs, settings.max_jobs, settings.nvcc_threads, n_sources
+    )
+    _log.info(
+        f"{jobs} compile job(s) x {threads} nvcc thread(s) ({cores} cores, "
+        f"{memory / GIB:.1f} GiB available, {n_archs} architecture(s); "
+        "override with -C max-jobs / -C nvcc-threads)"
+    )
+    return {"MAX_JOBS": str(jobs), "NVCC_THREADS": str(threads)}

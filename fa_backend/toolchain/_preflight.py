@@ -1,0 +1,251 @@
+"""Toolchain preflight: before any kernel compiles, compile a tiny probe with the build's exact
+command lines (the cxx and the nvcc command torch wrote into build.ninja, only the source and
+object swapped) and read the objects: std::string must be mangled in torch's ABI and
+`__cplusplus` must be the standard fa-shim injected. A wrapper or flag variable that appends its
+own `-D_GLIBCXX_USE_CXX11_ABI=0` or `-std=` is refused in seconds, not after an hour of kernels.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+from ..core import _failures
+from ..core._errors import FaShimError
+from ..pipeline._compile_commands import ABI_DEFINE, Command
+from ..resources.launcher import PROBE_ENV, started_file
+from ..verify import _mangling
+
+PROBE = """\
+#include <string>
+#define FA_SHIM_STR2(x) #x
+#define FA_SHIM_STR(x) FA_SHIM_STR2(x)
+extern "C" const char fa_shim_probe_cplusplus[] =
+    "fa-shim-probe __cplusplus=" FA_SHIM_STR(__cplusplus);
+std::string fa_shim_probe_abi(const std::string &s) { return s + "x"; }
+"""
+NAME = "fa_shim_probe"
+CPLUSPLUS = {11: 201103, 14: 201402, 17: 201703, 20: 202002}
+# where a forced flag usually comes from, named in the fix when it carries one
+FLAG_VARIABLES = ("CXXFLAGS", "CFLAGS", "CPPFLAGS", "NVCC_APPEND_FLAGS", "NVCC_PREPEND_FLAGS")
+
+
+def _std(args) -> int | None:
+    stds = [m.group(1) for a in args for m in [re.fullmatch(r"--?std=(?:c|gnu)\+\+(\d+)", a)] if m]
+    return int(stds[-1]) if stds else None
+
+
+def read_object(obj: Path) -> tuple[int | None, int | None]:
+    """(std::string ABI of the probe function, __cplusplus) as compiled into obj."""
+    from elftools.elf.elffile import ELFFile  # a build requirement, checked after import
+
+    data = obj.read_bytes()
+    match = re.search(rb"fa-shim-probe __cplusplus=(\d+)", data)
+    abi = None
+    with obj.open("rb") as f:
+        symtab = ELFFile(f).get_section_by_name(".symtab")
+        for sym in symtab.iter_symbols() if symtab else ():
+            if "fa_shim_probe_abi" in sym.name:
+                abi = _mangling.string_abi(sym.name)
+    return abi, int(match.group(1)) if match else None
+
+
+def _swap(command: Command, source: Path, obj: Path) -> list[str]:
+    """The command with its source, object and dependency file replaced by the probe's."""
+    out = []
+    for i, arg in enumerate(command.args):
+        previous = command.args[i - 1] if i else ""
+        if previous == "-o":
+            out.append(str(obj))
+        elif previous in ("-MF", "--dependency-output"):
+            out.append(f"{obj}.d")
+        elif i and (arg == command.file or Path(arg).name == Path(command.file).name):
+            out.append(str(source))
+        else:
+            out.append(arg)
+    return out
+
+
+def host_compiler_of(command: Command) -> str:
+    """The compiler a command really runs: for cxx fa-shim's launcher runs CXX; nvcc hands host
+    code to -ccbin (or NVCC_CCBIN, else c++ on PATH)."""
+    if command.kind == "cxx":
+        return os.environ.get("CXX", "c++")
+    ccbin = command.values("-ccbin") or command.values("--compiler-bindir")
+    return ccbin[-1] if ccbin else os.environ.get("NVCC_CCBIN", "c++")
+
+
+def _run(argv: list[str], cwd: Path, env: dict | None) -> subprocess.CompletedProcess:
+    try:
+        return subprocess.run(
+            argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=600, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return subprocess.CompletedProcess(argv, 127, "", str(exc))
+
+
+def probe(command: Command, cwd: Path, work: Path, env: dict | None = None) -> dict:
+    """Compile the probe with this command line; what came out."""
+    suffix = ".cu" if command.kind == "nvcc" else ".cpp"
+    source, obj = work / f"{NAME}_{command.kind}{suffix}", work / f"{NAME}_{command.kind}.o"
+    source.write_text(PROBE)
+    argv = _swap(command, source, obj)
+    proc = _run(argv, cwd, env)
+    result = {
+        "kind": command.kind,
+        "compiler": host_compiler_of(command),
+        "argv": argv,
+        "wanted_abi": command.last_define(ABI_DEFINE),
+        "wanted_std": _std(command.args),
+        "abi": None,
+        "cplusplus": None,
+        "error": None,
+    }
+    if proc.returncode != 0 or not obj.is_file():
+        err = (proc.stderr or proc.stdout).strip().splitlines()
+        result["error"] = "\n".join(err[-15:]) or f"exit status {proc.returncode}"
+        return result
+    result["abi"], result["cplusplus"] = read_object(obj)
+    return result
+
+
+def problems(result: dict) -> list[str]:
+    """What the compiler forced over fa-shim's flags (empty when it obeyed them)."""
+    found = []
+    wanted_abi, wanted_std = result["wanted_abi"], result["wanted_std"]
+    if wanted_abi is not None and result["abi"] is not None and str(result["abi"]) != wanted_abi:
+        found.append(
+            f"_GLIBCXX_USE_CXX11_ABI={result['abi']} over fa-shim's {ABI_DEFINE}{wanted_abi} "
+            f"(std::string came out in the {'new' if result['abi'] else 'old'} ABI)"
+        )
+    expected = CPLUSPLUS.get(wanted_std or 0)
+    value = result["cplusplus"]
+    if wanted_std and value is not None:
+        wrong = value != expected if expected else value <= CPLUSPLUS[20]
+        if wrong:
+            found.append(f"__cplusplus={value} over fa-shim's -std=c++{wanted_std}")
+    return found
+
+
+def _alternative(result: dict, cwd: Path, work: Path, forcing: str) -> str | None:
+    """Another C++ compiler on PATH that passes the same probe here, to propose by name."""
+    if result["kind"] != "cxx":
+        return None
+    seen = {os.path.realpath(shutil.which(forcing) or forcing)}
+    for name in ("g++", "c++", "clang++"):
+        path = shutil.which(name)
+        if not path or os.path.realpath(path) in seen:
+            continue
+        seen.add(os.path.realpath(path))
+        args = [path, *result["argv"][1:]]
+        obj = Path(args[args.index("-o") + 1]) if "-o" in args else None
+        if obj is None or _run(args, cwd, None).returncode != 0:
+            continue
+        abi, cplusplus = read_object(obj)
+        if not problems({**result, "abi": abi, "cplusplus": cplusplus}):
+            return path
+    return None
+
+
+def refusal(result: dict, found: list[str], cwd: Path, work: Path) -> FaShimError:
+    compiler = result["compiler"]
+    who = (
+        f"the host compiler `{compiler}` (CXX)"
+        if result["kind"] == "cxx"
+        else f"nvcc's host compiler `{compiler}` (-ccbin / NVCC_CCBIN / c++ on PATH)"
+    )
+    variables = [
+        f"{v}={os.environ[v]!r}"
+        for v in FLAG_VARIABLES
+        if re.search(r"_GLIBCXX_USE_CXX11_ABI|-std=", os.environ.get(v, ""))
+    ]
+    other = _alternative(result, cwd, work, compiler.split()[0])
+    if variables:
+        way_out = f"remove the flag from {', '.join(variables)}"
+    elif other:
+        way_out = f"build with CXX={other}, which passes this probe here"
+    else:
+        way_out = (
+            f"use a compiler that does not append its own flags (`{compiler}` is likely a "
+            "wrapper script, e.g. devtoolset's: call the real compiler it runs instead)"
+        )
+    return FaShimError(
+        f"{who} overrides fa-shim's flags: a probe compiled with the build's own "
+        f"{result['kind']} command line got {'; '.join(found)}. A module built like this "
+        "fails to import against this torch; nothing was compiled yet.",
+        details=shlex.join(result["argv"]),
+        fix=f"{way_out}.",
+    )
+
+
+def check(
+    commands: list[Command], cwd: Path, env: dict | None = None, stats: Path | None = None
+) -> list[dict]:
+    """Probe one cxx and one nvcc command of the build; raise on a compiler that overrides.
+    `stats`: the launcher's record of compiled TUs, from which the probes are taken out again."""
+    try:
+        return _check(commands, cwd, env)
+    finally:
+        for record in (stats, started_file(stats)) if stats is not None else ():
+            if record.is_file():  # the probes are no translation units of the build
+                kept = [line for line in record.read_text().splitlines(True) if NAME not in line]
+                record.write_text("".join(kept))
+
+
+def _check(commands: list[Command], cwd: Path, env: dict | None) -> list[dict]:
+    results = []
+    env = {**(env if env is not None else os.environ), PROBE_ENV: "1"}  # past any compiler cache
+    with tempfile.TemporaryDirectory(prefix="fa-shim-preflight-") as tmp:
+        work = Path(tmp)
+        for kind in ("cxx", "nvcc"):
+            command = next((c for c in commands if c.kind == kind), None)
+            if command is None:
+                continue
+            result = probe(command, cwd, work, env)
+            results.append(result)
+            if result["error"]:
+                full = _failures.no_space_in(result["error"])  # the disk, not the compiler
+                if full:
+                    raise full
+                raise FaShimError(
+                    f"the build's {kind} command line cannot compile a probe of five lines "
+                    f"with `{result['compiler']}`; no kernel would compile either.",
+                    details=result["error"],
+                    fix="make that compiler work (its message is above); nothing was compiled.",
+                )
+            found = problems(result)
+            if found:
+                raise refusal(result, found, cwd, work)
+    return results
+
+
+def doctor_commands(torch, nvcc) -> list[Command]:
+    """What doctor probes without a build.ninja: the flags fa-shim injects, on CXX and nvcc."""
+    flags = [f"-std={torch.cxx_std}", f"{ABI_DEFINE}{torch.abi}"]
+    cxx = [*shlex.split(os.environ.get("CXX", "c++")), *flags, "-fPIC", "-c", "x.cpp", "-o", "x.o"]
+    commands = [Command("cxx", "x.cpp", tuple(cxx))]
+    if nvcc is not None:
+        ccbin = ["-ccbin", os.environ["NVCC_CCBIN"]] if os.environ.get("NVCC_CCBIN") else []
+        argv = [str(nvcc.path), *ccbin, *flags, "-Xcompiler", "-fPIC", "-c", "x.cu", "-o", "x.o"]
+        commands.append(Command("nvcc", "x.cu", tuple(argv)))
+    return commands
+
+
+def doctor(report, torch, nvcc) -> None:
+    """doctor's line: the same probe on what a build would run (one call from _doctor)."""
+    if torch is None:
+        return
+    try:
+        results = check(doctor_commands(torch, nvcc), Path.cwd())
+    except FaShimError as exc:
+        report.add("preflight", {"ok": False, "error": exc.cause}, "FAILED (see problems)")
+        report.problem("preflight", "error", exc.cause, exc.fix or "")
+        return
+    text = ", ".join(f"{r['kind']} abi={r['abi']} __cplusplus={r['cplusplus']}" for r in results)
+    report.add("preflight", {"ok": True, "results": json.loads(json.dumps(results))}, text)

@@ -1,0 +1,109 @@
+"""Under --no-build-isolation nobody installs [build-system] requires: check them ourselves, so
+a missing one is one readable error instead of an ImportError deep in a child process.
+
+The fix it prints must not break what is installed: `pip install 'setuptools>=70'` takes the
+newest setuptools, which torch 2.11 refuses (it requires setuptools<82), and pip only warns
+about that afterwards. So each requirement of the fix carries the specifiers that installed
+distributions (torch first of all) put on the same package, read from their metadata.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import sys
+from pathlib import Path
+
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.specifiers import SpecifierSet
+from packaging.utils import canonicalize_name
+
+from ..core._errors import FaShimError
+from ..resources import PYPROJECT
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+
+def requirements(pyproject: Path = PYPROJECT) -> list[Requirement]:
+    """fa-shim's build requirements that apply to this interpreter."""
+    with pyproject.open("rb") as f:
+        requires = tomllib.load(f)["build-system"]["requires"]
+    return [r for r in map(Requirement, requires) if not r.marker or r.marker.evaluate()]
+
+
+def _unmet(pyproject: Path) -> list[tuple[Requirement, str | None]]:
+    """(requirement, the version found or None) for each one this environment does not meet."""
+    problems: list[tuple[Requirement, str | None]] = []
+    for requirement in requirements(pyproject):
+        try:
+            found = importlib.metadata.version(requirement.name)
+        except importlib.metadata.PackageNotFoundError:
+            problems.append((requirement, None))
+            continue
+        if not requirement.specifier.contains(found, prereleases=True):
+            problems.append((requirement, found))
+    return problems
+
+
+def _describe(pairs: list[tuple[Requirement, str | None]]) -> list[str]:
+    return [f"{r} (found {found})" if found else str(r) for r, found in pairs]
+
+
+def unmet(pyproject: Path = PYPROJECT) -> list[str]:
+    """What the build would refuse to start without (the doctor asks the same function)."""
+    return _describe(_unmet(pyproject))
+
+
+def installed_constraints(name: str) -> list[tuple[str, SpecifierSet]]:
+    """(who, specifier) for every installed distribution that requires `name` with a version
+    constraint, e.g. ("torch 2.11.0", <82) for setuptools. Only this interpreter's environment is
+    read: with setting torch-python, that torch lives elsewhere and does not constrain it."""
+    wanted = canonicalize_name(name)
+    found = []
+    seen = set()
+    for dist in importlib.metadata.distributions():
+        name = canonicalize_name(dist.metadata["Name"] or "")
+        if name in seen:  # shadowed by one earlier on sys.path: not the installed one
+            continue
+        seen.add(name)
+        who = f"{dist.metadata['Name']} {dist.version}"
+        for text in dist.requires or []:
+            try:
+                requirement = Requirement(text)
+            except InvalidRequirement:
+                continue
+            if canonicalize_name(requirement.name) != wanted or not requirement.specifier:
+                continue
+            if requirement.marker and not requirement.marker.evaluate({"extra": ""}):
+                continue
+            found.append((who, requirement.specifier))
+    return sorted(found, key=lambda c: (not c[0].lower().startswith("torch "), c[0]))
+
+
+def fix_requirement(requirement: Requirement) -> tuple[str, list[str]]:
+    """The requirement to install: fa-shim's specifier intersected with the installed
+    distributions' (packaging does the intersection; pip reports it if nothing satisfies it)."""
+    specifier = SpecifierSet(str(requirement.specifier))
+    why = []
+    for who, other in installed_constraints(requirement.name):
+        specifier &= other
+        why.append(f"{requirement.name}{other} from {who}")
+    return f"{requirement.name}{specifier}", why
+
+
+def check(pyproject: Path = PYPROJECT) -> None:
+    pairs = _unmet(pyproject)
+    if pairs:
+        problems = _describe(pairs)
+        fixes = [fix_requirement(r) for r, _ in pairs]
+        quoted = " ".join(f"'{text}'" for text, _ in fixes)
+        respected = [w for _, why in fixes for w in why]
+        raise FaShimError(
+            f"fa-shim's build requirements are missing from {sys.executable}'s environment: "
+            + ", ".join(problems)
+            + " (with --no-build-isolation nothing installs them).",
+            fix=f"{sys.executable} -m pip install {quoted}"
+            + (f" (keeps {', '.join(respected)})" if respected else ""),
+        )

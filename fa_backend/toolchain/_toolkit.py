@@ -1,0 +1,397 @@
+"""Which nvcc a build uses, the machine's or one provisioned from the package index.
+
+Setting `cuda-toolkit`: `auto` uses a system nvcc that fits torch (the rules of
+_compilers.choose_nvcc) and provisions one only when none does; `system` never provisions;
+`index` always does.
+
+Provisioning installs NVIDIA's compiler wheels for torch's CUDA major.minor, the highest patch of
+each on the user's index (read with fa-shim's own index client: pip's configuration and
+credentials, each file checked against the sha256 the index lists for it):
+
+- nvidia-cuda-nvcc: bin/nvcc, cudafe++, ptxas, nvlink, fatbinary, nvcc.profile;
+- nvidia-nvvm: cicc and libdevice (nvcc's front end);
+- nvidia-cuda-crt: include/crt, which nvcc includes into every translation unit;
+- nvidia-cuda-runtime: cuda_runtime.h & co. and libcudart, which torch's extensions link;
+- nvidia-cuda-cccl: include/cccl (CUB, Thrust, libcu++), which nvcc.profile puts on the include
+  path and torch's and CUTLASS's headers use.
+
+That is the `nvcc` and `cccl` extras of NVIDIA's `cuda-toolkit` metapackage. flash-attn includes
+no cuBLAS/cuSPARSE header, so nothing else is needed (a real 2.8.3 build proves it: see
+tests/test_toolkit_build.py). The wheels of CUDA 13 put everything under nvidia/cu13/, itself a
+CUDA_HOME layout (bin/, include/, lib/, nvvm/); fa-shim copies that tree into
+<cache-dir>/toolkits/<major.minor>/ and adds what torch's cpp_extension and the linker look for:
+lib64 -> lib and libcudart.so -> libcudart.so.<major>. The directory is assembled beside its final
+name under a lock and renamed into place only once nvcc in it reports the right version, so a
+build sees a whole toolkit or none; files honour the umask. Later builds reuse it without asking
+the index (the key is the major.minor: a newer patch on the index is not fetched again).
+
+CUDA 12 has no compiler on the index: `nvidia-cuda-nvcc-cu12` wheels carry ptxas and headers but
+no bin/nvcc (checked: 12.8.93), so for CUDA 12 torches the error names the toolkit to install.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import io
+import json
+import os
+import shutil
+import tempfile
+import time
+import urllib.parse
+import zipfile
+from pathlib import Path
+
+from packaging import tags
+from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
+from packaging.version import Version
+
+from ..core import _log
+from ..core._errors import FaShimError
+from ..sources import _index
+from . import _compilers
+from ._torch import TorchInfo
+
+MODES = ("auto", "system", "index")
+COMPONENTS = (
+    "nvidia-cuda-nvcc",
+    "nvidia-nvvm",
+    "nvidia-cuda-crt",
+    "nvidia-cuda-runtime",
+    "nvidia-cuda-cccl",
+)
+FIRST_MAJOR = 13  # the first CUDA whose compiler wheels carry bin/nvcc
+MANIFEST = "fa-shim-toolkit.json"  # written last: a toolkit directory without it is not one
+ORIGIN = "cuda-toolkit from the package index"
+
+
+def mode(setting: str) -> str:
+    word = str(setting).strip().lower()
+    if word not in MODES:
+        raise FaShimError(
+            f"setting cuda-toolkit is {setting!r}, expected one of {', '.join(MODES)}.",
+            fix="pass -C cuda-toolkit=auto (the default), system or index.",
+        )
+    return word
+
+
+def release(torch: TorchInfo) -> str:
+    """The CUDA major.minor a provisioned toolkit has: torch's."""
+    version = Version(torch.cuda)
+    return f"{version.major}.{version.minor}"
+
+
+def home(cache_dir: Path, cuda: str) -> Path:
+    return cache_dir / "toolkits" / cuda
+
+
+def installed(cache_dir: Path, cuda: str) -> dict | None:
+    """The manifest of a complete provisioned toolkit for that CUDA, or None."""
+    root = home(cache_dir, cuda)
+    try:
+        manifest = json.loads((root / MANIFEST).read_text())
+    except (OSError, ValueError):
+        return None
+    nvcc = root / "bin" / "nvcc"
+    return manifest if os.access(nvcc, os.X_OK) else None
+
+
+def nvcc_of(cache_dir: Path, cuda: str) -> _compilers.Nvcc:
+    nvcc = home(cache_dir, cuda) / "bin" / "nvcc"
+    return _compilers.Nvcc(nvcc, _compilers.nvcc_version(nvcc), ORIGIN)
+
+
+def _no_compiler_on_index(torch: TorchInfo, found: str = "") -> FaShimError:
+    cuda = torch.cuda
+    return FaShimError(
+        f"torch {torch.version} is built with CUDA {cuda}, and {found or 'no nvcc fits it'}; "
+        f"fa-shim cannot bring one: the package index has no CUDA {torch.cuda_major} compiler "
+        f"(the nvidia-cuda-nvcc-cu{torch.cuda_major} wheels carry ptxas and headers but no "
+        "bin/nvcc; fa-shim provisions nvcc for CUDA 13 and later torches only).",
+        fix=f"install the CUDA toolkit {cuda} (any {torch.cuda_major}.x from {cuda} on works): "
+        f"NVIDIA's installer or your distribution's package (e.g. `cuda-toolkit-"
+        f"{cuda.replace('.', '-')}` from NVIDIA's apt/dnf repository), `conda install -c "
+        f"nvidia cuda-toolkit={cuda}`, or a CUDA {cuda} devel container image; then set "
+        f"CUDA_HOME=/usr/local/cuda-{cuda} or pass -C nvcc=/path/to/nvcc. Or install a torch "
+        f"built for CUDA {FIRST_MAJOR} or later.",
+    )
+
+
+def _named(settings) -> bool:
+    """An nvcc the user named (setting nvcc, CUDA_HOME, CUDA_PATH) is binding: auto never
+    replaces it with a provisioned one (_compilers.choose_nvcc's rule)."""
+    return bool(settings.nvcc or os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH"))
+
+
+@dataclasses.dataclass(frozen=True)
+class Decision:
+    """What a build would use: a system nvcc, or the toolkit provisioned (or to provision)
+    for `cuda`; `error` when neither is possible."""
+
+    nvcc: _compilers.Nvcc | None = None
+    provision: str | None = None  # the CUDA major.minor to provision (or reuse)
+    error: FaShimError | None = None
+
+
+def decide(torch: TorchInfo, settings) -> Decision:
+    """The choice, made without downloading anything (doctor asks this too)."""
+    how = mode(settings.cuda_toolkit)
+    if not torch.cuda:
+        try:
+            _compilers.choose_nvcc(torch, settings.nvcc)  # its CPU-torch error
+        except FaShimError as exc:
+            return Decision(error=exc)
+    if how == "system" or (how == "auto" and _named(settings)):
+        try:
+            return Decision(nvcc=_compilers.choose_nvcc(torch, settings.nvcc))
+        except FaShimError as exc:
+            return Decision(error=exc)
+    if how == "auto":
+        fits = [
+            n for n in _compilers.find_nvccs() if n.version and n.version.major == torch.cuda_major
+        ]
+        if fits:
+            return Decision(nvcc=_compilers.choose_nvcc(torch, None))
+    if torch.cuda_major < FIRST_MAJOR:
+        found = (
+            "-C cuda-toolkit=index asks for one from the package index"
+            if how == "index"
+            else "no nvcc on this machine has its major"
+        )
+        return Decision(error=_no_compiler_on_index(torch, found))
+    return Decision(provision=release(torch))
+
+
+def choose(torch: TorchInfo, settings) -> _compilers.Nvcc:
+    """The nvcc of this build, provisioning a toolkit when the decision says so."""
+    decision = decide(torch, settings)
+    if decision.error is not None:
+        raise decision.error
+    if decision.nvcc is not None:
+        return decision.nvcc
+    cuda = decision.provision
+    if mode(settings.cuda_toolkit) == "auto":
+        _log.info(f"no nvcc on this machine fits torch {torch.version} (CUDA {torch.cuda})")
+    provision(settings.resolved_cache_dir, cuda, settings.offline)
+    return nvcc_of(settings.resolved_cache_dir, cuda)
+
+
+# ------------------------------------------------------------------------------ provisioning
+
+
+@dataclasses.dataclass(frozen=True)
+class Wheel:
+    project: str
+    version: Version
+    url: str
+    sha256: str | None
+
+    @property
+    def filename(self) -> str:
+        return urllib.parse.unquote(self.url.rsplit("/", 1)[-1])
+
+
+def provision(cache_dir: Path, cuda: str, offline: bool = False) -> Path:
+    """<cache_dir>/toolkits/<cuda>, provisioned now unless a complete one is there."""
+    root = home(cache_dir, cuda)
+    if installed(cache_dir, cuda):
+        _log.info(f"using the CUDA {cuda} toolkit provisioned before at {root}")
+        return root
+    if offline:
+        raise FaShimError(
+            f"no CUDA {cuda} compiler here, and setting offline forbids provisioning one from "
+            "the package index.",
+            fix="run once without -C offline (the toolkit is kept for later builds), or "
+            f"install the CUDA toolkit {cuda} and pass -C cuda-toolkit=system.",
+        )
+    root.parent.mkdir(parents=True, exist_ok=True)
+    from filelock import FileLock, Timeout  # a build requirement, checked by _requirements
+
+    root.parent.mkdir(parents=True, exist_ok=True)
+    lock = FileLock(str(root.parent / f".{cuda}.lock"))
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        _log.info(f"another build is provisioning CUDA {cuda} ({lock.lock_file}); waiting")
+        lock.acquire()
+    try:
+        if installed(cache_dir, cuda):  # the other build finished it
+            return root
+        for leftover in root.parent.glob(f".{cuda}-*.part"):  # a killed run's (we hold the lock)
+            shutil.rmtree(leftover, ignore_errors=True)
+        _assemble(root, cuda)
+    finally:
+        lock.release()
+    return root
+
+
+def find_wheels(cuda: str) -> tuple[list[Wheel], dict, dict]:
+    """The highest CUDA <cuda>.* wheel of each component this interpreter can install."""
+    config = _index.pip_config()
+    urls, auth = _index.indexes(config)
+    want = Version(cuda).release[:2]
+    supported = set(tags.sys_tags())
+    chosen: list[Wheel] = []
+    failures: list[str] = []
+    for project in COMPONENTS:
+        best: Wheel | None = None
+        for index in urls:
+            try:
+                files = _index.project_files(index, project, config, auth)
+            except _index.FETCH_ERRORS as exc:
+                failures.append(f"{_index.redact(index)}: {getattr(exc, 'reason', exc)}")
+                continue
+            for url, sha in files:
+                filename = urllib.parse.unquote(url.rsplit("/", 1)[-1])
+                try:
+                    name, version, _, wheel_tags = parse_wheel_filename(filename)
+                except InvalidWheelFilename:
+                    continue
+                if (
+                    name != canonicalize_name(project)
+                    or version.release[:2] != want
+                    or version.is_prerelease
+                    or not wheel_tags & supported
+                ):
+                    continue
+                if best is None or version > best.version:
+                    best = Wheel(project, version, url, sha)
+        if best is None:
+            raise FaShimError(
+                f"the package index has no {project} {cuda}.* wheel for this machine, so "
+                f"fa-shim cannot provision a CUDA {cuda} compiler.",
+                details="indexes asked: "
+                + (", ".join(_index.redact(u) for u in urls) or "none (pip no-index)")
+                + ("\n" + "\n".join(failures) if failures else ""),
+                fix=f"point pip's index-url at an index that mirrors NVIDIA's CUDA {cuda} "
+                f"wheels (PyPI does), or install the CUDA toolkit {cuda} and pass "
+                "-C cuda-toolkit=system.",
+            )
+        if not best.sha256:
+            raise FaShimError(
+                f"the index lists {best.filename} without a sha256, so fa-shim cannot check "
+                "what it would download.",
+                fix="use an index that publishes hashes (PEP 503 #sha256= or PEP 691), or "
+                f"install the CUDA toolkit {cuda} and pass -C cuda-toolkit=system.",
+            )
+        chosen.append(best)
+    return chosen, config, auth
+
+
+def _umask() -> int:
+    current = os.umask(0)
+    os.umask(current)
+    return current
+
+
+def _extract(data: bytes, dest: Path) -> int:
+    """The wheel's nvidia/<tree>/ files into dest, modes from the wheel less the umask."""
+    count = 0
+    with zipfile.ZipFile(io.BytesIO(data)) as zf:
+        for info in zf.infolist():
+            parts = info.filename.split("/")
+            if info.is_dir() or len(parts) < 3 or parts[0] != "nvidia":
+                continue  # .dist-info, the namespace __init__.py
+            rel = parts[2:]
+            if rel[0] == ".metadata":  # NVIDIA's build records, the same name in every wheel
+                continue
+            if any(p in ("", ".", "..") for p in rel):
+                raise FaShimError(
+                    f"the wheel holds an unsafe path {info.filename!r}.",
+                    fix="check the package index: this is not an NVIDIA wheel.",
+                )
+            target = dest.joinpath(*rel)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            mode = 0o777 if (info.external_attr >> 16) & 0o111 else 0o666
+            target.unlink(missing_ok=True)
+            fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)  # umask applies
+            with os.fdopen(fd, "wb") as out, zf.open(info) as src:
+                shutil.copyfileobj(src, out)
+            count += 1
+    return count
+
+
+def _assemble(root: Path, cuda: str) -> None:
+    started = time.monotonic()
+    wheels, config, auth = find_wheels(cuda)
+    _log.info(
+        f"provisioning a CUDA {cuda} compiler from the package index into {root}: "
+        + ", ".join(f"{w.project} {w.version}" for w in wheels)
+    )
+    tmp = Path(tempfile.mkdtemp(prefix=f".{cuda}-", suffix=".part", dir=root.parent))
+    try:
+        tmp.chmod(0o777 & ~_umask())  # mkdtemp makes it private; the toolkit is shared
+        records = []
+        for wheel in wheels:
+            try:
+                data = _index.fetch(wheel.url, config, auth)
+            except _index.FETCH_ERRORS as exc:
+                raise FaShimError(
+                    f"downloading {_index.redact(wheel.url)} failed: "
+                    f"{getattr(exc, 'reason', exc)}.",
+                    fix="check the network and pip's index/proxy/cert settings, or install "
+                    f"the CUDA toolkit {cuda} and pass -C cuda-toolkit=system.",
+                ) from None
+            digest = hashlib.sha256(data).hexdigest()
+            if digest != wheel.sha256:
+                raise FaShimError(
+                    f"{_index.redact(wheel.url)} has sha256 {digest}, the index lists "
+                    f"{wheel.sha256}: the download is corrupt or was tampered with; nothing "
+                    "was installed.",
+                    fix="run the build again; if it persists, check the index or proxy.",
+                )
+            files = _extract(data, tmp)
+            records.append(
+                {
+                    "project": wheel.project,
+                    "version": str(wheel.version),
+                    "file": wheel.filename,
+                    "sha256": digest,
+                    "bytes": len(data),
+                    "files": files,
+                }
+            )
+        _finish_layout(tmp, cuda)
+        nvcc = tmp / "bin" / "nvcc"
+        found = _compilers.nvcc_version(nvcc)
+        if found is None or f"{found.major}.{found.minor}" != cuda:
+            raise FaShimError(
+                f"the provisioned nvcc reports CUDA {found or 'nothing'} (expected {cuda}).",
+                fix="report this; meanwhile install the CUDA toolkit and pass "
+                "-C cuda-toolkit=system.",
+            )
+        manifest = {
+            "cuda": cuda,
+            "nvcc": _compilers.nvcc_build(nvcc),
+            "wheels": records,
+            "provisioned": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        }
+        (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
+        if root.exists():  # without a manifest: what a killed run or a manual edit left
+            shutil.rmtree(root)
+        os.replace(tmp, root)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    _log.info(f"provisioned CUDA {cuda} ({manifest['nvcc']}) in {time.monotonic() - started:.0f} s")
+
+
+def _finish_layout(tree: Path, cuda: str) -> None:
+    """What torch's cpp_extension and the linker look for, beyond the wheels' own layout."""
+    lib = tree / "lib"
+    if lib.is_dir() and not (tree / "lib64").exists():
+        (tree / "lib64").symlink_to("lib")  # cpp_extension links -L$CUDA_HOME/lib64
+    major = Version(cuda).major
+    if (lib / f"libcudart.so.{major}").exists() and not (lib / "libcudart.so").exists():
+        (lib / "libcudart.so").symlink_to(f"libcudart.so.{major}")  # for -lcudart
+
+
+def manifest_of(nvcc: _compilers.Nvcc) -> dict | None:
+    """For the provenance: the wheels a provisioned nvcc came from (None for a system one)."""
+    if nvcc.origin != ORIGIN:
+        return None
+    try:
+        return json.loads((nvcc.path.parent.parent / MANIFEST).read_text())
+    except (OSError, ValueError):
+        return None

@@ -1,0 +1,362 @@
+"""verify's checks, each a pure function of what was read (the target, its ELF modules, torch's
+exports, the GPUs) returning one Check with its fix:
+
+- tags: the wheel's tags against this interpreter (a py3-none-any flash-attn has no kernels);
+- module: flash_attn_2_cuda*.so is there, with an extension suffix this interpreter imports;
+- symbols: every undefined dynamic symbol the module takes from torch is exported by torch's
+  libraries, the way the dynamic linker will look for it (their GNU hash tables);
+- abi: the std::string ABI the module's references to torch use, against torch's
+  _GLIBCXX_USE_CXX11_ABI (the usual reason for the symbols check failing);
+- cuda runtime: the libcudart.so.N the module needs, against torch's CUDA major;
+- provenance: fa-shim's fa_shim_provenance.json (if any) against torch's version, CUDA, ABI;
+- cuda archs: the SASS/PTX in the module's .nv_fatbin against the archs the build meant to
+  compile and the capability of each visible GPU.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.machinery
+import re
+import sys
+
+from packaging import tags
+from packaging.version import InvalidVersion, Version
+
+from ..resources import CHECKOUT
+from ..resources.runtime_guard import PROVENANCE
+from ..toolchain._archs import MIN_ARCH
+from ..toolchain._torch import TorchInfo
+from ._elf import TORCH_LIBS, ElfModule, TorchExports
+from ._mangling import demangle, is_torch_symbol, string_abi
+from ._report import FAIL, PASS, SKIP, Check, plural
+from ._targets import Target
+
+
+def _fa_shim_source() -> str:
+    """This fa-shim checkout when fa_backend runs from one, else a placeholder."""
+    root = CHECKOUT
+    pyproject = root / "pyproject.toml"
+    if pyproject.is_file() and 'build-backend = "fa_backend"' in pyproject.read_text("utf-8"):
+        return str(root)
+    return "/path/to/fa-shim"
+
+
+REBUILD = (
+    f"{sys.executable} -m pip install --no-build-isolation --no-deps --force-reinstall "
+    + _fa_shim_source()
+)
+_LIST_LIMIT = 15
+
+
+@dataclasses.dataclass(frozen=True)
+class Gpu:
+    index: int
+    name: str
+    capability: tuple[int, int]
+
+    @property
+    def sm(self) -> int:
+        return self.capability[0] * 10 + self.capability[1]
+
+
+def _verb(count: int, singular: str, many: str) -> str:
+    return singular if count == 1 else many
+
+
+def _python_tag() -> str:
+    return f"{tags.interpreter_name()}{tags.interpreter_version()}"
+
+
+def check_tags(target: Target) -> Check:
+    f = target.flavour
+    if target.tags is None:
+        return Check("tags", SKIP, "a bare module carries no wheel tags")
+    shown = ", ".join(sorted(str(t) for t in target.tags))
+    pure = all(t.abi == "none" and t.platform == "any" for t in target.tags)
+    if pure:
+        return Check(
+            "tags",
+            FAIL,
+            f"{shown} is a pure-Python wheel tag: this {f.dist} carries no compiled "
+            f"{f.module} module for this interpreter (upstream builds one like this when "
+            f"FLASH_ATTENTION_SKIP_CUDA_BUILD=TRUE is set), so `import {f.package}` fails "
+            f"with \"No module named '{f.module}'\".",
+            fix=f"build it against your torch: `{REBUILD}`.",
+        )
+    supported = set(tags.sys_tags())
+    if target.tags & supported:
+        best = next(t for t in tags.sys_tags() if t in target.tags)
+        return Check("tags", PASS, f"{best} is supported by this interpreter ({_python_tag()})")
+    ours = next(iter(tags.sys_tags()))
+    interpreters = sorted({t.interpreter for t in target.tags})
+    platforms = sorted({t.platform for t in target.tags})
+    reasons = []
+    if ours.interpreter not in interpreters and not any(
+        t.interpreter.startswith("py") for t in target.tags
+    ):
+        reasons.append(
+            f"it was built for {', '.join(interpreters)}, this interpreter is {ours.interpreter}"
+        )
+    if not any(
+        t.platform == "any" or t.platform in {s.platform for s in supported} for t in target.tags
+    ):
+        reasons.append(f"it was built for {', '.join(platforms)}, this machine is {ours.platform}")
+    reason = "; ".join(reasons) or "no tag matches this interpreter"
+    return Check(
+        "tags",
+        FAIL,
+        f"{shown} cannot be installed here: {reason}.",
+        fix=f"build flash-attn with the interpreter you run ({sys.executable}): `{REBUILD}`.",
+    )
+
+
+def check_module(target: Target) -> Check:
+    f = target.flavour
+    module = f.module_path
+    if not target.modules:
+        return Check(
+            "module",
+            FAIL,
+            f"no {module}*.so: `import {f.package}` fails with \"No module named '{f.module}'\".",
+            fix=f"build the extension against your torch: `{REBUILD}`.",
+        )
+    suffixes = importlib.machinery.EXTENSION_SUFFIXES
+    names = ", ".join(n for n, _ in target.modules)
+    if target.kind == "module" and not all(n.startswith(module + ".") for n, _ in target.modules):
+        return Check("module", PASS, f"{names} (a bare file: its import name is not checked)")
+    wrong = [n for n, _ in target.modules if not any(n == module + s for s in suffixes)]
+    if wrong:
+        return Check(
+            "module",
+            FAIL,
+            f"{', '.join(wrong)} cannot be imported by this interpreter (it imports "
+            f"{', '.join(module + s for s in suffixes[:2])}).",
+            fix=f"build with the interpreter you run ({sys.executable}): `{REBUILD}`.",
+        )
+    return Check("module", PASS, names)
+
+
+def _abi_name(abi: int) -> str:
+    return "the new C++ ABI" if abi else "the old C++ ABI"
+
+
+def check_symbols(
+    modules: list[ElfModule], torch: TorchInfo, exports: TorchExports
+) -> tuple[Check, Check]:
+    refs = sorted({s for m in modules for s in m.undefined if is_torch_symbol(s)})
+    abis = {s: string_abi(s) for s in refs}
+    new = [s for s in refs if abis[s] == 1]
+    old = [s for s in refs if abis[s] == 0]
+    built_abi = 1 if new and not old else 0 if old and not new else None
+    rebuild = (
+        f"rebuild flash-attn against this torch: `{REBUILD}` (fa-shim compiles with torch's ABI)"
+    )
+
+    # The ABI of the references, compared with torch's.
+    if built_abi is None and not (new or old):
+        abi_check = Check(
+            "abi", SKIP, "no reference to torch passes std::string: the ABI is not visible"
+        )
+    elif built_abi is None:
+        abi_check = Check(
+            "abi",
+            FAIL,
+            f"the module mixes both std::string ABIs in its references to torch ({len(new)} new, "
+            f"{len(old)} old): parts were compiled with different _GLIBCXX_USE_CXX11_ABI values.",
+            fix=rebuild + ".",
+        )
+    elif built_abi != torch.abi:
+        sample = demangle((old or new)[:3])
+        abi_check = Check(
+            "abi",
+            FAIL,
+            f"built for {_abi_name(built_abi)} (_GLIBCXX_USE_CXX11_ABI={built_abi}), torch uses "
+            f"{'the new one' if torch.abi else 'the old one'} "
+            f"(_GLIBCXX_USE_CXX11_ABI={torch.abi}): "
+            f"{plural(len(old or new), 'reference')} to torch "
+            f"{_verb(len(old or new), 'passes', 'pass')} std::string in {_abi_name(built_abi)}, "
+            "e.g.",
+            details=[sample[s] for s in (old or new)[:3]],
+            fix=rebuild
+            + f"; building by hand, compile with -D_GLIBCXX_USE_CXX11_ABI={torch.abi} (a host "
+            "compiler that defaults to the old ABI, e.g. RHEL devtoolset g++, needs it spelled "
+            "out).",
+        )
+    else:
+        abi_check = Check(
+            "abi",
+            PASS,
+            f"{plural(len(new or old), 'reference')} to torch "
+            f"{_verb(len(new or old), 'passes', 'pass')} std::string in {_abi_name(built_abi)}, "
+            f"as torch does (_GLIBCXX_USE_CXX11_ABI={torch.abi})",
+        )
+
+    # Every torch reference resolves.
+    if not exports.libs:
+        return (
+            Check(
+                "symbols",
+                FAIL,
+                f"{torch.lib_dir} holds none of {', '.join(TORCH_LIBS)}: not a torch install.",
+                fix="point verify at the environment torch is installed in (--python).",
+            ),
+            abi_check,
+        )
+    unresolved = [s for s in refs if exports.provider(s) is None]
+    if not unresolved:
+        return (
+            Check(
+                "symbols",
+                PASS,
+                f"{'the' if len(refs) == 1 else 'all'} {plural(len(refs), 'symbol')} the module "
+                f"takes from torch {_verb(len(refs), 'is', 'are')} exported by "
+                f"{', '.join(exports.libs)}",
+            ),
+            abi_check,
+        )
+    readable = demangle(unresolved)
+    shown = [readable[s] for s in unresolved[:_LIST_LIMIT]]
+    if len(unresolved) > _LIST_LIMIT:
+        shown.append(f"... and {len(unresolved) - _LIST_LIMIT} more")
+    cause = "the module was compiled against a different torch"
+    if abi_check.status == FAIL:
+        cause = abi_check.summary.split(":")[0]
+    return (
+        Check(
+            "symbols",
+            FAIL,
+            f"{len(unresolved)} of the {plural(len(refs), 'symbol')} the module takes from torch "
+            f"{_verb(len(unresolved), 'is', 'are')} not exported by torch {torch.version} "
+            f"({cause}); importing it fails with 'undefined symbol':",
+            details=shown,
+            fix=rebuild + ".",
+        ),
+        abi_check,
+    )
+
+
+def check_cuda_runtime(modules: list[ElfModule], torch: TorchInfo) -> Check:
+    needed = sorted({n for m in modules for n in m.needed if n.startswith("libcudart.so")})
+    if not needed:
+        return Check("cuda runtime", SKIP, "the module does not link the CUDA runtime")
+    majors = {int(m.group(1)) for n in needed for m in [re.match(r"libcudart\.so\.(\d+)", n)] if m}
+    if torch.cuda is None:
+        return Check(
+            "cuda runtime",
+            FAIL,
+            f"the module needs {', '.join(needed)}, but torch {torch.version} is a CPU-only build.",
+            fix="install the CUDA build of torch this flash-attn was built for, or rebuild "
+            f"flash-attn against the torch you have: `{REBUILD}`.",
+        )
+    if majors and majors != {torch.cuda_major}:
+        return Check(
+            "cuda runtime",
+            FAIL,
+            f"the module needs {', '.join(needed)} (CUDA {'/'.join(map(str, sorted(majors)))}), "
+            f"torch {torch.version} uses CUDA {torch.cuda}.",
+            fix=f"rebuild flash-attn against this torch: `{REBUILD}`.",
+        )
+    return Check("cuda runtime", PASS, f"{', '.join(needed)} matches torch's CUDA {torch.cuda}")
+
+
+def _public(version: str) -> str:
+    try:
+        return Version(version).public
+    except InvalidVersion:
+        return version
+
+
+def check_provenance(target: Target, torch: TorchInfo) -> Check:
+    if target.provenance_error:
+        return Check(
+            "provenance",
+            FAIL,
+            target.provenance_error,
+            fix=f"the wheel is damaged: rebuild it (`{REBUILD}`).",
+        )
+    if target.provenance is None:
+        return Check(
+            "provenance",
+            SKIP,
+            f"no {PROVENANCE} (not built by fa-shim): checked by its symbols only",
+        )
+    built = target.provenance.get("torch") or {}
+    differences = []
+    if _public(str(built.get("version"))) != _public(torch.version):
+        differences.append(f"torch {built.get('version')} (installed: {torch.version})")
+    built_cuda = built.get("cuda")
+    built_major = Version(built_cuda).major if built_cuda else None
+    if built_major != torch.cuda_major:
+        differences.append(f"CUDA {built_cuda or 'none'} (installed torch: {torch.cuda or 'none'})")
+    if built.get("cxx11_abi") is not None and int(built["cxx11_abi"]) != torch.abi:
+        differences.append(
+            f"_GLIBCXX_USE_CXX11_ABI={int(built['cxx11_abi'])} (installed torch: {torch.abi})"
+        )
+    described = (
+        f"torch {built.get('version')}, CUDA {built_cuda or 'none'}, "
+        f"_GLIBCXX_USE_CXX11_ABI={built.get('cxx11_abi')}"
+    )
+    if differences:
+        return Check(
+            "provenance",
+            FAIL,
+            f"fa-shim built this for {described}; it differs in: " + "; ".join(differences),
+            fix=f"rebuild flash-attn against the installed torch: `{REBUILD}`.",
+        )
+    return Check("provenance", PASS, f"built by fa-shim for {described}")
+
+
+def _arch_hint(gpus: list[Gpu]) -> str:
+    archs = ";".join(sorted({str(g.sm) for g in gpus}))
+    return f"rebuild with the GPU's architecture: `{REBUILD} -C cuda-archs={archs}`."
+
+
+def check_archs(
+    modules: list[ElfModule], target: Target, torch: TorchInfo, gpus: list[Gpu] | None
+) -> Check:
+    codes = sorted({c for m in modules for c in m.cuda or []})
+    meant = [str(a) for a in (target.provenance or {}).get("cuda_archs") or []]
+    if not codes:
+        if meant:
+            return Check(
+                "cuda archs",
+                FAIL,
+                f"the build meant to compile sm_{', sm_'.join(meant)}, but the module embeds no "
+                "CUDA device code.",
+                fix=f"rebuild: `{REBUILD}`.",
+            )
+        return Check("cuda archs", SKIP, "the module embeds no CUDA device code (.nv_fatbin)")
+    shown = ", ".join(str(c) for c in codes)
+    sass = {f"{c.arch}{c.variant}" for c in codes if not c.ptx}
+    missing = [a for a in meant if a not in sass]
+    if missing:
+        return Check(
+            "cuda archs",
+            FAIL,
+            f"the build meant to compile sm_{', sm_'.join(meant)}, the module embeds {shown}: "
+            f"sm_{', sm_'.join(missing)} missing.",
+            fix=f"rebuild: `{REBUILD}`.",
+        )
+    if gpus is None:
+        return Check("cuda archs", PASS, f"{shown} (no GPU compared)")
+    if not gpus:
+        return Check("cuda archs", PASS, f"{shown} (no GPU visible to compare)")
+    unable = [g for g in gpus if not any(c.runs_on(g.sm) for c in codes)]
+    if unable:
+        lines = [f"GPU {g.index} {g.name}: sm_{g.sm}" for g in unable]
+        old = [g for g in unable if g.sm < MIN_ARCH]
+        fix = (
+            "flash-attn 2 needs compute capability 8.0 (Ampere) or newer; use a newer GPU."
+            if old and len(old) == len(unable)
+            else _arch_hint(unable)
+        )
+        return Check(
+            "cuda archs",
+            FAIL,
+            f"the module embeds {shown}, which cannot run on:",
+            details=lines,
+            fix=fix,
+        )
+    visible = ", ".join(f"sm_{g.sm}" for g in gpus)
+    return Check("cuda archs", PASS, f"{shown} runs on every visible GPU ({visible})")

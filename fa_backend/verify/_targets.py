@@ -1,0 +1,161 @@
+"""What verify reads from the thing it is given: a wheel file, an installed flash-attn
+distribution (by name or site-packages directory) or a bare module; its tags, its
+flash_attn_2_cuda*.so files and fa-shim's provenance, without importing any of it."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+import sys
+import zipfile
+from pathlib import Path
+
+from packaging import tags
+from packaging.utils import InvalidWheelFilename, parse_wheel_filename
+
+from ..core._errors import FaShimError
+from ..flavours._names import FA2, FA3, FLAVOURS, Flavour, of_package
+from ..resources.runtime_guard import PROVENANCE
+
+MODULE = FA2.module  # FA2's, the default of everything verify is given without a flavour
+
+
+@dataclasses.dataclass
+class Target:
+    description: str
+    kind: str
+    tags: frozenset[tags.Tag] | None  # None: nothing says (a bare module)
+    tag_source: str
+    modules: list[tuple[str, Path]]  # (name as shipped, readable path)
+    provenance: dict | None
+    provenance_error: str | None = None
+    flavour: Flavour = FA2
+
+
+def _parse_provenance(text: str | None, where: str) -> tuple[dict | None, str | None]:
+    if text is None:
+        return None, None
+    try:
+        data = json.loads(text)
+        if not isinstance(data, dict):
+            raise ValueError("not an object")
+        return data, None
+    except ValueError as exc:
+        return None, f"{where} is not valid JSON ({exc})"
+
+
+def _is_module(name: str, flavour: Flavour = FA2) -> bool:
+    """flash_attn_2_cuda.<suffix>.so at the top; flash_attn_3/_C.<suffix>.so in its package."""
+    return name.startswith(flavour.module_path + ".") and name.endswith(".so")
+
+
+def _flavour_of_dist(dist) -> Flavour:
+    name = (dist.metadata["Name"] or "").lower().replace("_", "-")
+    return next((f for f in FLAVOURS.values() if f.dist == name), FA2)
+
+
+def wheel_target(wheel: Path, scratch: Path) -> Target:
+    try:
+        _, _, _, wheel_tags = parse_wheel_filename(wheel.name)
+    except InvalidWheelFilename as exc:
+        raise FaShimError(
+            f"{wheel.name} is not a valid wheel file name ({exc}).",
+            fix="pass the wheel under the name it was built with.",
+        ) from None
+    modules, provenance_text, where = [], None, PROVENANCE
+    try:
+        with zipfile.ZipFile(wheel) as zf:
+            infos = zf.infolist()
+            flavour = of_package({i.filename.split("/")[0] for i in infos if "/" in i.filename})
+            for info in infos if flavour else ():
+                parts = info.filename.split("/")
+                if _is_module(info.filename, flavour):
+                    target = scratch / info.filename  # FA3's sits in its package directory
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    with zf.open(info) as src, target.open("wb") as dst:
+                        shutil.copyfileobj(src, dst, 1 << 20)
+                    modules.append((info.filename, target))
+                elif len(parts) == 2 and parts[0].endswith(".dist-info") and parts[1] == PROVENANCE:
+                    provenance_text, where = zf.read(info).decode("utf-8", "replace"), info.filename
+    except (zipfile.BadZipFile, OSError) as exc:
+        raise FaShimError(
+            f"{wheel} is not a readable wheel ({exc}).", fix="download or build the wheel again."
+        ) from None
+    if not flavour:
+        raise FaShimError(
+            f"{wheel} is not a flash-attn wheel: it holds no flash_attn or flash_attn_3 package.",
+            fix="pass a flash-attn or flash-attn-3 wheel; verify checks nothing else.",
+        )
+    provenance, error = _parse_provenance(provenance_text, where)
+    return Target(str(wheel), "wheel", wheel_tags, "file name", modules, provenance, error, flavour)
+
+
+def _dist_target(dist, where: str) -> Target:
+    wheel_text = dist.read_text("WHEEL") or ""
+    dist_tags = frozenset(
+        t
+        for line in wheel_text.splitlines()
+        if line.startswith("Tag:")
+        for t in tags.parse_tag(line.split(":", 1)[1].strip())
+    )
+    flavour = _flavour_of_dist(dist)
+    files = [str(f) for f in dist.files or []]
+    modules = [(f, Path(dist.locate_file(f))) for f in files if _is_module(f, flavour)]
+    if not files:  # no RECORD: look next to the package
+        site = Path(dist.locate_file(""))
+        found = sorted(site.glob(f"{flavour.module_path}.*.so"))
+        modules = [(p.relative_to(site).as_posix(), p) for p in found]
+    provenance, error = _parse_provenance(dist.read_text(PROVENANCE), PROVENANCE)
+    name = f"{dist.metadata['Name']} {dist.version}"
+    return Target(
+        f"{name} in {where}",
+        "installed",
+        dist_tags or None,
+        "WHEEL",
+        modules,
+        provenance,
+        error,
+        flavour,
+    )
+
+
+def installed_target(spec: str) -> Target:
+    from importlib import metadata
+
+    path = Path(spec)
+    named = next((f for f in FLAVOURS.values() if spec in (f.dist, f.file_name)), None)
+    if named and not path.exists():
+        try:
+            dist = metadata.distribution(named.dist)
+        except metadata.PackageNotFoundError:
+            pass
+        else:
+            return _dist_target(dist, str(Path(dist.locate_file("")).resolve()))
+        raise FaShimError(
+            f"no {named.dist} distribution is installed for {sys.executable}.",
+            fix="install it first, name the environment's interpreter with --python, or pass "
+            "the wheel, site-packages directory or flash_attn_2_cuda*.so to verify.",
+        )
+    site = path.resolve()
+    for dist in metadata.distributions(path=[str(site)]):
+        if (dist.metadata["Name"] or "").lower().replace("_", "-") in ("flash-attn", FA3.dist):
+            return _dist_target(dist, str(site))
+    modules = [(p.name, p) for p in sorted(site.glob(f"{MODULE}.*.so"))]
+    if not modules:
+        raise FaShimError(
+            f"{site} holds neither a flash-attn distribution nor a {MODULE}*.so.",
+            fix="pass the site-packages directory flash-attn is installed in.",
+        )
+    return Target(str(site), "module", None, "", modules, None)
+
+
+def module_target(path: Path) -> Target:
+    """A bare flash_attn_2_cuda*.so: no tags, no provenance."""
+    if not _is_module(path.name):
+        raise FaShimError(
+            f"{path.resolve()} is not a flash-attn module: verify checks {MODULE}*.so only.",
+            fix=f"pass the {MODULE}*.so of a flash-attn install, its wheel or its "
+            "site-packages directory.",
+        )
+    return Target(str(path.resolve()), "module", None, "", [(path.name, path)], None)

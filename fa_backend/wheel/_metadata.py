@@ -1,0 +1,144 @@
+"""Names, versions, tags and the core metadata: computed once, used by prepare_metadata and
+build_wheel alike, so what pip resolved is what it installs."""
+
+from __future__ import annotations
+
+import tarfile
+from pathlib import Path
+
+from packaging import tags
+from packaging.metadata import parse_email
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name, parse_wheel_filename
+from packaging.version import Version
+
+from ..core._errors import FaShimError
+from ..flavours._names import FA2, Flavour
+from ..resources.runtime_guard import release
+
+DIST_NAME = FA2.file_name  # the distribution's file-name form (PEP 427 escaping of flash-attn)
+ABI3_SINCE = "cp39"  # FA3's module: -DPy_LIMITED_API=0x03090000, as upstream tags it
+
+
+def wheel_tag(flavour: Flavour = FA2) -> tags.Tag:
+    """The most specific tag of this interpreter on the plain linux platform; for a limited-API
+    module (FA3) cp39-abi3 on it, which this interpreter must accept.
+
+    Never manylinux (the wheel links the local torch and CUDA; no auditwheel ever ran) and never
+    py3-none-any: the module is compiled for this interpreter's ABI.
+    """
+    plain = [p for p in tags.platform_tags() if p.startswith("linux_")]
+    interpreter = tags.interpreter_name() + tags.interpreter_version()
+    for tag in tags.sys_tags():
+        if tag.platform not in plain:
+            continue
+        if flavour.abi3 and (tag.interpreter, tag.abi) == (ABI3_SINCE, "abi3"):
+            return tag
+        if not flavour.abi3 and tag.interpreter == interpreter and tag.abi not in ("none", "abi3"):
+            return tag
+    raise FaShimError(
+        "this interpreter has no binary wheel tag on a plain linux platform "
+        f"(first tag: {next(iter(tags.sys_tags()))}).",
+        fix=f"build {flavour.dist} on Linux with CPython"
+        + (" 3.9 or newer." if flavour.abi3 else "."),
+    )
+
+
+def full_version(upstream: str, label: str) -> str:
+    version = f"{upstream}+{label}"
+    Version(version)  # raises InvalidVersion on a bad label: a bug, not a user error
+    return version
+
+
+def wheel_filename(version: str, tag: tags.Tag, flavour: Flavour = FA2) -> str:
+    name = f"{flavour.file_name}-{version}-{tag}.whl"
+    parsed = parse_wheel_filename(name)
+    assert parsed[0] == canonicalize_name(flavour.dist) and parsed[1] == Version(version), name
+    return name
+
+
+def dist_info_name(version: str, flavour: Flavour = FA2) -> str:
+    return f"{flavour.file_name}-{version}.dist-info"
+
+
+def read_pkg_info(sdist: Path) -> str:
+    """PKG-INFO of the sdist, read straight from the archive (no extraction needed)."""
+    try:
+        with tarfile.open(sdist, "r:gz") as tar:
+            # iterate, never getmembers(): PKG-INFO comes first in an sdist, and indexing all
+            # 7,500 members of flash-attn's (cutlass included) costs a second per hook
+            member = next(m for m in tar if m.name.count("/") == 1 and m.name.endswith("/PKG-INFO"))
+            return tar.extractfile(member).read().decode("utf-8")
+    except StopIteration:
+        raise FaShimError(
+            f"{sdist} has no PKG-INFO: it is not an sdist.", fix="use the upstream sdist from PyPI."
+        ) from None
+    except (tarfile.TarError, EOFError, OSError) as exc:
+        raise FaShimError(
+            f"{sdist} is a corrupt or truncated archive ({exc}).",
+            fix=f"delete {sdist} and download the sdist again.",
+        ) from None
+
+
+def fa3_pkg_info(tag: str) -> str:
+    """FlashAttention-3 has no sdist, so no PKG-INFO: what hopper/setup.py's setup() says of
+    itself (name, its install_requires but torch, which core_metadata pins), written here."""
+    return (
+        "Metadata-Version: 2.1\n"
+        "Name: flash-attn-3\n"
+        "Version: 0\n"
+        f"Summary: FlashAttention-3 (flash-attention {tag} hopper/), built by fa-shim\n"
+        "Home-page: https://github.com/Dao-AILab/flash-attention\n"
+        "License: BSD-3-Clause\n"
+        "Requires-Python: >=3.9\n"
+        "Requires-Dist: einops\n"
+        "Requires-Dist: packaging\n"
+        "Requires-Dist: ninja\n"
+    )
+
+
+def torch_requirement(torch_version: str) -> str:
+    """What the wheel requires of torch: the release it was compiled against, whatever its local
+    label. PEP 440's `==2.11.0` matches 2.11.0 (PyPI's CUDA build) and 2.11.0+cu130 alike, and
+    nothing else: exactly the releases the runtime guard accepts (one rule, release())."""
+    requirement = f"torch=={release(torch_version)}"
+    Requirement(requirement)  # raises on a torch version PEP 440 cannot express: a bug
+    return requirement
+
+
+def _is_torch(line: str) -> bool:
+    if not line.lower().startswith("requires-dist:"):
+        return False
+    try:
+        return canonicalize_name(Requirement(line.split(":", 1)[1].strip()).name) == "torch"
+    except InvalidRequirement:
+        return False
+
+
+def core_metadata(pkg_info: str, version: str, requires_torch: str) -> str:
+    """Upstream's own metadata (summary, Requires-Dist: einops, ...) with our version, and its
+    `Requires-Dist: torch` narrowed to requires_torch (added where upstream's PKG-INFO lists no
+    requirements, as 2.6.3's does)."""
+    header, sep, body = pkg_info.partition("\n\n")
+    lines = []
+    for line in header.splitlines():
+        if line.startswith("Version:"):
+            line = f"Version: {version}"
+        elif _is_torch(line):
+            if any(_is_torch(seen) for seen in lines):
+                continue
+            line = f"Requires-Dist: {requires_torch}"
+        lines.append(line)
+    if not any(_is_torch(line) for line in lines):
+        lines.append(f"Requires-Dist: {requires_torch}")
+    text = "\n".join(lines) + sep + body
+    raw, _ = parse_email(text)  # parsed the way pip and uv parse it
+    if raw.get("version") != version or not raw.get("name"):
+        raise FaShimError(
+            "the sdist's PKG-INFO has no Name or Version field.", fix="use the upstream sdist."
+        )
+    return text
+
+
+def wheel_file(tag: tags.Tag, generator: str) -> str:
+    return f"Wheel-Version: 1.0\nGenerator: {generator}\nRoot-Is-Purelib: false\nTag: {tag}\n"

@@ -1,0 +1,86 @@
+"""A small, deterministic wheel writer: sorted entries, SOURCE_DATE_EPOCH times, RECORD (csv)
+last, members streamed (a module of hundreds of MB is never held in memory), and an atomic
+publish (a temporary file renamed into place only once complete)."""
+
+from __future__ import annotations
+
+import base64
+import csv
+import hashlib
+import io
+import os
+import shutil
+import time
+import zipfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import IO
+
+from ..core import _atomic
+
+_MIN_EPOCH = 315532800  # 1980-01-01, the earliest time a zip entry can hold
+_CHUNK = 1024 * 1024
+
+Opener = Callable[[], IO[bytes]]  # opens one member's content for reading
+
+
+def _date_time() -> tuple[int, int, int, int, int, int]:
+    epoch = max(int(os.environ.get("SOURCE_DATE_EPOCH", time.time())), _MIN_EPOCH)
+    return time.gmtime(epoch)[:6]
+
+
+class WheelWriter:
+    def __init__(self, path: Path, dist_info: str) -> None:
+        self.path = path
+        self.dist_info = dist_info
+        self._entries: dict[str, tuple[Opener, int, int]] = {}
+
+    def add(self, arcname: str, data: bytes, mode: int = 0o644) -> None:
+        self.add_stream(arcname, lambda: io.BytesIO(data), len(data), mode)
+
+    def add_stream(self, arcname: str, opener: Opener, size: int, mode: int = 0o644) -> None:
+        """An entry of `size` bytes read from opener() when the wheel is written."""
+        if arcname in self._entries:
+            raise ValueError(f"duplicate wheel entry {arcname}")
+        self._entries[arcname] = (opener, size, mode)
+
+    def write(self) -> Path:
+        """Write everything, RECORD last, to a temporary name; rename into place when complete."""
+        names = sorted(self._entries, key=lambda n: (n.startswith(self.dist_info + "/"), n))
+        with (
+            _atomic.writing(self.path) as raw,
+            zipfile.ZipFile(raw, "w", compression=zipfile.ZIP_DEFLATED) as zf,
+        ):
+            record = io.StringIO()
+            rows = csv.writer(record, lineterminator="\n")
+            for name in names:
+                opener, size, mode = self._entries[name]
+                with opener() as src:
+                    digest = self._zip(zf, name, src, size, mode)
+                rows.writerow([name, f"sha256={digest}", size])
+            rows.writerow([f"{self.dist_info}/RECORD", "", ""])
+            data = record.getvalue().encode()
+            self._zip(zf, f"{self.dist_info}/RECORD", io.BytesIO(data), len(data), 0o644)
+        return self.path
+
+    @staticmethod
+    def _zip(zf: zipfile.ZipFile, name: str, src: IO[bytes], size: int, mode: int) -> str:
+        """Deflate src into the entry `name`; its urlsafe sha256 as RECORD writes it."""
+        info = zipfile.ZipInfo(name, date_time=_date_time())
+        info.external_attr = (0o100000 | (mode & 0o777)) << 16
+        info.compress_type = zipfile.ZIP_DEFLATED
+        info.file_size = size  # decides zip64 up front, as writestr does from the data
+        sha = hashlib.sha256()
+        with zf.open(info, "w") as dst:
+            while chunk := src.read(_CHUNK):
+                sha.update(chunk)
+                dst.write(chunk)
+        return base64.urlsafe_b64encode(sha.digest()).rstrip(b"=").decode()
+
+
+def publish(wheel: Path, out_dir: Path) -> Path:
+    """Copy a finished wheel into out_dir under a temporary name, then rename it into place."""
+    target = out_dir / wheel.name
+    with _atomic.writing(target) as dst, wheel.open("rb") as src:
+        shutil.copyfileobj(src, dst)
+    return target
