@@ -239,12 +239,12 @@ FA3_SHARED = REPO.parent / "shared" / "fa3"
 @pytest.fixture(scope="session")
 def fa3_tarballs() -> dict[str, Path]:
     """flash-attention 2.8.3's hopper and cutlass trees, by their names in ../shared/fa3."""
-    from fa_backend.flavours.fa3 import _fa3_releases, _fa3_sources
+    from fa_backend.flavours.fa3 import _fa3_releases, _fa3_sources, _trees
 
     release = _fa3_releases.release("2.8.3")
     found = {
         k.name: FA3_SHARED / _fa3_sources.archive_name(release, k)
-        for k in (_fa3_sources.HOPPER, _fa3_sources.CUTLASS)
+        for k in (_trees.HOPPER, _trees.CUTLASS)
     }
     missing = [str(p) for p in found.values() if not p.is_file()]
     if missing:

@@ -20,7 +20,7 @@ from conftest import (
     sample_settings,
 )
 
-from fa_backend.cli import _doctor
+from fa_backend.cli import _toolchain_sections
 from fa_backend.pipeline import _build
 from fa_backend.settings import _settings
 
@@ -48,12 +48,12 @@ def fake_cuda_home(tmp_path: Path) -> Path:
 
 
 def test_compiler_abi_probe_reads_libstdcxx():
-    assert _doctor.compiler_abi("g++") == (1, "")
-    assert _doctor.compiler_abi(OLD_ABI_CXX) == (0, "")  # RHEL devtoolset style default
-    assert _doctor.compiler_abi("g++", "c++17") == (1, "")
-    abi, error = _doctor.compiler_abi("g++", "c++nonsense")
+    assert _toolchain_sections.compiler_abi("g++") == (1, "")
+    assert _toolchain_sections.compiler_abi(OLD_ABI_CXX) == (0, "")  # RHEL devtoolset style default
+    assert _toolchain_sections.compiler_abi("g++", "c++17") == (1, "")
+    abi, error = _toolchain_sections.compiler_abi("g++", "c++nonsense")
     assert abi is None and "c++nonsense" in error
-    abi, error = _doctor.compiler_abi("/nonexistent/g++")
+    abi, error = _toolchain_sections.compiler_abi("/nonexistent/g++")
     assert abi is None and "FileNotFoundError" in error
 
 

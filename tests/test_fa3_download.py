@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from fa_backend.core._errors import FaShimError
-from fa_backend.flavours.fa3 import _fa3_releases, _fa3_sources
-from fa_backend.flavours.fa3._fa3_sources import CUTLASS, HOPPER
+from fa_backend.flavours.fa3 import _fa3_releases, _fa3_sources, _trees
+from fa_backend.flavours.fa3._trees import CUTLASS, HOPPER
 
 RELEASE = _fa3_releases.release("2.8.3")
 # outside both trees: in the repositories' archives, never in the cached tarballs
@@ -127,7 +127,7 @@ def test_download_into_an_empty_cache_then_the_cache_is_used(
     for tree, kind in ((sources.hopper, HOPPER), (sources.cutlass, CUTLASS)):
         assert tree.path == cache / names[kind]
         assert tree.pin == _fa3_sources.expected_pin(RELEASE, kind)
-        assert _fa3_sources.pin_of(tree.path, kind) == tree.pin  # the published bytes
+        assert _trees.pin_of(tree.path, kind) == tree.pin  # the published bytes
         assert tree.origin.startswith(f"http://127.0.0.1:{github.port}/{kind.repo}/archive/")
         # shaped like ../shared/fa3's: one top directory, as `git archive --prefix` makes it
         with tarfile.open(tree.path) as tar:
@@ -143,7 +143,7 @@ def test_download_into_an_empty_cache_then_the_cache_is_used(
     assert len(github.requests) == 2  # no request: the cache answered
     assert again.hopper.origin == again.cutlass.origin == "fa-shim cache"
     assert (again.hopper.pin, again.cutlass.pin) == (RELEASE.hopper_pin, RELEASE.cutlass_pin)
-    laid_out = _fa3_sources.lay_out(again, tmp_path / "src")
+    laid_out = _trees.lay_out(again, tmp_path / "src")
     assert (laid_out / "flash_api.cpp").is_file() and not (tmp_path / "src/README.md").exists()
 
 

@@ -13,8 +13,8 @@ import pytest
 
 from fa_backend.core._errors import FaShimError
 from fa_backend.flavours.fa2 import _releases
-from fa_backend.flavours.fa3 import _fa3_releases, _fa3_sources
-from fa_backend.flavours.fa3._fa3_sources import CUTLASS, HOPPER
+from fa_backend.flavours.fa3 import _fa3_releases, _fa3_sources, _trees
+from fa_backend.flavours.fa3._trees import CUTLASS, HOPPER
 
 RELEASE = _fa3_releases.release("2.8.3")
 
@@ -37,8 +37,8 @@ def _hopper_copy(trees: dict[str, Path], dest: Path) -> Path:
 
 
 def test_registry_pins_are_the_upstream_trees(fa3_tarballs):
-    assert _fa3_sources.pin_of(fa3_tarballs["hopper"], HOPPER) == RELEASE.hopper_pin
-    assert _fa3_sources.pin_of(fa3_tarballs["cutlass"], CUTLASS) == RELEASE.cutlass_pin
+    assert _trees.pin_of(fa3_tarballs["hopper"], HOPPER) == RELEASE.hopper_pin
+    assert _trees.pin_of(fa3_tarballs["cutlass"], CUTLASS) == RELEASE.cutlass_pin
 
 
 def test_same_pin_from_tarball_directory_its_parent_and_a_checkout(
@@ -80,20 +80,20 @@ def test_one_byte_an_added_or_a_renamed_file_changes_the_pin(fa3_trees, tmp_path
     tree = _hopper_copy(fa3_trees, tmp_path / "hopper-tree")
     api = tree / "hopper" / "flash_api.cpp"
     original = api.read_bytes()
-    pins = {_fa3_sources.pin_of(tree, HOPPER)}
+    pins = {_trees.pin_of(tree, HOPPER)}
     assert pins == {RELEASE.hopper_pin}
 
     api.write_bytes(original[:1000] + bytes([original[1000] ^ 1]) + original[1001:])
-    pins.add(_fa3_sources.pin_of(tree, HOPPER))
+    pins.add(_trees.pin_of(tree, HOPPER))
     api.write_bytes(original)
     (tree / "hopper" / "extra.h").write_text("")
-    pins.add(_fa3_sources.pin_of(tree, HOPPER))
+    pins.add(_trees.pin_of(tree, HOPPER))
     (tree / "hopper" / "extra.h").unlink()
     api.rename(api.with_name("flash_api2.cpp"))
-    pins.add(_fa3_sources.pin_of(tree, HOPPER))
+    pins.add(_trees.pin_of(tree, HOPPER))
     api.with_name("flash_api2.cpp").rename(api)
     assert len(pins) == 4
-    assert _fa3_sources.pin_of(tree, HOPPER) == RELEASE.hopper_pin  # restored: the pin again
+    assert _trees.pin_of(tree, HOPPER) == RELEASE.hopper_pin  # restored: the pin again
 
 
 def test_a_changed_tree_is_one_error_naming_both_pins_and_the_fix(fa3_trees, tmp_path):
@@ -105,7 +105,7 @@ def test_a_changed_tree_is_one_error_naming_both_pins_and_the_fix(fa3_trees, tmp
     error = info.value
     assert "the hopper tree from the given hopper tree" in error.cause
     assert f"{RELEASE.tag} pins {RELEASE.hopper_pin}" in error.cause
-    assert _fa3_sources.pin_of(tree, HOPPER) in error.cause
+    assert _trees.pin_of(tree, HOPPER) in error.cause
     assert RELEASE.commit in error.fix
 
 
@@ -132,7 +132,7 @@ def test_build_outputs_are_neither_pinned_nor_copied(fa3_trees, tmp_path):
         (clone / rel).write_bytes(b"built")
     sources = _fa3_sources.locate(RELEASE, tmp_path, checkout=clone)
     assert sources.hopper.pin == RELEASE.hopper_pin
-    hopper = _fa3_sources.lay_out(sources, tmp_path / "laid-out")
+    hopper = _trees.lay_out(sources, tmp_path / "laid-out")
     assert (hopper / "setup.py").is_file()
     for rel in outputs:
         assert not (tmp_path / "laid-out" / rel).exists(), rel
@@ -143,7 +143,7 @@ def test_links_are_refused(fa3_trees, tmp_path):
     tree = _hopper_copy(fa3_trees, tmp_path / "hopper-tree")
     (tree / "hopper" / "link.h").symlink_to("/etc/hostname")
     with pytest.raises(FaShimError, match="holds a link or special file"):
-        _fa3_sources.pin_of(tree, HOPPER)
+        _trees.pin_of(tree, HOPPER)
 
 
 def test_a_checkout_without_its_submodule_names_the_git_command(fa3_trees, tmp_path):
@@ -188,7 +188,7 @@ def test_laid_out_sources_are_a_checkout_with_the_same_pins(fa3_tarballs, tmp_pa
     sources = _fa3_sources.locate(
         RELEASE, tmp_path, hopper=fa3_tarballs["hopper"], cutlass=fa3_tarballs["cutlass"]
     )
-    hopper = _fa3_sources.lay_out(sources, tmp_path / "src")
+    hopper = _trees.lay_out(sources, tmp_path / "src")
     assert hopper == tmp_path / "src" / "hopper"
     # the header the flash-attn sdist's csrc/cutlass lacks (the reason for these trees)
     inl = "csrc/cutlass/include/cutlass/gemm/collective/builders/sm90_common.inl"
@@ -202,7 +202,7 @@ def test_a_tree_changed_after_locate_is_not_laid_out(fa3_trees, tmp_path):
     sources = _fa3_sources.locate(RELEASE, tmp_path, hopper=tree, cutlass=fa3_trees["cutlass"])
     (tree / "hopper" / "flash.h").write_text("// changed\n")
     with pytest.raises(FaShimError, match="changed while it was copied"):
-        _fa3_sources.lay_out(sources, tmp_path / "src")
+        _trees.lay_out(sources, tmp_path / "src")
     assert not (tmp_path / "src").exists()  # nothing half-written
 
 
@@ -212,7 +212,7 @@ def test_a_tarball_with_two_top_directories_is_refused(fa3_trees, tmp_path):
         tar.add(fa3_trees["hopper"] / "LICENSE", "a/LICENSE")
         tar.add(fa3_trees["hopper"] / "hopper" / "flash.h", "b/hopper/flash.h")
     with pytest.raises(FaShimError, match="more than one top directory"):
-        _fa3_sources.pin_of(bad, HOPPER)
+        _trees.pin_of(bad, HOPPER)
 
 
 # ------------------------------------------------------------------------------ the registry

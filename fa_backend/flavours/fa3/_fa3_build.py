@@ -28,7 +28,7 @@ from ...toolchain import _archs, _cuda_driver
 from ...toolchain._torch import TorchInfo
 from ...wheel import _metadata
 from .._names import FA3
-from . import _fa3_kernels, _fa3_releases, _fa3_sources
+from . import _fa3_kernels, _fa3_releases, _fa3_sources, _trees
 
 ARCH = "90a"  # hopper/setup.py compiles its *_sm90.cu sources for exactly this
 # what hopper/setup.py's ninja rules compile: its *_sm90.cu kernels for sm_90a, the helper units
@@ -44,8 +44,8 @@ _VERSION = re.compile(r"^__version__\s*=\s*(.+)$", re.MULTILINE)
 _KERNEL = re.compile(r"flash_(fwd|bwd)_hdim(\d+|all|diff)_(bf16|fp16|e4m3)(\w*)_sm(\d+)\.cu$")
 
 
-def _read(tree: _fa3_sources.Tree, rel: str) -> str:
-    for name, blocks in _fa3_sources.files(tree.path, tree.kind):
+def _read(tree: _trees.Tree, rel: str) -> str:
+    for name, blocks in _trees.files(tree.path, tree.kind):
         if name == rel:
             return b"".join(blocks).decode("utf-8")
     raise FaShimError(
@@ -175,7 +175,7 @@ def archs(settings: Settings, nvcc_path: Path) -> _archs.ArchChoice:
 
 def lay_out(plan: Plan, dest: Path) -> Path:
     """The trees as a checkout has them, patched; returns the hopper/ directory to build in."""
-    hopper = _fa3_sources.lay_out(plan.fa3.sources, dest)
+    hopper = _trees.lay_out(plan.fa3.sources, dest)
     _patches.apply_all(list(plan.patches), dest)
     return hopper
 

@@ -9,66 +9,43 @@ out of it, pinned and only then published in the cache under its `archive_name`.
 
 `FA_SHIM_FA3_DOWNLOAD_URL` replaces `https://github.com` as the base of those downloads: a hook
 for tests and for mirrors with GitHub's layout (`<base>/<owner>/<repo>/archive/<commit>.tar.gz`).
-
-The pin is by content, never by archive bytes: sha256 of the manifest `sha256sum` prints for the
-tree's files (paths relative to the tree root, sorted bytewise), so a tarball, its extraction and
-a checkout pin alike: `find LICENSE hopper -type f | LC_ALL=C sort | xargs sha256sum | sha256sum`.
-Build outputs a checkout may hold are neither pinned nor copied; links are refused. See
-docs/fa3-design.md.
+The trees themselves (reading, pins, lay-out) are _trees'. See docs/fa3-design.md.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import gzip
-import hashlib
 import io
 import os
-import shutil
-import stat
 import tarfile
 import tempfile
 import urllib.error
 import urllib.request
-import zlib
-from collections.abc import Iterator
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import IO
 
 from ...core import _atomic, _failures, _log
 from ...core._errors import FaShimError
 from ...sources import _index
 from ._fa3_releases import Fa3Release
-
-# what `python setup.py` and an editor leave in a checkout; git tracks none of it
-IGNORED_DIRS = frozenset({"__pycache__", "build", "dist", ".git"})
-IGNORED_SUFFIXES = (".egg-info", ".so", ".o", ".pyc")
-_BLOCK = 1 << 20
-
-
-@dataclasses.dataclass(frozen=True)
-class Kind:
-    name: str  # in messages
-    members: tuple[str, ...]  # top-level entries of the tree root that are the tree
-    marker: str  # the directory that identifies a tree root
-    in_checkout: str  # where a flash-attention checkout holds the root
-    repo: str  # its GitHub repository, owner/name
-
-
-HOPPER = Kind("hopper", ("LICENSE", "hopper"), "hopper", ".", "Dao-AILab/flash-attention")
-CUTLASS = Kind("cutlass", ("LICENSE.txt", "include"), "include", "csrc/cutlass", "NVIDIA/cutlass")
+from ._trees import (
+    BLOCK,
+    BROKEN,
+    CUTLASS,
+    HOPPER,
+    Kind,
+    Tree,
+    _Manifest,
+    in_tree,
+    link_error,
+    member_parts,
+    pin_of,
+    tree_root,
+)
 
 DOWNLOAD_URL_VARIABLE = "FA_SHIM_FA3_DOWNLOAD_URL"
 GITHUB = "https://github.com"
 TIMEOUT = 60  # seconds without a byte, as for the package index
-
-
-@dataclasses.dataclass(frozen=True)
-class Tree:
-    kind: Kind
-    path: Path  # a tree root directory, or a .tar.gz
-    origin: str  # where it was found, for messages
-    pin: str  # checked against the release's
 
 
 @dataclasses.dataclass(frozen=True)
@@ -114,148 +91,7 @@ def expected_pin(release: Fa3Release, kind: Kind) -> str:
 # ------------------------------------------------------------------------------ the files
 
 
-def _ignored(parts: tuple[str, ...]) -> bool:
-    return any(p in IGNORED_DIRS or p.endswith(IGNORED_SUFFIXES) for p in parts)
-
-
-def _in_tree(parts: tuple[str, ...], kind: Kind) -> bool:
-    return bool(parts) and parts[0] in kind.members and not _ignored(parts)
-
-
-def _link_error(where: str, kind: Kind) -> FaShimError:
-    return FaShimError(
-        f"the {kind.name} tree holds a link or special file ({where}); upstream's has none.",
-        fix="use a clean checkout or the upstream tarball (docs/fa3-design.md).",
-    )
-
-
-def _dir_files(root: Path, kind: Kind) -> Iterator[tuple[str, Iterator[bytes]]]:
-    """(path relative to root, its bytes) for each file of the tree under a directory root."""
-    found = []
-    for member in kind.members:
-        top = root / member
-        if top.is_symlink() or (top.exists() and not (top.is_dir() or top.is_file())):
-            raise _link_error(str(top), kind)
-        if top.is_file():
-            found.append(member)
-            continue
-        for dirpath, dirnames, filenames in os.walk(top):
-            rel = Path(dirpath).relative_to(root).parts
-            dirnames[:] = [d for d in dirnames if not _ignored((*rel, d))]
-            for name in [*dirnames, *filenames]:
-                if _ignored((*rel, name)):
-                    continue
-                mode = os.lstat(os.path.join(dirpath, name)).st_mode
-                if stat.S_ISLNK(mode) or not (stat.S_ISDIR(mode) or stat.S_ISREG(mode)):
-                    raise _link_error(os.path.join(dirpath, name), kind)
-            found += ["/".join((*rel, f)) for f in filenames if _in_tree((*rel, f), kind)]
-    for rel in sorted(found):
-        with (root / rel).open("rb") as f:
-            yield rel, iter(lambda f=f: f.read(_BLOCK), b"")
-
-
-def _unreadable(path: Path, kind: Kind, exc: BaseException) -> FaShimError:
-    return FaShimError(
-        f"{path} is not a readable .tar.gz of the {kind.name} tree ({exc or type(exc).__name__}).",
-        fix=f"replace {path} with an intact copy (upstream tarball or `git archive`).",
-    )
-
-
-_BROKEN = (tarfile.TarError, EOFError, zlib.error, gzip.BadGzipFile)
-
-
-def _blocks(f: IO[bytes], path: Path, kind: Kind) -> Iterator[bytes]:
-    """A member's bytes; a truncated or corrupt archive fails here, while it is read."""
-    try:
-        yield from iter(lambda: f.read(_BLOCK), b"")
-    except _BROKEN as exc:
-        raise _unreadable(path, kind, exc) from None
-
-
-def _member_parts(name: str, top: str | None) -> tuple[str, tuple[str, ...]]:
-    """A member's path parts, refused when unsafe or outside the archive's one top directory
-    (`top`: the first member's, None before it)."""
-    parts = PurePosixPath(name).parts
-    if not parts or parts[0] in ("/", "..") or ".." in parts:
-        raise tarfile.TarError(f"unsafe member {name}")
-    if top is not None and parts[0] != top:
-        raise tarfile.TarError(f"more than one top directory ({top}, {parts[0]})")
-    return parts[0], parts
-
-
-def _tar_files(path: Path, kind: Kind) -> Iterator[tuple[str, Iterator[bytes]]]:
-    """The same for a .tar.gz with one top directory, streamed in archive order."""
-    try:
-        with tarfile.open(path, "r:gz") as tar:
-            top = None
-            for member in tar:
-                top, parts = _member_parts(member.name, top)
-                if not _in_tree(parts[1:], kind) or member.isdir():
-                    continue
-                if not member.isfile():
-                    raise _link_error(f"{path}: {member.name}", kind)
-                f = tar.extractfile(member)
-                assert f is not None
-                yield "/".join(parts[1:]), _blocks(f, path, kind)
-    except _BROKEN as exc:
-        raise _unreadable(path, kind, exc) from None
-
-
-def files(path: Path, kind: Kind) -> Iterator[tuple[str, Iterator[bytes]]]:
-    return _tar_files(path, kind) if path.is_file() else _dir_files(path, kind)
-
-
-class _Manifest:
-    """Builds the pin: one `sha256sum` line per file, sorted by path, hashed."""
-
-    def __init__(self) -> None:
-        self.lines: list[tuple[str, str]] = []
-
-    def add(self, rel: str, blocks: Iterator[bytes], out: IO[bytes] | None = None) -> None:
-        h = hashlib.sha256()
-        for block in blocks:
-            h.update(block)
-            if out is not None:
-                out.write(block)
-        self.lines.append((rel, h.hexdigest()))
-
-    def pin(self) -> str:
-        text = "".join(f"{digest}  {rel}\n" for rel, digest in sorted(self.lines))
-        return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-    def __len__(self) -> int:
-        return len(self.lines)
-
-
-def pin_of(path: Path, kind: Kind) -> str:
-    """The content pin of a tree root directory or a .tar.gz."""
-    manifest = _Manifest()
-    for rel, blocks in files(path, kind):
-        manifest.add(rel, blocks)
-    if not manifest:
-        raise FaShimError(
-            f"{path} holds no file of the {kind.name} tree ({', '.join(kind.members)}).",
-            fix="point at the tree's root, its parent, or its tarball (docs/fa3-design.md).",
-        )
-    return manifest.pin()
-
-
 # ------------------------------------------------------------------------------- locating
-
-
-def tree_root(path: Path, kind: Kind) -> Path:
-    """A directory holding the tree (`hopper/` or `include/`), or holding one directory that
-    does (an extracted tarball)."""
-    if (path / kind.marker).is_dir():
-        return path
-    inner = [p for p in path.iterdir() if (p / kind.marker).is_dir()] if path.is_dir() else []
-    if len(inner) == 1:
-        return inner[0]
-    raise FaShimError(
-        f"{path} holds no {kind.marker}/ directory, nor one directory that does: it is not the "
-        f"{kind.name} tree.",
-        fix=f"point at the directory holding {kind.marker}/, or at the tree's .tar.gz.",
-    )
 
 
 def _checked(path: Path, kind: Kind, release: Fa3Release, origin: str) -> Tree:
@@ -387,7 +223,7 @@ def _fetch(url: str, out: IO[bytes], release: Fa3Release, kind: Kind) -> int:
         length = response.headers.get("Content-Length")
         while True:
             try:
-                block = response.read(_BLOCK)
+                block = response.read(BLOCK)
             except _index.FETCH_ERRORS as exc:
                 raise _download_failed(release, kind, url, _reason(exc)) from None
             if not block:
@@ -418,9 +254,9 @@ def _cut(archive: IO[bytes], out: IO[bytes], release: Fa3Release, kind: Kind) ->
     ):
         root = None
         for member in src:
-            root, parts = _member_parts(member.name, root)
+            root, parts = member_parts(member.name, root)
             rest = parts[1:]
-            if rest and not _in_tree(rest, kind):
+            if rest and not in_tree(rest, kind):
                 continue
             # a fresh header: the member's own pax headers would keep its old path
             info = tarfile.TarInfo("/".join((top, *rest)))
@@ -431,11 +267,11 @@ def _cut(archive: IO[bytes], out: IO[bytes], release: Fa3Release, kind: Kind) ->
                 dst.addfile(info)
                 continue
             if not member.isfile():
-                raise _link_error(member.name, kind)
+                raise link_error(member.name, kind)
             f = src.extractfile(member)
             assert f is not None
             data = io.BytesIO()
-            manifest.add("/".join(rest), iter(lambda f=f: f.read(_BLOCK), b""), data)
+            manifest.add("/".join(rest), iter(lambda f=f: f.read(BLOCK), b""), data)
             info.size = data.tell()
             data.seek(0)
             dst.addfile(info, data)
@@ -458,7 +294,7 @@ def _download(kind: Kind, release: Fa3Release, cache: Path) -> Tree:
             with _atomic.writing(target) as out:
                 try:
                     manifest = _cut(archive, out, release, kind)
-                except _BROKEN as exc:
+                except BROKEN as exc:
                     why = f"it is not a readable .tar.gz ({exc or type(exc).__name__})"
                     raise _download_failed(release, kind, url, why) from None
                 except FaShimError as exc:  # a link in the tree
@@ -480,36 +316,3 @@ def _download(kind: Kind, release: Fa3Release, cache: Path) -> Tree:
         f"pin {got[:12]}… verified) into {target}"
     )
     return Tree(kind, target, shown, got)
-
-
-# ------------------------------------------------------------------------------- laying out
-
-
-def lay_out(sources: Sources, dest: Path) -> Path:
-    """Copy both trees to dest as a flash-attention checkout has them (`hopper/`, `LICENSE`,
-    `csrc/cutlass/include`, `csrc/cutlass/LICENSE.txt`) and return dest/hopper. What is copied
-    is pinned again as it is written: a tree changed since `locate` is refused, not built."""
-    try:
-        for tree in (sources.hopper, sources.cutlass):
-            root = dest / tree.kind.in_checkout
-            manifest = _Manifest()
-            for rel, blocks in files(tree.path, tree.kind):
-                target = root / rel
-                target.parent.mkdir(parents=True, exist_ok=True)
-                with target.open("wb") as out:
-                    manifest.add(rel, blocks, out)
-            if manifest.pin() != tree.pin:
-                raise FaShimError(
-                    f"the {tree.kind.name} tree {tree.path} changed while it was copied (its "
-                    f"content pin is now {manifest.pin()}).",
-                    fix="leave the sources alone during the build, and build again.",
-                )
-    except OSError as exc:
-        shutil.rmtree(dest, ignore_errors=True)
-        if exc.errno in _failures.NO_SPACE:
-            raise _failures.no_space(dest, "laying out the FlashAttention-3 sources") from None
-        raise
-    except BaseException:
-        shutil.rmtree(dest, ignore_errors=True)
-        raise
-    return dest / "hopper"

@@ -1,0 +1,228 @@
+"""FlashAttention-3's two source trees as fa-shim reads them: their files (from a directory or a
+.tar.gz, links refused, build outputs ignored), their content pins, and laying them out as a
+flash-attention checkout has them.
+
+The pin is by content, never by archive bytes: sha256 of the manifest `sha256sum` prints for the
+tree's files (paths relative to the tree root, sorted bytewise), so a tarball, its extraction and
+a checkout pin alike: `find LICENSE hopper -type f | LC_ALL=C sort | xargs sha256sum | sha256sum`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gzip
+import hashlib
+import os
+import shutil
+import stat
+import tarfile
+import zlib
+from collections.abc import Iterator
+from pathlib import Path, PurePosixPath
+from typing import IO, TYPE_CHECKING
+
+from ...core import _failures
+from ...core._errors import FaShimError
+
+if TYPE_CHECKING:
+    from ._fa3_sources import Sources
+
+# what `python setup.py` and an editor leave in a checkout; git tracks none of it
+IGNORED_DIRS = frozenset({"__pycache__", "build", "dist", ".git"})
+IGNORED_SUFFIXES = (".egg-info", ".so", ".o", ".pyc")
+BLOCK = 1 << 20
+
+
+@dataclasses.dataclass(frozen=True)
+class Kind:
+    name: str  # in messages
+    members: tuple[str, ...]  # top-level entries of the tree root that are the tree
+    marker: str  # the directory that identifies a tree root
+    in_checkout: str  # where a flash-attention checkout holds the root
+    repo: str  # its GitHub repository, owner/name
+
+
+HOPPER = Kind("hopper", ("LICENSE", "hopper"), "hopper", ".", "Dao-AILab/flash-attention")
+CUTLASS = Kind("cutlass", ("LICENSE.txt", "include"), "include", "csrc/cutlass", "NVIDIA/cutlass")
+
+
+@dataclasses.dataclass(frozen=True)
+class Tree:
+    kind: Kind
+    path: Path  # a tree root directory, or a .tar.gz
+    origin: str  # where it was found, for messages
+    pin: str  # checked against the release's
+
+
+def _ignored(parts: tuple[str, ...]) -> bool:
+    return any(p in IGNORED_DIRS or p.endswith(IGNORED_SUFFIXES) for p in parts)
+
+
+def in_tree(parts: tuple[str, ...], kind: Kind) -> bool:
+    return bool(parts) and parts[0] in kind.members and not _ignored(parts)
+
+
+def link_error(where: str, kind: Kind) -> FaShimError:
+    return FaShimError(
+        f"the {kind.name} tree holds a link or special file ({where}); upstream's has none.",
+        fix="use a clean checkout or the upstream tarball (docs/fa3-design.md).",
+    )
+
+
+def _dir_files(root: Path, kind: Kind) -> Iterator[tuple[str, Iterator[bytes]]]:
+    """(path relative to root, its bytes) for each file of the tree under a directory root."""
+    found = []
+    for member in kind.members:
+        top = root / member
+        if top.is_symlink() or (top.exists() and not (top.is_dir() or top.is_file())):
+            raise link_error(str(top), kind)
+        if top.is_file():
+            found.append(member)
+            continue
+        for dirpath, dirnames, filenames in os.walk(top):
+            rel = Path(dirpath).relative_to(root).parts
+            dirnames[:] = [d for d in dirnames if not _ignored((*rel, d))]
+            for name in [*dirnames, *filenames]:
+                if _ignored((*rel, name)):
+                    continue
+                mode = os.lstat(os.path.join(dirpath, name)).st_mode
+                if stat.S_ISLNK(mode) or not (stat.S_ISDIR(mode) or stat.S_ISREG(mode)):
+                    raise link_error(os.path.join(dirpath, name), kind)
+            found += ["/".join((*rel, f)) for f in filenames if in_tree((*rel, f), kind)]
+    for rel in sorted(found):
+        with (root / rel).open("rb") as f:
+            yield rel, iter(lambda f=f: f.read(BLOCK), b"")
+
+
+def _unreadable(path: Path, kind: Kind, exc: BaseException) -> FaShimError:
+    return FaShimError(
+        f"{path} is not a readable .tar.gz of the {kind.name} tree ({exc or type(exc).__name__}).",
+        fix=f"replace {path} with an intact copy (upstream tarball or `git archive`).",
+    )
+
+
+BROKEN = (tarfile.TarError, EOFError, zlib.error, gzip.BadGzipFile)
+
+
+def _blocks(f: IO[bytes], path: Path, kind: Kind) -> Iterator[bytes]:
+    """A member's bytes; a truncated or corrupt archive fails here, while it is read."""
+    try:
+        yield from iter(lambda: f.read(BLOCK), b"")
+    except BROKEN as exc:
+        raise _unreadable(path, kind, exc) from None
+
+
+def member_parts(name: str, top: str | None) -> tuple[str, tuple[str, ...]]:
+    """A member's path parts, refused when unsafe or outside the archive's one top directory
+    (`top`: the first member's, None before it)."""
+    parts = PurePosixPath(name).parts
+    if not parts or parts[0] in ("/", "..") or ".." in parts:
+        raise tarfile.TarError(f"unsafe member {name}")
+    if top is not None and parts[0] != top:
+        raise tarfile.TarError(f"more than one top directory ({top}, {parts[0]})")
+    return parts[0], parts
+
+
+def _tar_files(path: Path, kind: Kind) -> Iterator[tuple[str, Iterator[bytes]]]:
+    """The same for a .tar.gz with one top directory, streamed in archive order."""
+    try:
+        with tarfile.open(path, "r:gz") as tar:
+            top = None
+            for member in tar:
+                top, parts = member_parts(member.name, top)
+                if not in_tree(parts[1:], kind) or member.isdir():
+                    continue
+                if not member.isfile():
+                    raise link_error(f"{path}: {member.name}", kind)
+                f = tar.extractfile(member)
+                assert f is not None
+                yield "/".join(parts[1:]), _blocks(f, path, kind)
+    except BROKEN as exc:
+        raise _unreadable(path, kind, exc) from None
+
+
+def files(path: Path, kind: Kind) -> Iterator[tuple[str, Iterator[bytes]]]:
+    return _tar_files(path, kind) if path.is_file() else _dir_files(path, kind)
+
+
+class _Manifest:
+    """Builds the pin: one `sha256sum` line per file, sorted by path, hashed."""
+
+    def __init__(self) -> None:
+        self.lines: list[tuple[str, str]] = []
+
+    def add(self, rel: str, blocks: Iterator[bytes], out: IO[bytes] | None = None) -> None:
+        h = hashlib.sha256()
+        for block in blocks:
+            h.update(block)
+            if out is not None:
+                out.write(block)
+        self.lines.append((rel, h.hexdigest()))
+
+    def pin(self) -> str:
+        text = "".join(f"{digest}  {rel}\n" for rel, digest in sorted(self.lines))
+        return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+    def __len__(self) -> int:
+        return len(self.lines)
+
+
+def pin_of(path: Path, kind: Kind) -> str:
+    """The content pin of a tree root directory or a .tar.gz."""
+    manifest = _Manifest()
+    for rel, blocks in files(path, kind):
+        manifest.add(rel, blocks)
+    if not manifest:
+        raise FaShimError(
+            f"{path} holds no file of the {kind.name} tree ({', '.join(kind.members)}).",
+            fix="point at the tree's root, its parent, or its tarball (docs/fa3-design.md).",
+        )
+    return manifest.pin()
+
+
+def tree_root(path: Path, kind: Kind) -> Path:
+    """A directory holding the tree (`hopper/` or `include/`), or holding one directory that
+    does (an extracted tarball)."""
+    if (path / kind.marker).is_dir():
+        return path
+    inner = [p for p in path.iterdir() if (p / kind.marker).is_dir()] if path.is_dir() else []
+    if len(inner) == 1:
+        return inner[0]
+    raise FaShimError(
+        f"{path} holds no {kind.marker}/ directory, nor one directory that does: it is not the "
+        f"{kind.name} tree.",
+        fix=f"point at the directory holding {kind.marker}/, or at the tree's .tar.gz.",
+    )
+
+
+# ------------------------------------------------------------------------------- laying out
+
+
+def lay_out(sources: Sources, dest: Path) -> Path:
+    """Copy both trees to dest as a flash-attention checkout has them (`hopper/`, `LICENSE`,
+    `csrc/cutlass/include`, `csrc/cutlass/LICENSE.txt`) and return dest/hopper. What is copied
+    is pinned again as it is written: a tree changed since `locate` is refused, not built."""
+    try:
+        for tree in (sources.hopper, sources.cutlass):
+            root = dest / tree.kind.in_checkout
+            manifest = _Manifest()
+            for rel, blocks in files(tree.path, tree.kind):
+                target = root / rel
+                target.parent.mkdir(parents=True, exist_ok=True)
+                with target.open("wb") as out:
+                    manifest.add(rel, blocks, out)
+            if manifest.pin() != tree.pin:
+                raise FaShimError(
+                    f"the {tree.kind.name} tree {tree.path} changed while it was copied (its "
+                    f"content pin is now {manifest.pin()}).",
+                    fix="leave the sources alone during the build, and build again.",
+                )
+    except OSError as exc:
+        shutil.rmtree(dest, ignore_errors=True)
+        if exc.errno in _failures.NO_SPACE:
+            raise _failures.no_space(dest, "laying out the FlashAttention-3 sources") from None
+        raise
+    except BaseException:
+        shutil.rmtree(dest, ignore_errors=True)
+        raise
+    return dest / "hopper"
