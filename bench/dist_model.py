@@ -31,7 +31,7 @@ from pathlib import Path
 
 # the checkout's fa_backend: the same reading of the launcher's records as the build
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from fa_backend.pipeline import _runner
+from fa_backend.pipeline import _stats
 
 
 def lpt(times: list[float], slots: int) -> float:
@@ -50,9 +50,9 @@ def main() -> int:
     parser.add_argument("--client-cores", type=int, default=16)
     parser.add_argument("--local-fraction", type=float, default=0.11)
     args = parser.parse_args()
-    rows = _runner.compiled(args.run / "full-tus.jsonl")
+    rows = _stats.compiled(args.run / "full-tus.jsonl")
     times = [float(r["seconds"]) for r in rows]
-    span = _runner.compile_span(rows)
+    span = _stats.compile_span(rows)
     if not span:
         raise SystemExit(f"{args.run}: the records have no start times (run3 and later have)")
     wall = json.loads((args.run / "full.json").read_text())["wall_s"]

@@ -1,8 +1,8 @@
-"""The build-time estimate (fa_backend/_estimate.py) against the recorded builds.
+"""The build-time estimate (fa_backend/flavours/fa2/_costs.py) against the recorded builds.
 
     python bench/estimate_check.py [--table]
 
-Derives the model's per-kernel table from the H100 run3 records (what _estimate.KERNEL_SECONDS
+Derives the model's per-kernel table from the H100 run3 records (what _costs.KERNEL_SECONDS
 must equal) and prints, for every recorded fa-shim build, the model's estimate beside the
 measured wall time (a markdown table for docs/benchmarks.md). The sources of each build are its
 launcher records where they were kept, else the set it compiled.
@@ -18,7 +18,9 @@ from collections import defaultdict
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from fa_backend.pipeline import _estimate, _runner
+from fa_backend.flavours.fa2 import _costs
+from fa_backend.pipeline import _stats
+from fa_backend.toolchain import _schedule
 
 ROOT = Path(__file__).resolve().parents[1]
 H100 = ROOT / "docs" / "gpu-runs" / "2026-11-22-h100"
@@ -31,7 +33,7 @@ TAILORED = [
 def kernel_table(records: Path = CALIBRATION) -> dict[tuple[str, int, bool], int]:
     """(kind, hdim, causal) -> mean seconds over fp16/bf16, rounded."""
     times = defaultdict(list)
-    for r in _runner.compiled(records):
+    for r in _stats.compiled(records):
         m = re.match(
             r"flash_(fwd_split|fwd|bwd)_hdim(\d+)_(?:fp16|bf16)(_causal)?_sm80", r["source"]
         )
@@ -41,7 +43,7 @@ def kernel_table(records: Path = CALIBRATION) -> dict[tuple[str, int, bool], int
 
 
 def _names(tus: Path) -> list[str]:
-    return [r["source"] for r in _runner.compiled(tus)]
+    return [r["source"] for r in _stats.compiled(tus)]
 
 
 def _wall(result: Path) -> float:
@@ -49,8 +51,8 @@ def _wall(result: Path) -> float:
 
 
 # (build, machine, sources, Machine, disabled switches, measured wall s)
-def recorded() -> list[tuple[str, str, list[str], _estimate.Machine, int, float]]:
-    h100 = _estimate.Machine(jobs=16, threads=1, cores=16, archs=1)
+def recorded() -> list[tuple[str, str, list[str], _schedule.Machine, int, float]]:
+    h100 = _schedule.Machine(jobs=16, threads=1, cores=16, archs=1)
     rows = [
         (
             "full, sm_90",
@@ -78,7 +80,7 @@ def recorded() -> list[tuple[str, str, list[str], _estimate.Machine, int, float]
             "tailored-disable, unsplit (4 jobs)",
             "H100 16 cores, run1",
             _names(H100 / "run1/tailored-disable-unsplit-tus.jsonl"),
-            _estimate.Machine(4, 1, 16, 1),
+            _schedule.Machine(4, 1, 16, 1),
             5,
             _wall(H100 / "run1/tailored-disable-unsplit.json"),
         )
@@ -90,7 +92,7 @@ def recorded() -> list[tuple[str, str, list[str], _estimate.Machine, int, float]
                 f"{name}, unsplit",
                 "H200 16 cores",
                 [*TAILORED, "flash_api.cpp"],
-                _estimate.Machine(5, 1, 16, 1),
+                _schedule.Machine(5, 1, 16, 1),
                 disabled,
                 _wall(h200 / f"{name}.json"),
             )
@@ -101,7 +103,7 @@ def recorded() -> list[tuple[str, str, list[str], _estimate.Machine, int, float]
             "tailored, sm_80, ccache cold",
             "CPU box 2 cores",
             [*TAILORED, "flash_api.cpp"],
-            _estimate.Machine(2, 1, 2, 1),
+            _schedule.Machine(2, 1, 2, 1),
             0,
             _wall(cpu),
         )
@@ -120,10 +122,10 @@ def main() -> int:
     print("| build | machine | TUs | estimate (range) | measured | measured / estimate |")
     print("|---|---|---|---|---|---|")
     for build, machine, sources, m, disabled, wall in recorded():
-        seconds = _estimate.predict(sources, m, disabled)
+        seconds = _schedule.predict(sources, m, _costs.model(disabled))
         print(
             f"| {build} | {machine} | {len(sources)} | {seconds:.0f} s "
-            f"({_estimate.time_range(seconds)}) | {wall:.1f} s | {wall / seconds:.2f} |"
+            f"({_schedule.time_range(seconds)}) | {wall:.1f} s | {wall / seconds:.2f} |"
         )
     return 0
 

@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from fa_backend.pipeline import _runner
+from fa_backend.pipeline import _stats
 
 KERNEL = re.compile(r"flash_(fwd_split|fwd|bwd)_hdim(\d+)_(fp16|bf16)(_causal)?_sm\d+\.cu$")
 FAMILY = {"fwd": "forward", "bwd": "backward", "fwd_split": "split-KV forward"}
@@ -24,7 +24,7 @@ FAMILY = {"fwd": "forward", "bwd": "backward", "fwd_split": "split-KV forward"}
 
 def times(path: Path) -> dict[str, float]:
     out = {}
-    for row in _runner.compiled(path):
+    for row in _stats.compiled(path):
         name = row["source"].rsplit("/", 1)[-1]
         match = KERNEL.search(name)
         if match:

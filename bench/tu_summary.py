@@ -19,15 +19,15 @@ from pathlib import Path
 
 # the checkout's fa_backend: the same reading of the launcher's records as the build
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from fa_backend.pipeline import _runner
+from fa_backend.pipeline import _stats
 
 
 def fa_shim_tus(path: Path) -> tuple[list[tuple[str, float]], float | None]:
     """(name, seconds) per TU, and the compile phase's span where the launcher recorded starts."""
     # the build's own reading of the launcher's records (nvcc's probes name no source)
-    rows = _runner.compiled(path)
+    rows = _stats.compiled(path)
     tus = [(r["source"].rsplit("/", 1)[-1], float(r["seconds"])) for r in rows]
-    return tus, _runner.compile_span(rows) or None
+    return tus, _stats.compile_span(rows) or None
 
 
 def ninja_tus(path: Path) -> tuple[list[tuple[str, float]], float | None]:

@@ -11,10 +11,10 @@ from ._hooks import (
     get_requires_for_build_wheel,
     prepare_metadata_for_build_wheel,
 )
-
-__version__ = "0.1.0"
+from .core._version import __version__
 
 __all__ = [
+    "__version__",
     "build_editable",
     "build_sdist",
     "build_wheel",

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .core._errors import FaShimError, boundary
+from .core._boundary import boundary
+from .core._errors import FaShimError
 from .pipeline import _build
 from .settings import _settings
 from .wheel import _sdist_self

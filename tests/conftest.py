@@ -239,7 +239,9 @@ FA3_SHARED = REPO.parent / "shared" / "fa3"
 @pytest.fixture(scope="session")
 def fa3_tarballs() -> dict[str, Path]:
     """flash-attention 2.8.3's hopper and cutlass trees, by their names in ../shared/fa3."""
-    from fa_backend.flavours.fa3 import _fa3_releases, _fa3_sources, _trees
+    from fa_backend.flavours.fa3 import _releases as _fa3_releases
+    from fa_backend.flavours.fa3 import _sources as _fa3_sources
+    from fa_backend.flavours.fa3 import _trees
 
     release = _fa3_releases.release("2.8.3")
     found = {
@@ -348,6 +350,16 @@ def quick_start(tmp_path_factory) -> QuickStart:
         ["bash", "-e", "-c", command], cwd=checkout, env=env, capture_output=True, text=True
     )
     return QuickStart(command, tmp, checkout, python, env, fresh, proc, time.monotonic() - start)
+
+
+def slow_cxx(tmp_path: Path, command: str) -> dict[str, str]:
+    """CXX as a script that runs `command` (a shell line seeing the compiler's arguments as $*)
+    before g++: a compile that takes as long as a test needs."""
+    cxx = tmp_path / "cxx"
+    cxx.write_text(f'#!/bin/sh\n{command}\nexec g++ "$@"\n')
+    cxx.chmod(0o755)
+    # the wrapper stands for the compiler itself: no compiler cache in front of it
+    return {"CXX": str(cxx), "FA_SHIM_COMPILER_CACHE": "none"}
 
 
 def clean_env(**extra: str) -> dict[str, str]:

@@ -13,9 +13,9 @@ from conftest import REPO, SHARED_SDISTS, run
 
 from fa_backend.core._errors import FaShimError
 from fa_backend.flavours.fa2 import _releases
-from fa_backend.pipeline._compile_commands import Command
 from fa_backend.toolchain import _archs, _cuda_driver, _torch
 from fa_backend.toolchain._archs import Selection, parse_arch_list, select_archs, upstream_targets
+from fa_backend.toolchain._compile_commands import Command
 
 NVCC13 = Path("/usr/local/cuda-13.0/bin/nvcc")
 # `nvcc --list-gpu-arch` of CUDA 13.0 and of 12.4 (no Blackwell)

@@ -9,7 +9,7 @@ import subprocess
 import pytest
 
 from fa_backend.core._errors import FaShimError
-from fa_backend.pipeline import _compile_commands
+from fa_backend.toolchain import _compile_commands
 
 pytestmark = pytest.mark.skipif(not shutil.which("ninja"), reason="needs the ninja program")
 

@@ -248,3 +248,26 @@ def test_doctor_shows_the_estimate_of_the_real_sdist(cuda_torch_python, tmp_path
     assert "would compile 5 source(s) x 1 architecture (kernel set hdim128.bf16.fwd)" in out
     assert "architectures: 80 from setting cuda-archs -> sm_80" in out
     assert "estimate: " in out and "not in the wheel cache" in out
+
+
+def test_doctor_in_flash_attn_3_diagnoses_flash_attn_3():
+    """Run where flash-attn-3/ reaches fa_backend (its link): that project, its flavour's tag,
+    distribution and plan, not the root's."""
+    fa3 = REPO / "flash-attn-3"
+    environ = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    text = run([PY, "-m", "fa_backend", "doctor"], cwd=fa3, check=False, env=environ).stdout
+    assert f"what `pip install --no-build-isolation {fa3}` would use here" in text
+    proc = run([PY, "-m", "fa_backend", "doctor", "--json"], cwd=fa3, check=False, env=environ)
+    report = json.loads(proc.stdout)
+    assert report["project"] == {"path": str(fa3), "distribution": "flash-attn-3"}
+    assert report["python"]["wheel_tag"].startswith("cp39-abi3-")
+    assert "FlashAttention-3" in report["build"]["stops"]  # FA3's own plan ran (CPU torch)
+    assert "flash-attn-3's CUDA kernels" in report["problems"][0]["cause"]
+    # the root project, named explicitly from there: FA2 again
+    root = run(
+        [PY, "-m", "fa_backend", "doctor", "--json", "--project", REPO],
+        cwd=fa3,
+        check=False,
+        env=environ,
+    )
+    assert json.loads(root.stdout)["project"]["distribution"] == "flash-attn"

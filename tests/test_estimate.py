@@ -11,53 +11,54 @@ import sys
 import pytest
 from conftest import REPO, SHARED_SDISTS, run
 
-from fa_backend.pipeline import _estimate
-from fa_backend.toolchain import _jobs
+from fa_backend.flavours.fa2 import _costs
+from fa_backend.toolchain import _jobs, _schedule
 
 sys.path.insert(0, str(REPO / "bench"))
 import estimate_check
 
 FWD = "flash_fwd_hdim128_bf16_sm80.cu"
 SPLIT = "flash_fwd_split_hdim128_bf16_sm80.cu"
+FA2 = _costs.model(0)  # the cost of each FA2 source, no DISABLE switch
 
 
 def test_the_model_is_the_recorded_run():
-    assert estimate_check.kernel_table() == _estimate.KERNEL_SECONDS
+    assert estimate_check.kernel_table() == _costs.KERNEL_SECONDS
 
 
 def test_recorded_builds_fall_in_the_models_range():
-    low, high = _estimate.RANGE
+    low, high = _schedule.RANGE
     for build, machine, sources, m, disabled, wall in estimate_check.recorded():
-        ratio = wall / _estimate.predict(sources, m, disabled)
+        ratio = wall / _schedule.predict(sources, m, _costs.model(disabled))
         # the one recorded exception: the unsplit DISABLE builds (0.69, 0.73; benchmarks.md)
         floor = low - 0.05 if "disable, unsplit" in build else low
         assert floor <= ratio <= high, (build, machine, round(ratio, 2))
 
 
 def test_sources_parts_archs_and_cores_scale_the_estimate():
-    one = _estimate.Machine(jobs=2, threads=1, cores=2, archs=1)
-    four = _estimate.Machine(jobs=2, threads=1, cores=2, archs=4)
+    one = _schedule.Machine(jobs=2, threads=1, cores=2, archs=1)
+    four = _schedule.Machine(jobs=2, threads=1, cores=2, archs=4)
     sources = [FWD, SPLIT, "flash_api.cpp"]
-    assert _estimate.predict(sources, four) > 3 * _estimate.predict(sources, one) - 100
-    assert _estimate.predict(sources, one, disabled=5) < _estimate.predict(sources, one)
-    crowded = _estimate.Machine(jobs=4, threads=1, cores=2, archs=1)  # 4 compilers, 2 cores
+    assert _schedule.predict(sources, four, FA2) > 3 * _schedule.predict(sources, one, FA2) - 100
+    assert _schedule.predict(sources, one, _costs.model(5)) < _schedule.predict(sources, one, FA2)
+    crowded = _schedule.Machine(jobs=4, threads=1, cores=2, archs=1)  # 4 compilers, 2 cores
     assert crowded.slowdown == 2.0
     parts = [f"flash_fwd_split_hdim128_bf16_sm80.part{k}of4.cu" for k in range(5)]
-    wide = _estimate.Machine(jobs=16, threads=1, cores=16, archs=1)
-    assert _estimate.predict(parts, wide) < _estimate.predict([SPLIT], wide)
+    wide = _schedule.Machine(jobs=16, threads=1, cores=16, archs=1)
+    assert _schedule.predict(parts, wide, FA2) < _schedule.predict([SPLIT], wide, FA2)
 
 
 def test_eta_counts_the_work_still_running():
-    machine = _estimate.Machine(jobs=2, threads=1, cores=2, archs=1)
-    split = _estimate.source_seconds(SPLIT)
+    machine = _schedule.Machine(jobs=2, threads=1, cores=2, archs=1)
+    split = _costs.source_seconds(SPLIT)
     # nothing finished, the split-KV source 60 s in: what it has left sets the ETA
-    running = _estimate.remaining([], [(SPLIT, 60.0)], [], machine)
+    running = _schedule.remaining([], [(SPLIT, 60.0)], [], machine, FA2)
     assert running == pytest.approx(split - 60.0)
     # a source past its expected time still counts (never "0 min left" while it runs)
-    assert _estimate.remaining([], [(SPLIT, 2 * split)], [], machine) > 0
+    assert _schedule.remaining([], [(SPLIT, 2 * split)], [], machine, FA2) > 0
     # finished sources twice as slow as the model: the rest is rescaled
-    slow = _estimate.remaining([FWD], [], [(SPLIT, 2 * split)], machine)
-    assert slow == pytest.approx(2 * _estimate.source_seconds(FWD))
+    slow = _schedule.remaining([FWD], [], [(SPLIT, 2 * split)], machine, FA2)
+    assert slow == pytest.approx(2 * _costs.source_seconds(FWD))
 
 
 @pytest.mark.slow
@@ -88,8 +89,8 @@ def test_prepare_prints_the_estimate_block(torch211_python, tmp_path):
         assert estimate["archs"] == len(archs)
         sources = [c["file"].rsplit("/", 1)[-1] for c in commands]
         cores = _jobs.available_cores()  # this machine, as the child saw it
-        machine = _estimate.Machine(estimate["jobs"], estimate["threads"], cores, len(archs))
-        assert estimate["seconds"] == round(_estimate.predict(sources, machine))
+        machine = _schedule.Machine(estimate["jobs"], estimate["threads"], cores, len(archs))
+        assert estimate["seconds"] == round(_schedule.predict(sources, machine, FA2))
         for line in estimate["lines"]:
             assert f"fa-shim: {line}" in proc.stderr  # the block a build prints
         block = "\n".join(estimate["lines"])

@@ -17,7 +17,7 @@ import json
 import re
 
 import pytest
-from conftest import FA3_SHARED, REPO, clean_env, overlay_venv, run
+from conftest import FA3_SHARED, PY, REPO, clean_env, overlay_venv, run
 from packaging.version import Version
 
 pytestmark = [pytest.mark.realbuild, pytest.mark.slow]
@@ -100,7 +100,7 @@ def test_the_wheel_is_cp39_abi3_with_the_label(fa3_installed):
 def test_provenance_pins_both_trees_and_names_what_was_compiled(fa3_installed):
     _, _, dist_info, proc, _ = fa3_installed
     prov = json.loads((dist_info / "fa_shim_provenance.json").read_text())
-    from fa_backend.flavours.fa3 import _fa3_releases
+    from fa_backend.flavours.fa3 import _releases as _fa3_releases
 
     release = _fa3_releases.release("2.8.3")
     assert prov["distribution"] == "flash-attn-3"
@@ -121,6 +121,19 @@ def test_provenance_pins_both_trees_and_names_what_was_compiled(fa3_installed):
     }
     compiled = set(re.findall(r"\b(flash_\w+\.cu|flash_api\.cpp)\b", proc.stdout + proc.stderr))
     assert compiled <= UNITS and {"flash_bwd_hdim128_bf16_sm90.cu"} <= compiled
+
+
+def test_verify_against_another_torch_names_flash_attn_3(fa3_installed):
+    """The same wheel against this interpreter's CPU torch fails, and every fix names the
+    flash-attn-3 project (its flavour, read from the installed distribution)."""
+    _, site, _, _, _ = fa3_installed
+    proc = run([PY, "-m", "fa_backend", "verify", site, "--json"], check=False, env=clean_env())
+    report = json.loads(proc.stdout)
+    assert proc.returncode == 1 and not report["ok"], proc.stdout
+    fixes = [c["fix"] for c in report["checks"] if c["status"] == "fail"]
+    assert fixes and all("flash-attn-3" in fix for fix in fixes), fixes
+    rebuild = [fix for fix in fixes if "pip install" in fix]
+    assert rebuild and all(str(REPO / "flash-attn-3") in fix for fix in rebuild), rebuild
 
 
 def test_verify_and_import_through_the_guard(fa3_installed):

@@ -9,7 +9,7 @@ import re
 import pytest
 
 from fa_backend.core._errors import FaShimError
-from fa_backend.flavours.fa3 import _fa3_kernels
+from fa_backend.flavours.fa3 import _kernels as _fa3_kernels
 from fa_backend.settings import _settings
 
 V283_SWITCHES = (

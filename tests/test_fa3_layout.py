@@ -15,6 +15,7 @@ import pytest
 from conftest import REPO
 
 from fa_backend.core._errors import FaShimError
+from fa_backend.flavours import _registry
 from fa_backend.settings import _settings
 
 # the system interpreter's torch is the CPU build: FA3's plan stops at once, in the FA3 flavour
@@ -80,7 +81,7 @@ def test_flavour_is_read_from_the_project_only(tmp_path):
         _settings.load({}, environ={"FA_SHIM_FLAVOUR": "fa3"}, project_dir=tmp_path)
     (tmp_path / "pyproject.toml").write_text('[tool.fa-shim]\nflavour = "fa4"\n')
     with pytest.raises(FaShimError, match=r"is not one of fa2, fa3\. Did you mean 'fa3'"):
-        _settings.load({}, environ={}, project_dir=tmp_path)
+        _registry.load({}, environ={}, project_dir=tmp_path)
     (tmp_path / "pyproject.toml").write_text('[tool.fa-shim]\nflavor = "fa3"\n')
     with pytest.raises(FaShimError, match="Did you mean 'flavour'"):
         _settings.load({}, environ={}, project_dir=tmp_path)
@@ -97,10 +98,10 @@ def test_the_repository_flash_attn_3_project_is_that_layout():
 def test_each_flavour_refuses_the_other_flavours_settings(tmp_path):
     fa3 = REPO / "flash-attn-3"
     with pytest.raises(FaShimError, match=r"'sdist-dir' .* applies to fa-shim's root only"):
-        _settings.load({"sdist-dir": str(tmp_path)}, environ={}, project_dir=fa3)
+        _registry.load({"sdist-dir": str(tmp_path)}, environ={}, project_dir=fa3)
     with pytest.raises(FaShimError, match="FA_SHIM_TU_PARTS"):
-        _settings.load({}, environ={"FA_SHIM_TU_PARTS": "2"}, project_dir=fa3)
+        _registry.load({}, environ={"FA_SHIM_TU_PARTS": "2"}, project_dir=fa3)
     with pytest.raises(FaShimError, match=r"'fa3-source' .* applies to flash-attn-3/"):
-        _settings.load({"fa3-source": str(tmp_path)}, environ={}, project_dir=REPO)
+        _registry.load({"fa3-source": str(tmp_path)}, environ={}, project_dir=REPO)
     with pytest.raises(FaShimError, match=r"fa3-source-dir .* does not exist"):
         _settings.load({"fa3-source-dir": str(tmp_path / "no")}, environ={}, project_dir=fa3)

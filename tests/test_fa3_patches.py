@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from fa_backend.flavours.fa3 import _fa3_releases
-from fa_backend.pipeline import _patches, _seal
+from fa_backend.flavours.fa3 import _releases as _fa3_releases
+from fa_backend.pipeline import _seal
+from fa_backend.sources import _patches
 
 RELEASE = _fa3_releases.release("2.8.3")
 # the URLs left in the patched file: documentation in comments and a warning, none fetched

@@ -13,7 +13,9 @@ import pytest
 
 from fa_backend.core._errors import FaShimError
 from fa_backend.flavours.fa2 import _releases
-from fa_backend.flavours.fa3 import _fa3_releases, _fa3_sources, _trees
+from fa_backend.flavours.fa3 import _releases as _fa3_releases
+from fa_backend.flavours.fa3 import _sources as _fa3_sources
+from fa_backend.flavours.fa3 import _trees
 from fa_backend.flavours.fa3._trees import CUTLASS, HOPPER
 
 RELEASE = _fa3_releases.release("2.8.3")

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import PY, pip_wheel_cmd, run, sample_settings
+from conftest import PY, pip_wheel_cmd, run, sample_settings, slow_cxx
 
 pytestmark = pytest.mark.slow
 
@@ -67,18 +67,10 @@ def _wait_for_lock(cache: Path, seconds: float = 300) -> Path:
     raise AssertionError("no builder took the lock")
 
 
-def _slow_cxx(tmp_path: Path, command: str) -> dict[str, str]:
-    cxx = tmp_path / "cxx"
-    cxx.write_text(f'#!/bin/sh\n{command}\nexec g++ "$@"\n')
-    cxx.chmod(0o755)
-    # the wrapper stands for the compiler itself: no compiler cache in front of it
-    return {"CXX": str(cxx), "FA_SHIM_COMPILER_CACHE": "none"}
-
-
 def test_one_host_compiles_the_other_waits_and_reuses(sample_sdist_dir, tmp_path):
     cache = tmp_path / "shared-wheels"
     # node-a stays inside its lock a while: its compiles (not its --version probes) are slow
-    env = _slow_cxx(tmp_path, 'case "$*" in *" -c "*) sleep 8;; esac')
+    env = slow_cxx(tmp_path, 'case "$*" in *" -c "*) sleep 8;; esac')
     a = _builder("node-a", tmp_path / "a", sample_sdist_dir, cache, env=env)
     lock = _wait_for_lock(cache)
     assert '"host": "node-a"' in lock.read_text()
@@ -100,7 +92,7 @@ def test_a_killed_builders_lock_is_taken_over_after_its_heartbeat_stops(sample_s
     # the same compiler on both hosts (it is part of the fingerprint): it hangs while `hang` exists
     flag = tmp_path / "hang"
     flag.touch()
-    hang = _slow_cxx(tmp_path, f'[ -e {flag} ] && case "$*" in *" -c "*) sleep 600;; esac')
+    hang = slow_cxx(tmp_path, f'[ -e {flag} ] && case "$*" in *" -c "*) sleep 600;; esac')
     a = _builder("node-a", tmp_path / "a", sample_sdist_dir, cache, *beat, env=hang)
     lock = _wait_for_lock(cache)
     time.sleep(2)
@@ -137,7 +129,7 @@ def test_a_killed_builders_lock_is_taken_over_after_its_heartbeat_stops(sample_s
 
 def test_a_waiter_gives_up_after_the_timeout_naming_the_holder(sample_sdist_dir, tmp_path):
     cache = tmp_path / "shared-wheels"
-    hang = _slow_cxx(tmp_path, 'case "$*" in *" -c "*) sleep 600;; esac')
+    hang = slow_cxx(tmp_path, 'case "$*" in *" -c "*) sleep 600;; esac')
     a = _builder("node-a", tmp_path / "a", sample_sdist_dir, cache, env=hang)
     try:
         _wait_for_lock(cache)

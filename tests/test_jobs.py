@@ -74,10 +74,14 @@ def test_machine_probes_are_sane():
     assert 0 < _jobs.available_memory() < 2**60
 
 
-def test_env_for_uses_settings(capsys):
-    env = _jobs.env_for(Settings(max_jobs=3, nvcc_threads=2), n_archs=2)
-    assert env == {"MAX_JOBS": "3", "NVCC_THREADS": "2"}
-    assert "3 compile job(s) x 2 nvcc thread(s)" in capsys.readouterr().err
+def test_settings_are_taken_as_given_and_the_line_says_so():
+    s = Settings(max_jobs=3, nvcc_threads=2)
+    assert plan_jobs(2, 64 * GIB, 2, s.max_jobs, s.nvcc_threads) == (3, 2)
+    line = _jobs.describe(3, 2, 2, 64 * GIB, 2)
+    assert "3 compile job(s) x 2 nvcc thread(s)" in line
+    # a flavour's cut is said in the same line: one job count, never two
+    cut = _jobs.describe(5, 1, 16, 120 * GIB, 1, "not 16: a unit needs 22 GiB")
+    assert cut.startswith("5 compile job(s) x 1 nvcc thread(s)") and "not 16" in cut
 
 
 # ------------------------------------------------------------ the cgroup's memory limit (files)

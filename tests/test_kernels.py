@@ -17,10 +17,13 @@ from packaging.version import Version
 
 from fa_backend.core._errors import FaShimError
 from fa_backend.flavours.fa2 import _kernels, _releases
-from fa_backend.pipeline import _patches
-from fa_backend.pipeline._compile_commands import Command
+from fa_backend.flavours.fa2._flavour import FLAVOUR
 from fa_backend.settings._settings import Settings
+from fa_backend.sources import _patches
+from fa_backend.toolchain._compile_commands import Command
 from fa_backend.wheel import _metadata
+
+FA2 = FLAVOUR.names
 
 CUDA_INCLUDE = Path("/usr/local/cuda-13.0/include")
 BASE_LABEL = "cu130torch2.11cxx11abiTRUE"
@@ -111,7 +114,7 @@ def test_every_tailorable_version_ships_its_patch():
     spaces = {v: _releases.release(v).kernels for v in _releases.tailorable()}
     assert list(spaces) == ["2.8.3", "2.8.3.post2"]
     for version, space in spaces.items():
-        names = [p.name for p in _patches.patches_for(version)]
+        names = [p.name for p in _releases.patches(version)]
         assert space.patch in names, (version, names)
 
 
@@ -139,7 +142,7 @@ def patched_source(request, tmp_path_factory) -> Path:
     with tarfile.open(SHARED_SDISTS / f"flash_attn-{version}.tar.gz") as tar:
         tar.extractall(dest, filter="data")
     source = dest / f"flash_attn-{version}"
-    _patches.apply_all(_patches.patches_for(version), source)
+    _patches.apply_all(_releases.patches(version), source)
     return source
 
 
@@ -427,5 +430,5 @@ def test_full_flash_api_references_every_kernel(t211, tmp_path):
 def test_label_survives_wheel_naming():
     t = tailor(**INFERENCE)
     version = _metadata.full_version("2.8.3", BASE_LABEL + t.label)
-    name = _metadata.wheel_filename(version, _metadata.wheel_tag())
+    name = _metadata.wheel_filename(version, _metadata.wheel_tag(FA2), FA2)
     assert name.startswith(f"flash_attn-2.8.3+{BASE_LABEL}.hdim128.bf16.fwd-cp")

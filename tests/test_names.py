@@ -11,8 +11,11 @@ from packaging.requirements import Requirement
 from packaging.utils import parse_wheel_filename
 from packaging.version import Version
 
+from fa_backend.flavours.fa2._flavour import FLAVOUR
 from fa_backend.toolchain._torch import TorchInfo
 from fa_backend.wheel import _metadata
+
+FA2 = FLAVOUR.names
 
 
 def _torch(version: str, cuda: str | None, abi: int) -> TorchInfo:
@@ -45,7 +48,7 @@ def test_label_names_cuda_torch_and_abi(version, cuda, abi, label):
 
 
 def test_wheel_tag_is_this_interpreters_most_specific_plain_linux_tag():
-    tag = _metadata.wheel_tag()
+    tag = _metadata.wheel_tag(FA2)
     assert tag in set(tags.sys_tags())
     assert tag.interpreter == f"cp{sys.version_info.major}{sys.version_info.minor}"
     assert tag.abi == tag.interpreter  # never none/abi3: the module is compiled for this ABI
@@ -56,13 +59,13 @@ def test_wheel_tag_is_this_interpreters_most_specific_plain_linux_tag():
 
 def test_wheel_filename_round_trips_through_packaging():
     version = _metadata.full_version("2.8.3", "cu130torch2.11cxx11abiTRUE")
-    name = _metadata.wheel_filename(version, _metadata.wheel_tag())
+    name = _metadata.wheel_filename(version, _metadata.wheel_tag(FA2), FA2)
     assert name.startswith("flash_attn-2.8.3+cu130torch2.11cxx11abiTRUE-cp")
     dist, parsed_version, _, parsed_tags = parse_wheel_filename(name)
     assert (dist, parsed_version, parsed_tags) == (
         "flash-attn",
         Version(version),
-        frozenset({_metadata.wheel_tag()}),
+        frozenset({_metadata.wheel_tag(FA2)}),
     )
 
 

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import PY, REPO, run, sample_settings
+from conftest import PY, REPO, run, sample_settings, slow_cxx
 
 from fa_backend.pipeline import _progress
 from fa_backend.settings import _settings
@@ -59,6 +59,8 @@ def _env(tmp_path, **extra) -> dict:
     env.pop("PYTHONPATH", None)
     env["XDG_CACHE_HOME"] = str(tmp_path / "xdg")
     env["TERM"] = "xterm"
+    # a compile of 3 s, whatever the machine: the heartbeat has a running source to show
+    env.update(slow_cxx(tmp_path, 'case "$*" in *" -c "*) sleep 3;; esac'))
     env.update(extra)
     return env
 

@@ -101,12 +101,10 @@ from fa_backend.settings import _settings
 from fa_backend.toolchain import _archs, _torch
 NVCC = pathlib.Path({str(NVCC13)!r})
 torch = _torch.probe(None, _settings.load({{}}).resolved_cache_dir / "torch-probes")
-choice = _archs.resolve(
-    _settings.load({{"cuda-archs": "86"}}), torch, NVCC, {SYNTHETIC!r}, {{}}
-)
+mechanism = _releases.release({SYNTHETIC!r}).archs
+choice = _archs.resolve(_settings.load({{"cuda-archs": "86"}}), torch, NVCC, mechanism, {{}})
 try:
-    _archs.resolve(_settings.load({{"cuda-archs": "100"}}), torch, NVCC,
-                   {SYNTHETIC!r}, {{}})
+    _archs.resolve(_settings.load({{"cuda-archs": "100"}}), torch, NVCC, mechanism, {{}})
     too_new = None
 except _errors.FaShimError as exc:
     too_new = exc.cause

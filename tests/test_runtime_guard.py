@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 from conftest import REPO, SHARED_SDISTS, run, sample_settings
 
-from fa_backend.pipeline import _patches
+from fa_backend.flavours.fa2 import _releases
 from fa_backend.resources import runtime_guard
+from fa_backend.sources import _patches
 
 GUARD_SOURCE = REPO / "fa_backend" / "resources" / "runtime_guard.py"
 BUILT = {"version": "2.11.0+cu130", "cuda": "13.0", "cxx11_abi": 1}
@@ -86,7 +87,7 @@ def test_guard_is_standard_library_only():
 
 @pytest.mark.parametrize("version", ["2.8.3", "2.8.3.post2"])
 def test_import_guard_patch_applies_to_the_real_sdist(tmp_path, version):
-    patches = [p for p in _patches.patches_for(version) if p.name == "10-import-guard.patch"]
+    patches = [p for p in _releases.patches(version) if p.name == "10-import-guard.patch"]
     assert patches and patches[0].path.read_text().startswith("Reason: ")
     with tarfile.open(SHARED_SDISTS / f"flash_attn-{version}.tar.gz") as tar:
         tar.extractall(tmp_path, members=[m for m in tar.getmembers() if "/flash_attn/" in m.name])

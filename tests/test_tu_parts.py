@@ -16,10 +16,10 @@ from conftest import SHARED_SDISTS
 from test_kernels import INFERENCE, INFERENCE_KERNELS, _basenames, prepare, tailor
 
 from fa_backend.core._errors import FaShimError
-from fa_backend.flavours.fa2 import _kernels, _tu_parts
-from fa_backend.pipeline import _patches
-from fa_backend.pipeline._compile_commands import Command
+from fa_backend.flavours.fa2 import _kernels, _releases, _tu_parts
 from fa_backend.settings._settings import Settings
+from fa_backend.sources import _patches
+from fa_backend.toolchain._compile_commands import Command
 
 TORCH211 = os.environ.get("TORCH211_PYTHON")
 SPLIT = "flash_fwd_split_hdim128_bf16_sm80"
@@ -66,7 +66,7 @@ def kernel_dir(tmp_path_factory) -> Path:
     with tarfile.open(SHARED_SDISTS / "flash_attn-2.8.3.tar.gz") as tar:
         tar.extractall(dest, filter="data")
     source = dest / "flash_attn-2.8.3"
-    _patches.apply_all(_patches.patches_for("2.8.3"), source)
+    _patches.apply_all(_releases.patches("2.8.3"), source)
     return source / _tu_parts.KERNEL_DIR
 
 

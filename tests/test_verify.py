@@ -16,7 +16,8 @@ import pytest
 from conftest import PY, REPO, SAMPLE, SHARED_SDISTS, TOOLS, run, sample_settings
 
 from fa_backend.core._errors import FaShimError
-from fa_backend.verify import _checks, _elf, _mangling, _targets, _verify
+from fa_backend.toolchain import _mangling
+from fa_backend.verify import _checks, _elf, _targets, _verify
 
 OLD_ABI_CXX = str(TOOLS / "oldabi-g++")
 NVCC = Path("/usr/local/cuda-13.0/bin/nvcc")

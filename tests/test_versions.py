@@ -19,7 +19,7 @@ import pytest
 from conftest import PY, REPO, SAMPLE_VERSION, run, sample_settings
 
 from fa_backend.flavours.fa2 import _releases, _sdist
-from fa_backend.pipeline import _patches
+from fa_backend.sources import _patches
 
 # Every flash-attn release on PyPI from 2.6.3 to 2.8.3.post2 (see docs/upstream-versions.md).
 SUPPORTED = [
@@ -64,7 +64,7 @@ def test_vendored_patches_apply_strictly(version, upstream_sdists, tmp_path):
     sdist = _sdist.locate(settings)
     assert sdist.pinned
     source = _sdist.extract(sdist, tmp_path)
-    patches = _patches.patches_for(version)  # each states its Reason
+    patches = _releases.patches(version)  # each states its Reason
     _patches.apply_all(patches, source)
     setup = (source / "setup.py").read_text()
     # after patching, every release runs `git submodule update` only inside a git clone
@@ -126,7 +126,7 @@ def test_prepare_under_torch_2_11(version, torch211_python, upstream_sdists, tmp
     prov = summary["provenance"]
     assert prov["sdist"]["pinned"] is True
     assert prov["sdist"]["sha256"] == _releases.release(version).sha256
-    assert [p["name"] for p in prov["patches"]] == [p.name for p in _patches.patches_for(version)]
+    assert [p["name"] for p in prov["patches"]] == [p.name for p in _releases.patches(version)]
     assert prov["torch"]["version"].startswith("2.11.0")
     assert summary["wheel"].startswith(f"flash_attn-{version}+cu130torch2.11cxx11abiTRUE-cp")
 

@@ -12,12 +12,13 @@ from pathlib import Path
 
 from ..core import _log
 from ..core._errors import FaShimError
+from ..flavours import _registry
+from ..flavours._interface import Flavour
 from ..pipeline import _seal
-from ..resources import CHECKOUT
+from ..resources import PROJECT
 from ..settings import _settings
-from ..toolchain import _archs, _jobs, _preflight
+from ..toolchain import _jobs, _preflight
 from ..verify import _verify
-from ..verify._checks import REBUILD
 from ..verify._fatbin import CudaCode
 from ..verify._report import ERROR, WARNING, Check, Report, plural
 from . import _prediction
@@ -30,7 +31,6 @@ from ._toolchain_sections import (
 )
 
 GIB = 1024**3
-ROOT = CHECKOUT
 
 
 @dataclasses.dataclass
@@ -38,6 +38,7 @@ class DoctorReport(Report):
     """What a build would use (a line and a --json section per topic) and the problems found:
     Checks named after their section, with status ERROR or WARNING."""
 
+    project: Path = PROJECT  # what `pip install --no-build-isolation PROJECT` would build
     sections: dict[str, dict] = dataclasses.field(default_factory=dict)
     lines: list[tuple[str, str]] = dataclasses.field(default_factory=list)
     checks: list[Check] = dataclasses.field(default_factory=list)
@@ -51,7 +52,9 @@ class DoctorReport(Report):
         self.checks.append(Check(section, severity, cause, fix=fix))
 
     def heading(self) -> list[str]:
-        head = f"fa-shim doctor: what `pip install --no-build-isolation {ROOT}` would use here"
+        head = (
+            f"fa-shim doctor: what `pip install --no-build-isolation {self.project}` would use here"
+        )
         return [head, *(f"  {label:11} {text}" for label, text in self.lines)]
 
     def body(self) -> list[str]:
@@ -75,13 +78,15 @@ class DoctorReport(Report):
         }
 
 
-def _machine_and_gpus(report: DoctorReport, settings, torch, nvcc) -> list[_verify.Gpu] | None:
+def _machine_and_gpus(
+    report: DoctorReport, flavour: Flavour, settings, torch, nvcc
+) -> list[_verify.Gpu] | None:
     if nvcc is not None:
-        archs, source = _prediction.archs_to_compile(settings, torch, nvcc)
+        archs, source = _prediction.archs_to_compile(flavour, settings, torch, nvcc)
     else:
         archs = []
         source = "no usable nvcc" if torch is not None and torch.cuda else "no CUDA torch"
-    tools, why = _prediction.build_tools(ROOT) if nvcc is not None else (None, source)
+    tools, why = _prediction.build_tools(report.project) if nvcc is not None else (None, source)
     cores, memory = _jobs.available_cores(), _jobs.available_memory()
     if tools is not None:  # the build's own decision for this configuration
         jobs, threads, parts = tools.jobs, tools.nvcc_threads, tools.tu_parts
@@ -143,13 +148,15 @@ def _machine_and_gpus(report: DoctorReport, settings, torch, nvcc) -> list[_veri
         f"a build would compile {compiled}",
     )
     for gpu in gpus or []:
-        if gpu.sm < _archs.MIN_ARCH:
+        unsupported = flavour.unsupported_gpu(gpu.sm)
+        if unsupported:
+            why, fix = unsupported
             report.problem(
                 "gpus",
                 ERROR,
                 f"GPU {gpu.index} ({gpu.name}) has compute capability {gpu.capability[0]}."
-                f"{gpu.capability[1]}; flash-attn 2 needs 8.0 (Ampere) or newer.",
-                "run on an Ampere, Ada, Hopper or Blackwell GPU.",
+                f"{gpu.capability[1]}; {why}.",
+                fix,
             )
         elif archs and not any(CudaCode.sass(a).runs_on(gpu.sm) for a in archs):
             report.problem(
@@ -162,11 +169,12 @@ def _machine_and_gpus(report: DoctorReport, settings, torch, nvcc) -> list[_veri
     return gpus
 
 
-def _installed_section(report: DoctorReport, torch, gpus) -> None:
+def _installed_section(report: DoctorReport, flavour: Flavour, torch, gpus) -> None:
     from importlib import metadata
 
+    names = flavour.names
     try:
-        dist = metadata.distribution("flash-attn")
+        dist = metadata.distribution(names.dist)
     except metadata.PackageNotFoundError:
         report.add("flash_attn", {"installed": False}, "not installed")
         return
@@ -179,7 +187,7 @@ def _installed_section(report: DoctorReport, torch, gpus) -> None:
         )
         return
     try:
-        result = _verify.verify_path("flash_attn", torch, gpus)
+        result = _verify.verify_path(names.package, torch, gpus)
     except FaShimError as exc:
         report.add("flash_attn", {"installed": True, "error": exc.cause}, f"{dist.version}: ?")
         report.problem("flash_attn", ERROR, exc.cause, exc.fix or "")
@@ -202,29 +210,32 @@ def _installed_section(report: DoctorReport, torch, gpus) -> None:
         report.problem(
             "flash_attn",
             ERROR,
-            f"the installed flash-attn {dist.version} does not fit torch {torch.version}: "
+            f"the installed {names.dist} {dist.version} does not fit torch {torch.version}: "
             + "; ".join(f"{c.name}: {c.summary}" for c in result.failures),
-            (first.fix or REBUILD) + " (details: `python -m fa_backend verify flash_attn`)",
+            (first.fix or flavour.rebuild_command())
+            + f" (details: `python -m fa_backend verify {names.package}`)",
         )
 
 
-def diagnose() -> DoctorReport:
-    report = DoctorReport()
-    python_section(report)
+def diagnose(project: Path = PROJECT) -> DoctorReport:
+    """What a build of the project here would use (its flavour, from its pyproject.toml)."""
+    report = DoctorReport(project)
     try:
-        settings = _settings.load(None, project_dir=ROOT)
+        flavour, settings = _registry.load(None, project_dir=project)
     except FaShimError as exc:
         report.problem("settings", ERROR, exc.cause, exc.fix or "")
-        settings = _settings.Settings()
+        flavour, settings = _registry.get("fa2"), _settings.Settings()
+    python_section(report, flavour)
+    report.sections["project"] = {"path": str(project), "distribution": flavour.names.dist}
     report.sections["flash_attn_version"] = settings.flash_attn_version
-    torch = torch_section(report, settings)
+    torch = torch_section(report, flavour, settings)
     nvcc = nvcc_section(report, settings, torch)
     compiler_section(report, torch)
     _preflight.doctor(report, torch, nvcc)
     ninja_section(report)
     report.add("seal", dataclasses.asdict(_seal.choose()), _seal.choose().describe())
-    gpus = _machine_and_gpus(report, settings, torch, nvcc)
-    _installed_section(report, torch, gpus)
+    gpus = _machine_and_gpus(report, flavour, settings, torch, nvcc)
+    _installed_section(report, flavour, torch, gpus)
     _prediction.requirements_section(report)  # the build's own checks, plan and cache lookup
-    _prediction.build_section(report, ROOT)
+    _prediction.build_section(report, project)
     return report

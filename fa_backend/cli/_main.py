@@ -10,8 +10,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from ..core._errors import FaShimError, boundary
-from ..resources import CHECKOUT
+from ..core._boundary import boundary
+from ..core._errors import FaShimError
+from ..resources import PROJECT
 
 
 def _pair(text: str) -> tuple[str, str]:
@@ -31,7 +32,7 @@ def _delegate(python: str, argv: list[str]) -> int:
             fix="pass the python of the environment to check, e.g. --python /path/venv/bin/python.",
         )
     env = dict(os.environ)
-    root = str(CHECKOUT)
+    root = str(PROJECT)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
     probe = subprocess.run(
         [exe, "-c", "import elftools, packaging"], env=env, capture_output=True, text=True
@@ -87,7 +88,7 @@ def _prepare(args: argparse.Namespace) -> int:
         ],
         "provenance": _build.provenance(plan, prep),
         "estimate": {
-            "seconds": round(estimate.seconds),
+            "seconds": round(estimate.seconds) if estimate.seconds is not None else None,
             "sources": len(prep.commands),
             "archs": estimate.machine.archs,
             "jobs": estimate.machine.jobs,
@@ -119,10 +120,12 @@ def _doctor(args: argparse.Namespace) -> int:
     from ..core import _log
     from . import _doctor
 
+    project = Path(args.project).absolute() if args.project else PROJECT
     if args.python:
-        return _delegate(args.python, ["doctor", *(["--json"] * args.json)])
+        argv = ["doctor", "--project", str(project), *(["--json"] * args.json)]
+        return _delegate(args.python, argv)
     with _log.quiet():  # it builds nothing: no "building against torch ..." from here
-        report = _doctor.diagnose()
+        report = _doctor.diagnose(project)
     print(json.dumps(report.as_dict(), indent=1) if args.json else report.render())
     return 0 if report.ok else 1
 
@@ -131,7 +134,7 @@ def _fingerprint(args: argparse.Namespace) -> int:
     """This environment's wheel-cache fingerprint, and whether the cache holds its wheel."""
     import json
 
-    from ..fleet import _prebuild
+    from . import _prebuild
 
     print(json.dumps(_prebuild.describe(dict(args.config_setting)), indent=1, default=str))
     return 0
@@ -139,7 +142,7 @@ def _fingerprint(args: argparse.Namespace) -> int:
 
 def _prebuild(args: argparse.Namespace) -> int:
     """Build each environment's wheel into the wheel cache unless it is there already."""
-    from ..fleet import _prebuild
+    from . import _prebuild
 
     config = dict(args.config_setting)
     rows = [_prebuild.prebuild_one(python, config) for python in args.python]
@@ -147,16 +150,30 @@ def _prebuild(args: argparse.Namespace) -> int:
     return 1 if any(r.result == "failed" for r in rows) else 0
 
 
-def main(argv: list[str] | None = None) -> int:
+_CONFIG_HELP = "a setting, as pip's -C takes it (docs/reference/settings.md); repeatable"
+
+
+def _config(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "-C",
+        "--config-setting",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        type=_pair,
+        help=_CONFIG_HELP,
+    )
+
+
+def parser() -> argparse.ArgumentParser:
+    """The command line, as `main` parses it (the CLI reference is generated from it)."""
     parser = argparse.ArgumentParser(prog="python -m fa_backend", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("settings", help="print the settings reference (markdown)")
     p.set_defaults(func=_settings)
     p = sub.add_parser("prepare", help="prepare the build tree and print the build description")
     p.add_argument("--build-dir", required=True, help="where to extract and prepare")
-    p.add_argument(
-        "-C", "--config-setting", action="append", default=[], metavar="KEY=VALUE", type=_pair
-    )
+    _config(p)
     p.set_defaults(func=_prepare)
     p = sub.add_parser(
         "verify",
@@ -175,14 +192,18 @@ def main(argv: list[str] | None = None) -> int:
     p.set_defaults(func=_verify)
     p = sub.add_parser("doctor", help="what a build here would use, and what is wrong")
     p.add_argument("--python", metavar="INTERP", help="diagnose this interpreter's environment")
+    p.add_argument(
+        "--project",
+        metavar="DIR",
+        help="the project to diagnose (default: the one whose fa_backend runs, e.g. "
+        "flash-attn-3/ when run there)",
+    )
     p.add_argument("--json", action="store_true", help="machine-readable report on stdout")
     p.set_defaults(func=_doctor)
     p = sub.add_parser(
         "fingerprint", help="this environment's wheel-cache fingerprint (JSON) and cache entry"
     )
-    p.add_argument(
-        "-C", "--config-setting", action="append", default=[], metavar="KEY=VALUE", type=_pair
-    )
+    _config(p)
     p.set_defaults(func=_fingerprint)
     p = sub.add_parser(
         "prebuild",
@@ -195,11 +216,13 @@ def main(argv: list[str] | None = None) -> int:
         metavar="INTERP",
         help="the interpreter of one environment (repeat for each)",
     )
-    p.add_argument(
-        "-C", "--config-setting", action="append", default=[], metavar="KEY=VALUE", type=_pair
-    )
+    _config(p)
     p.set_defaults(func=_prebuild)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
     return boundary(args.func)(args)
 
 

@@ -13,10 +13,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from ..core._errors import FaShimError
+from ..flavours._interface import Tools
 from ..fleet import _wheel_cache
 from ..pipeline import _build, _estimate
-from ..pipeline._plan import Tools
-from ..toolchain import _archs, _jobs, _requirements
+from ..toolchain import _jobs, _requirements
 from ..verify._report import ERROR
 
 HIT_SECONDS = "3-5 s"  # recorded cache hits (docs/benchmarks.md): the copy and its verify
@@ -74,7 +74,7 @@ def build_section(report, project: Path) -> None:
             return
         _stop(report, data, exc)
         return
-    data.update(wheel=plan.wheel_name, kernel_set=plan.tailoring.describe())
+    data.update(wheel=plan.wheel_name, kernel_set=plan.kernel_set)
     try:
         tools = _build.toolchain(plan)
     except FaShimError as exc:
@@ -82,10 +82,10 @@ def build_section(report, project: Path) -> None:
         return
     lines = [plan.wheel_name]
     data["archs"] = list(tools.archs.targets) if tools.archs else None
-    sources = _estimate.planned_sources(plan, tools)
+    sources = plan.flavour.planned_sources(plan, tools)
     if sources is not None:
         preview = _estimate.preview(plan, tools, sources, _jobs.available_cores())
-        data["estimate_s"] = round(preview.seconds)
+        data["estimate_s"] = round(preview.seconds) if preview.seconds is not None else None
         data["sources"] = len(sources)
         first, *rest = preview.lines  # what a build prints before compiling
         lines += [first.replace("about to compile", "would compile"), *(r.strip() for r in rest)]
@@ -106,18 +106,18 @@ def build_section(report, project: Path) -> None:
     if sources is None:
         lines.insert(
             1,
-            f"kernel set {plan.tailoring.kernel_set}; no estimate: fa-shim does not "
-            f"know flash-attn {plan.sdist.version}'s kernel sources",
+            f"kernel set {plan.flavour.kernel_set_name(plan)}; no estimate: fa-shim does not "
+            f"know {plan.names.dist} {plan.flavour.upstream_version(plan)}'s kernel sources",
         )
     report.add("build", data, *lines)
 
 
-def archs_to_compile(settings, torch, nvcc) -> tuple[list[str], str]:
-    """The sm_XX a build would compile: the build's own choice (_archs.resolve)."""
+def archs_to_compile(flavour, settings, torch, nvcc) -> tuple[list[str], str]:
+    """The sm_XX a build would compile: the build's own choice (the flavour's archs)."""
     if not settings.flash_attn_version:  # the settings did not load: no version to map onto
         return [], "unknown: no flash-attn version configured"
     try:
-        choice = _archs.resolve(settings, torch, nvcc.path, settings.flash_attn_version, os.environ)
+        choice = flavour.archs(settings, torch, nvcc.path)
     except FaShimError as exc:
         return [], f"none: {exc.cause}"
     return list(choice.targets), str(choice.selection.source)

@@ -18,6 +18,7 @@ from ..verify._report import ERROR, WARNING
 from ..wheel import _metadata
 
 if TYPE_CHECKING:
+    from ..flavours._interface import Flavour
     from ._doctor import DoctorReport
 
 
@@ -46,10 +47,10 @@ def compiler_abi(cxx: str, std: str | None = None) -> tuple[int | None, str]:
 # --------------------------------------------------------------------------------- sections
 
 
-def python_section(report: DoctorReport) -> None:
+def python_section(report: DoctorReport, flavour: Flavour) -> None:
     version = ".".join(map(str, sys.version_info[:3]))
     try:
-        tag = str(_metadata.wheel_tag())
+        tag = str(_metadata.wheel_tag(flavour.names))
     except FaShimError as exc:
         tag = "none"
         report.problem("python", ERROR, exc.cause, exc.fix or "")
@@ -60,7 +61,7 @@ def python_section(report: DoctorReport) -> None:
     )
 
 
-def torch_section(report: DoctorReport, settings) -> _torch.TorchInfo | None:
+def torch_section(report: DoctorReport, flavour: Flavour, settings) -> _torch.TorchInfo | None:
     try:
         # the build's very call: its plan (_prediction.build_tools) then reuses this answer
         torch = _torch.probe(settings.torch_python, settings.resolved_cache_dir / "torch-probes")
@@ -85,8 +86,8 @@ def torch_section(report: DoctorReport, settings) -> _torch.TorchInfo | None:
         report.problem(
             "torch",
             ERROR,
-            f"torch {torch.version} is a CPU-only build: flash-attn's CUDA kernels cannot be "
-            "built or run against it.",
+            f"torch {torch.version} is a CPU-only build: {flavour.names.dist}'s CUDA kernels "
+            "cannot be built or run against it.",
             "install a CUDA build of torch (e.g. `pip install torch==2.11.0`, CUDA 13.0), then "
             "run doctor again.",
         )

@@ -1,13 +1,12 @@
-"""The pipeline behind the hooks, step by step: plan (cheap: settings, torch, sdist, names),
-toolchain, prepare (build.ninja written, nothing compiled), the upstream build, repack, verify,
-and build, which runs them through the wheel cache. The steps' data is in _plan, what went into a
-wheel in _provenance, the wheel file in _wheelfile and _repack, the cache in _wheel_cache."""
+"""The pipeline behind the hooks, step by step: plan (cheap: settings, torch, the flavour's
+sources and names), toolchain, prepare (build.ninja written, nothing compiled), the upstream
+build, repack, verify, and build, which runs them through the wheel cache. Every step asks the
+plan's flavour (flavours/_interface) for what differs between flavours, never which it is."""
 
 from __future__ import annotations
 
 import contextlib
 import difflib
-import os
 import shutil
 import tempfile
 import time
@@ -16,16 +15,24 @@ from pathlib import Path
 
 from ..core import _atomic, _log
 from ..core._errors import FaShimError
-from ..flavours.fa2 import _kernels, _releases, _sdist, _tu_parts
-from ..flavours.fa3 import _fa3_build
+from ..flavours import _registry
+from ..flavours._interface import Plan, Tools
 from ..fleet import _sccache, _stable_src, _wheel_cache
 from ..settings import _settings
-from ..toolchain import _archs, _compilers, _jobs, _preflight, _requirements, _toolkit, _torch
+from ..toolchain import (
+    _compile_commands,
+    _compilers,
+    _jobs,
+    _preflight,
+    _requirements,
+    _space,
+    _toolkit,
+    _torch,
+)
 from ..verify import _verify
-from ..wheel import _metadata
 from ..wheel._wheelfile import publish
-from . import _compile_commands, _patches, _progress, _runner, _space, _upstream
-from ._plan import Plan, Prepared, Tools, stats_file
+from . import _progress, _runner, _stats, _upstream
+from ._prepared import Prepared
 from ._provenance import fingerprint, provenance
 from ._repack import repack
 
@@ -44,7 +51,7 @@ __all__ = [
 
 
 def plan(config_settings: _settings.ConfigSettings | None) -> Plan:
-    settings = _settings.load(config_settings)
+    flavour, settings = _registry.load(config_settings)
     _log.set_verbose(settings.verbose)
     _progress.check_mode(settings.progress)  # a typo fails now, not after the prepare step
     _requirements.check()
@@ -55,18 +62,7 @@ def plan(config_settings: _settings.ConfigSettings | None) -> Plan:
             fix="point -C cache-dir=DIR (or XDG_CACHE_HOME) at a writable directory.",
         )
     torch = _torch.probe(settings.torch_python, settings.resolved_cache_dir / "torch-probes")
-    if settings.flavour == "fa3":
-        return _fa3_build.plan(settings, torch)
-    sdist = _sdist.locate(settings)
-    patches = tuple(_patches.patches_for(sdist.version)) if sdist.pinned else ()
-    tailoring = _kernels.tailoring(settings, sdist.version)
-    version = _metadata.full_version(sdist.version, torch.label + tailoring.label)
-    metadata = _metadata.core_metadata(
-        _metadata.read_pkg_info(sdist.path), version, _metadata.torch_requirement(torch.version)
-    )
-    return Plan(
-        settings, torch, sdist, patches, version, _metadata.wheel_tag(), metadata, tailoring
-    )
+    return flavour.plan(settings, torch)
 
 
 def write_metadata(plan: Plan, metadata_directory: str) -> str:
@@ -106,61 +102,32 @@ def check_prepared_metadata(plan: Plan, metadata_directory: str) -> None:
 
 
 def toolchain(plan: Plan) -> Tools:
-    s = plan.settings
-    if plan.fa3:
+    """nvcc (the system's, or one from the index), the architectures and the compile jobs."""
+    s, flavour = plan.settings, plan.flavour
+    nvcc = archs = None
+    if flavour.needs_nvcc(plan):
         nvcc = _toolkit.choose(plan.torch, s)
         _log.info(f"using nvcc {nvcc}, CUDA_HOME={nvcc.cuda_home}")
-        env = _jobs.env_for(s, 1)
-        cache = _compilers.compiler_cache(s.compiler_cache)
-        archs = _fa3_build.archs(s, nvcc.path)
-        jobs = _fa3_build.jobs(plan, int(env["MAX_JOBS"]), _jobs.available_memory())
-        return Tools(nvcc, archs, jobs, int(env["NVCC_THREADS"]), cache)
-    nvcc = archs = None
-    if _sdist.has_cuda_sources(plan.sdist):
-        nvcc = _toolkit.choose(plan.torch, s)  # the system's, or one from the index
-        _log.info(f"using nvcc {nvcc}, CUDA_HOME={nvcc.cuda_home}")
-        archs = _archs.resolve(s, plan.torch, nvcc.path, plan.sdist.version, os.environ)
+        archs = flavour.archs(s, plan.torch, nvcc.path)
+    cores, memory = _jobs.available_cores(), _jobs.available_memory()
+    sizing = flavour.sizing(plan, archs, cores, memory)
     n_archs = len(archs.targets) if archs else 1
-    kernels = (
-        sorted(_kernels.expected_kernels(plan.tailoring, plan.sdist.version))
-        if _releases.release(plan.sdist.version).kernels
-        else None
-    )
-    # idle job slots become parts of the forward sources, and the parts more jobs
-    parts = _tu_parts.choose(
-        s.tu_parts,
-        _jobs.plan_jobs(
-            _jobs.available_cores(), _jobs.available_memory(), n_archs, s.max_jobs, s.nvcc_threads
-        )[0],
-        kernels,
-        _releases.release(plan.sdist.version).tu_parts,
-    )
-    # the kernel TUs and flash_api.cpp, all compiled at once when cores and memory allow
-    n_sources = _tu_parts.count_sources(kernels, parts) + 1 if kernels else None
-    env = _jobs.env_for(s, n_archs, n_sources)
-    threads = int(env["NVCC_THREADS"]) if nvcc else None
-    if parts > 1:
-        _log.info(f"compiling each forward kernel source as {parts} parts (-C tu-parts)")
+    _log.info(_jobs.describe(sizing.jobs, sizing.threads, cores, memory, n_archs, sizing.cut))
     cache = _compilers.compiler_cache(s.compiler_cache)
     if cache:
         _log.info(f"compiling through the compiler cache {cache}")
-    return Tools(nvcc, archs, int(env["MAX_JOBS"]), threads, cache, parts)
+    threads = sizing.threads if nvcc else None
+    return Tools(nvcc, archs, sizing.jobs, threads, cache, sizing.tu_parts)
 
 
 def prepare(plan: Plan, scratch: Path, tools: Tools | None = None) -> Prepared:
-    """Extract, patch and let torch write build.ninja (nothing compiled), then check it."""
+    """Lay out and patch the sources, let torch write build.ninja (nothing compiled), check it."""
     tools = tools or toolchain(plan)
     log_dir = plan.settings.resolved_cache_dir / "logs"
     log_dir.mkdir(parents=True, exist_ok=True)
     log = log_dir / f"flash-attn-{plan.version}-{time.strftime('%Y%m%d-%H%M%S')}.log"
     shutil.rmtree(scratch / "src", ignore_errors=True)  # a prepare into a used directory
-    if plan.fa3:
-        source = _fa3_build.lay_out(plan, scratch / "src")
-    else:
-        _space.before_extract(plan.sdist.path, scratch)
-        source = _sdist.extract(plan.sdist, scratch / "src")
-        _patches.apply_all(list(plan.patches), source)
-        _tu_parts.write(source / _tu_parts.KERNEL_DIR, tools.tu_parts)
+    source = plan.flavour.lay_out(plan, tools, scratch / "src")
     code, output, report = _upstream.run_setup(
         plan, tools, source, scratch / "dist", "prepare", log
     )
@@ -175,14 +142,9 @@ def prepare(plan: Plan, scratch: Path, tools: Tools | None = None) -> Prepared:
     ninja_file = Path(report["ninja_files"][-1])
     commands = _compile_commands.read(ninja_file)
     _compile_commands.verify_abi(commands, plan.torch.abi, ninja_file)
-    if plan.fa3:
-        _fa3_build.check(commands, plan)
-    else:
-        if tools.archs:
-            _archs.check_gencodes(commands, tools.archs.targets)
-        _kernels.check_sources(commands, plan.tailoring, plan.sdist.version)
+    plan.flavour.check(plan, tools, commands)
     # the launcher's records, where the upstream run keeps them (Prepared.stats_file)
-    _preflight.check(commands, ninja_file.parent, stats=stats_file(source.parent))
+    _preflight.check(commands, ninja_file.parent, stats=_stats.stats_file(source.parent))
     return Prepared(source, tools, ninja_file, commands, report, log)
 
 
@@ -200,16 +162,16 @@ def run_upstream_build(plan: Plan, prep: Prepared) -> Path:
             break
         if not (_runner.killed_for_memory(output) and jobs > 1):
             raise _upstream.failure(code, report, prep.log, output)
-        done = len(_runner.compiled(prep.stats_file))
+        done = len(_stats.compiled(prep.stats_file))
         jobs = max(1, jobs // 2)
         _log.warn(
             f"a compiler was killed for lack of memory; retrying with {jobs} job(s), "
             f"keeping the {done} object(s) already compiled (set -C max-jobs to choose)"
         )
-    stats = _runner.compiled(prep.stats_file)
+    stats = _stats.compiled(prep.stats_file)
     _log.info(
         f"upstream build: {time.monotonic() - started:.0f} s, of which "
-        f"{_runner.compile_span(stats):.0f} s compiling {len(stats)} translation units"
+        f"{_stats.compile_span(stats):.0f} s compiling {len(stats)} translation units"
     )
     _compile_commands.verify_abi(
         _compile_commands.read(prep.ninja_file), plan.torch.abi, prep.ninja_file
@@ -262,12 +224,21 @@ def scratch_dir(settings: _settings.Settings) -> Iterator[Path]:
             shutil.rmtree(path, ignore_errors=True)
 
 
+def check_space(plan: Plan, tools: Tools, out_dir: Path) -> None:
+    """Scratch (under TMPDIR), the output directory and the wheel cache, before the build."""
+    peak, wheel = plan.flavour.disk_needs(plan, tools)
+    needs = [("scratch", Path(tempfile.gettempdir()), peak), ("the wheel", out_dir, wheel)]
+    if plan.settings.wheel_cache:
+        needs.append(("the wheel cache", plan.settings.resolved_wheel_cache_dir, wheel))
+    _space.require(needs)
+
+
 def build(plan: Plan, wheel_directory: str, metadata_directory: str | None) -> str:
     if metadata_directory:
         check_prepared_metadata(plan, metadata_directory)
     out_dir = Path(wheel_directory).absolute()
     tools = toolchain(plan)
-    _space.before_compile(plan, tools, out_dir)
+    check_space(plan, tools, out_dir)
     with scratch_dir(plan.settings) as scratch:
         if plan.settings.wheel_cache:
             path = _wheel_cache.obtain(

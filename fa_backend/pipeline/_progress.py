@@ -7,7 +7,7 @@ drop. When that is so and the process has a controlling terminal (/dev/tty opens
 goes to stderr as plain lines at most every 30 s (what pip -v, a CI log and pip's failure
 report show) and to the build's log file. Never to stdout, which belongs to the frontend.
 
-The state comes from the compiler launcher's records (_launcher: a line when a source starts,
+The state comes from the compiler launcher's records (_stats: a line when a source starts,
 one when it ends), read by a thread once a second, independent of upstream's output.
 `_FA_SHIM_PROGRESS_INTERVAL_S` (not a setting, for tests) shortens the 30 s.
 """
@@ -27,22 +27,16 @@ from typing import TextIO
 
 from ..core import _log
 from ..core._errors import FaShimError
-from ..resources.launcher import started_file
-from ..toolchain import _jobs
-from . import _estimate, _runner
+from ..toolchain import _jobs, _schedule
+from . import _estimate, _stats
 
 MODES = ("auto", "tty", "stderr", "none")
 INTERVAL_ENV = "_FA_SHIM_PROGRESS_INTERVAL_S"
 TICK_S = 1.0
-_active = 0  # monitors running in this process: _runner then leaves progress to them
 
 
 def interval() -> float:
     return float(os.environ.get(INTERVAL_ENV) or 30.0)
-
-
-def watching_now() -> bool:
-    return _active > 0
 
 
 def check_mode(setting: str) -> str:
@@ -158,11 +152,11 @@ class Monitor:
         display: Display,
         sources: Sequence[str],
         stats_file: Path,
-        machine: _estimate.Machine,
-        disabled: int,
+        machine: _schedule.Machine,
+        cost: _schedule.Cost,
     ) -> None:
         self.display, self.sources, self.stats_file = display, list(sources), stats_file
-        self.machine, self.disabled = machine, disabled
+        self.machine, self.cost = machine, cost
         self.interval = interval()
         self.start = time.monotonic()
         self.last_line = self.start
@@ -172,12 +166,12 @@ class Monitor:
 
     def state(self) -> tuple[list[tuple[str, float]], list[tuple[str, float]], list[str]]:
         """(finished: name and seconds, running: name and seconds so far, pending names)."""
-        records = _runner.tu_stats(self.stats_file)
+        records = _stats.tu_stats(self.stats_file)
         ended = {(r["source"], r.get("started")) for r in records}
-        finished = [(r["source"], float(r["seconds"])) for r in _runner.compiled(self.stats_file)]
+        finished = [(r["source"], float(r["seconds"])) for r in _stats.compiled(self.stats_file)]
         now = time.time()
         running = []
-        for r in _runner.tu_stats(started_file(self.stats_file)):
+        for r in _stats.tu_stats(_stats.started_file(self.stats_file)):
             if (r["source"], r["started"]) not in ended:
                 running.append((r["source"], max(0.0, now - r["started"])))
         taken = {n for n, _ in finished} | {n for n, _ in running}
@@ -192,7 +186,7 @@ class Monitor:
         done = len({n for n, _ in finished} & set(self.sources)) or len(finished)
         if not pending and not running and finished:
             return f"compiled {done}/{total} (100%) in {elapsed}", True
-        left = _left(_estimate.remaining(pending, running, finished, self.machine, self.disabled))
+        left = _left(_schedule.remaining(pending, running, finished, self.machine, self.cost))
         compiling = _names([n for n, _ in sorted(running, key=lambda r: -r[1])])
         if not finished:  # the heartbeat: alive, and what it is working on
             if not running:
@@ -222,16 +216,12 @@ class Monitor:
                 _log.debug(f"progress: {exc}")
 
     def __enter__(self) -> Monitor:
-        global _active
-        _active += 1
         self._thread.start()
         return self
 
     def __exit__(self, exc_type, *exc) -> None:
-        global _active
         self._stop.set()
         self._thread.join()
-        _active -= 1
         if exc_type is None and not self.complete:  # finished between two looks
             self.update(force=True)
 
@@ -245,7 +235,7 @@ def watching(plan, prep) -> Iterator[None]:
         preview = _estimate.preview(plan, prep.tools, sources, _jobs.available_cores())
         for line in preview.lines:
             display.line(line)
-        with Monitor(display, sources, prep.stats_file, preview.machine, preview.disabled):
+        with Monitor(display, sources, prep.stats_file, preview.machine, preview.cost):
             yield
     finally:
         display.close()

@@ -9,11 +9,13 @@ import hashlib
 import os
 import re
 
+from ..core._version import __version__
+from ..flavours._interface import Plan, Tools
 from ..resources import GUARD, PACKAGE
 from ..resources.runtime_guard import PROVENANCE
 from ..toolchain import _compilers, _toolkit
 from . import _seal
-from ._plan import Plan, Prepared, Tools
+from ._prepared import Prepared
 
 __all__ = ["GUARD", "PROVENANCE", "fa_shim_version", "fingerprint", "provenance"]
 
@@ -35,8 +37,6 @@ _COMPILER_ENV = (
 
 
 def fa_shim_version() -> str:
-    from .. import __version__
-
     return __version__
 
 
@@ -53,26 +53,6 @@ def fa_shim_sources() -> str:
     return digest.hexdigest()
 
 
-def _sources(plan: Plan, with_origin: bool) -> dict:
-    """What was compiled: FA2's sdist by its sha256; FA3's two trees by their content pins
-    (docs/fa3-design.md) and the commits they are from."""
-    if plan.fa3:
-        release, found = plan.fa3.release, plan.fa3.sources
-        trees = {
-            "tag": release.tag,
-            "hopper": {"commit": release.commit, "pin": found.hopper.pin},
-            "cutlass": {"commit": release.cutlass_commit, "pin": found.cutlass.pin},
-        }
-        if with_origin:
-            trees["hopper"]["origin"] = found.hopper.origin
-            trees["cutlass"]["origin"] = found.cutlass.origin
-        return trees
-    sdist = {"sha256": plan.sdist.sha256}
-    if with_origin:
-        sdist.update(pinned=plan.sdist.pinned, origin=plan.sdist.origin, file=plan.sdist.path.name)
-    return sdist
-
-
 def fingerprint(plan: Plan, tools: Tools) -> dict:
     """Everything that decides what the wheel computes; jobs, threads and tu-parts do not
     (parts change how the objects are cut, not a kernel), so machines of any size share it.
@@ -83,7 +63,7 @@ def fingerprint(plan: Plan, tools: Tools) -> dict:
         "metadata": hashlib.sha256(plan.metadata.encode()).hexdigest(),  # Requires-Dist & co.
         "fa_shim": fa_shim_version(),
         "fa_shim_sources": fa_shim_sources(),
-        "sources": _sources(plan, with_origin=False),
+        "sources": plan.flavour.sources(plan, with_origin=False),
         "patches": [p.sha256 for p in plan.patches],
         "guard": hashlib.sha256(GUARD.read_bytes()).hexdigest(),
         "torch": [plan.torch.version, plan.torch.cuda, plan.torch.abi, plan.torch.cxx_std],
@@ -108,9 +88,9 @@ def provenance(plan: Plan, prep: Prepared) -> dict:
     )
     return {
         "fa_shim_version": fa_shim_version(),
-        "flash_attn_version": plan.fa3.release.version if plan.fa3 else plan.sdist.version,
-        "distribution": plan.flavour.dist,
-        ("fa3_sources" if plan.fa3 else "sdist"): _sources(plan, with_origin=True),
+        "flash_attn_version": plan.flavour.upstream_version(plan),
+        "distribution": plan.names.dist,
+        plan.flavour.sources_key: plan.flavour.sources(plan, with_origin=True),
         "wheel_version": plan.version,
         "python_tag": str(plan.tag),
         "torch": {

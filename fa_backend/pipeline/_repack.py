@@ -24,7 +24,7 @@ _KEPT_DIST_INFO = ("licenses/", "LICENSE", "AUTHORS")
 def repack(plan: Plan, upstream_wheel: Path, target: Path, prov: dict) -> Path:
     """Upstream's files with our .dist-info: our METADATA, tags, provenance, RECORD."""
     writer = WheelWriter(target, plan.dist_info)
-    flavour = plan.flavour
+    names = plan.names
     has_module = False
     with zipfile.ZipFile(upstream_wheel) as zf:
         for info in zf.infolist():
@@ -36,18 +36,18 @@ def repack(plan: Plan, upstream_wheel: Path, target: Path, prov: dict) -> Path:
                 if rest.startswith(_KEPT_DIST_INFO) or rest == "top_level.txt":
                     writer.add_stream(f"{plan.dist_info}/{rest}", _member(zf, info), info.file_size)
                 continue
-            has_module |= info.filename.startswith(flavour.module_path + ".") and (
+            has_module |= info.filename.startswith(names.module_path + ".") and (
                 info.filename.endswith(".so")
             )
             mode = (info.external_attr >> 16) & 0o777 or 0o644
             writer.add_stream(info.filename, _member(zf, info), info.file_size, mode)
         if not has_module:
             raise FaShimError(
-                f"the upstream wheel contains no compiled {flavour.module_path}*.so; it "
-                f"would fail with \"No module named '{flavour.module}'\".",
+                f"the upstream wheel contains no compiled {names.module_path}*.so; it "
+                f"would fail with \"No module named '{names.module}'\".",
                 fix="read the build log; was FLASH_ATTENTION_SKIP_CUDA_BUILD set?",
             )
-        writer.add(flavour.guard_path, GUARD.read_bytes())
+        writer.add(names.guard_path, GUARD.read_bytes())
         writer.add(f"{plan.dist_info}/METADATA", plan.metadata.encode())
         writer.add(
             f"{plan.dist_info}/WHEEL",

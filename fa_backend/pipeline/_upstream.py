@@ -13,15 +13,13 @@ from typing import TYPE_CHECKING
 
 from ..core import _failures, _log
 from ..core._errors import FaShimError
-from ..flavours.fa2 import _releases, _tu_parts
-from ..flavours.fa3 import _fa3_build
 from ..fleet import _sccache
 from ..resources import DRIVER, LAUNCHER
 from ..resources.upstream_driver import BLOCKED_EXIT
-from . import _plan, _runner, _seal
+from . import _runner, _seal, _stats
 
 if TYPE_CHECKING:
-    from ._plan import Plan, Tools
+    from ..flavours._interface import Plan, Tools
 
 # set by a user for upstream's setup.py; each would change the build behind fa-shim's label
 _SCRUBBED_ENV = (
@@ -59,7 +57,7 @@ def environment(plan: Plan, tools: Tools, scratch: Path, jobs: int | None) -> di
     bin_dir.mkdir(exist_ok=True)
     env["CXX"] = _launcher_script(
         bin_dir / "cxx",
-        _plan.stats_file(scratch),
+        _stats.stats_file(scratch),
         os.environ.get("CXX", "c++"),
         tools.compiler_cache,
     )
@@ -69,11 +67,10 @@ def environment(plan: Plan, tools: Tools, scratch: Path, jobs: int | None) -> di
         env["PATH"] = f"{home / 'bin'}{os.pathsep}{env.get('PATH', '')}"
         real_nvcc = os.environ.get("PYTORCH_NVCC") or shlex.quote(str(tools.nvcc.path))
         env["PYTORCH_NVCC"] = _launcher_script(
-            bin_dir / "nvcc", _plan.stats_file(scratch), real_nvcc, tools.compiler_cache
+            bin_dir / "nvcc", _stats.stats_file(scratch), real_nvcc, tools.compiler_cache
         )
         env.update(tools.archs.env)
-    if plan.fa3:
-        env.update(_fa3_build.environment(plan, tools.nvcc.cuda_home))
+    env.update(plan.flavour.environment(plan, tools))
     if tools.compiler_cache:
         # every build has a fresh scratch path: hash paths relative to it, or nothing ever hits
         env.setdefault("CCACHE_BASEDIR", str(scratch))
@@ -107,16 +104,7 @@ def run_setup(
         "abi": plan.torch.abi,
         "cxx_std": plan.torch.cxx_std,
         "extra_sys_path": plan.torch.extra_sys_path,
-        "exclude_sources": list(plan.tailoring.exclude_sources),
-        "defines": list(plan.tailoring.defines),
-        "heavy_sources_first": list(
-            _fa3_build.HEAVY_FIRST
-            if plan.fa3
-            else _releases.release(plan.sdist.version).naming.heavy_first
-        ),
-        "split_sources": {}
-        if plan.fa3
-        else _tu_parts.layout(source / _tu_parts.KERNEL_DIR, tools.tu_parts),
+        **plan.flavour.driver_spec(plan, tools, source),
     }
     spec_path.write_text(json.dumps(spec))
     _log.info(f"running upstream setup.py ({mode}); full log: {log}")

@@ -13,3 +13,5 @@ PACKAGE = HERE.parent  # fa_backend/ itself (symlinks resolved: flash-attn-3/ sh
 CHECKOUT = PACKAGE.parent  # fa-shim's checkout or sdist: pyproject.toml, vendored_patches/
 VENDORED = CHECKOUT / "vendored_patches"
 PYPROJECT = CHECKOUT / "pyproject.toml"
+# the project whose fa_backend runs (symlinks kept: flash-attn-3/ when reached through its link)
+PROJECT = Path(__file__).absolute().parent.parent.parent

@@ -16,8 +16,10 @@ ConfigSettings = Mapping[str, Union[str, list[str]]]
 ENV_PREFIX = "FA_SHIM_"
 
 
-def _setting(default: Any, kind: str, help: str) -> Any:
-    return dataclasses.field(default=default, metadata={"kind": kind, "help": help})
+def _setting(default: Any, kind: str, help: str, **more: str) -> Any:
+    """A setting's field: its kind (how _convert reads it), help text and, for a directory that
+    must exist, `missing`: the fix when it does not."""
+    return dataclasses.field(default=default, metadata={"kind": kind, "help": help, **more})
 
 
 def default_cache_dir() -> Path:
@@ -38,6 +40,8 @@ class Settings:
         "path",
         "Directory holding upstream sdists (shared storage, e.g. /efs/shared/flash-attn); it must "
         "exist. Relative paths in any path setting are relative to where the command was run.",
+        missing="create it with the flash-attn sdists in it, or correct the sdist-dir setting "
+        "(without it the sdist is downloaded from the package index).",
     )
     cache_dir: Path | None = _setting(
         None,
@@ -117,6 +121,8 @@ class Settings:
         "flash-attn-3: a (shared) directory holding both trees as "
         "flash-attention-<tag>-hopper.tar.gz and cutlass-<commit>-include.tar.gz; it must "
         "exist. Then fa-shim's cache, then a download from GitHub unless offline.",
+        missing="create it with the two FlashAttention-3 tarballs in it, or correct the "
+        "fa3-source-dir setting.",
     )
     torch_python: Path | None = _setting(
         None,
@@ -156,6 +162,10 @@ class Settings:
     )
     verbose: bool = _setting(False, "bool", "Echo the full upstream build output to stderr.")
     flavour: str = dataclasses.field(default="fa2", metadata={"kind": "project"})
+    # where each setting given came from, e.g. "config_settings (-C)" (for messages)
+    given: Mapping[str, str] = dataclasses.field(
+        default_factory=dict, compare=False, metadata={"kind": "project"}
+    )
     progress: str = _setting(
         "auto",
         "str",

@@ -39,12 +39,6 @@ __all__ = [
     "reference_markdown",
 ]
 
-# settings that mean something to one flavour only: given to the other, they are refused
-ONLY_FOR = {
-    "fa2": ("sdist", "sdist-dir", "allow-unknown-version", "tu-parts"),
-    "fa3": ("fa3-source", "fa3-hopper", "fa3-cutlass", "fa3-source-dir"),
-}
-
 
 def _did_you_mean(key: str, known: list[str]) -> str:
     close = difflib.get_close_matches(key, known, n=1)
@@ -73,32 +67,8 @@ def read_pyproject_table(project_dir: Path) -> dict[str, Any]:
 
 
 # What a project directory builds: a fact of its pyproject.toml ([tool.fa-shim] only, never -C or
-# the environment). fa2 is the root project; fa3 is flash-attn-3/ (docs/fa3-design.md).
+# the environment), checked against the known flavours by flavours/_registry.
 FLAVOUR_KEY = "flavour"
-FLAVOURS = ("fa2", "fa3")
-
-
-def _check_flavour(flavour: Any) -> str:
-    if flavour not in FLAVOURS:
-        raise FaShimError(
-            f"{FLAVOUR_KEY} = {flavour!r} in [tool.fa-shim] of pyproject.toml is not one of "
-            f"{', '.join(FLAVOURS)}.{_did_you_mean(str(flavour), list(FLAVOURS))}",
-            fix="correct pyproject.toml (fa2: flash-attn, fa3: flash-attn-3).",
-        )
-    return flavour
-
-
-def _check_applies(flavour: str, given: dict[str, str]) -> None:
-    """A setting of the other flavour is a mistake, not something to ignore silently."""
-    for other, keys in ONLY_FOR.items():
-        for key in keys:
-            if other != flavour and key in given:
-                project = "flash-attn-3/ (flavour fa3)" if other == "fa3" else "fa-shim's root"
-                raise FaShimError(
-                    f"setting {key!r} (from {given[key]}) applies to {project} only, and this "
-                    f"project builds {'flash-attn-3' if flavour == 'fa3' else 'flash-attn'}.",
-                    fix=f"drop {key}, or build the other project.",
-                )
 
 
 def load(
@@ -112,7 +82,7 @@ def load(
     layers: list[tuple[str, dict[str, Any]]] = []
 
     table = dict(read_pyproject_table(project_dir or Path.cwd()))
-    flavour = _check_flavour(table.pop(FLAVOUR_KEY, "fa2"))
+    flavour = table.pop(FLAVOUR_KEY, "fa2")
     for key in table:
         if key not in FIELDS:
             raise _unknown(key, "[tool.fa-shim] of pyproject.toml", [*known, FLAVOUR_KEY])
@@ -135,32 +105,21 @@ def load(
         cs_layer[norm] = value
     layers.append(("config_settings (-C)", cs_layer))
 
-    _check_applies(
-        flavour,
-        {
-            k: (where if layer is not env_layer else env_name(k))
-            for where, layer in layers
-            for k in layer
-        },
-    )
     values: dict[str, Any] = {"flavour": flavour}
+    given: dict[str, str] = {}  # key: where it came from (a flavour refuses another's keys)
     for where, layer in layers:  # later layers win
         for key, value in layer.items():
             field = FIELDS[key]
             # name the real source, so the fix says what to change: FA_SHIM_MAX_JOBS
             source = f"environment variable {env_name(key)}" if layer is env_layer else where
             values[field.name] = convert(key, field.metadata["kind"], value, source)
-    if values.get("sdist_dir") and not values["sdist_dir"].is_dir():
-        raise FaShimError(
-            f"the sdist-dir {values['sdist_dir']} does not exist (or is not a directory).",
-            fix="create it with the flash-attn sdists in it, or correct the sdist-dir setting "
-            "(without it the sdist is downloaded from the package index).",
-        )
-    if values.get("fa3_source_dir") and not values["fa3_source_dir"].is_dir():
-        raise FaShimError(
-            f"the fa3-source-dir {values['fa3_source_dir']} does not exist (or is not a "
-            "directory).",
-            fix="create it with the two FlashAttention-3 tarballs in it, or correct the "
-            "fa3-source-dir setting.",
-        )
+            given[key] = env_name(key) if layer is env_layer else where
+    for key, field in FIELDS.items():
+        path = values.get(field.name)
+        if field.metadata.get("missing") and path and not path.is_dir():
+            raise FaShimError(
+                f"the {key} {path} does not exist (or is not a directory).",
+                fix=field.metadata["missing"],
+            )
+    return Settings(**values, given=given)
     return Settings(**values)

@@ -8,7 +8,7 @@ would get a build with no kernels at all), so other GPUs are mapped onto the arc
 code they run: sm_80 code runs on 8.6/8.7/8.9, sm_100 on 10.3, sm_120 on 12.1 (CUDA binary
 compatibility within a major). After torch has written build.ninja, `check_gencodes` verifies
 that every nvcc command compiles exactly the chosen architectures. How each release's setup.py
-takes its architectures (the Mechanism) is recorded in _releases.
+takes its architectures is a Mechanism (below), which each flavour's release registry names.
 """
 
 from __future__ import annotations
@@ -22,16 +22,24 @@ from typing import TYPE_CHECKING
 
 from ..core import _log, _subprocess
 from ..core._errors import FaShimError
-from ..flavours.fa2 import _releases
-from ..flavours.fa2._releases import Mechanism
-from ..pipeline._compile_commands import Command
 from . import _cuda_driver
+from ._compile_commands import Command
 
 if TYPE_CHECKING:
     from ..settings._settings import Settings
     from ._torch import TorchInfo
 
 MIN_ARCH = 80  # flash-attn 2 needs Ampere or newer
+
+
+@dataclasses.dataclass(frozen=True)
+class Mechanism:
+    """How an upstream setup.py is told its architectures."""
+
+    env: str | None  # the variable setup.py reads; None: its list is fixed
+    known: tuple[str, ...]  # the architectures it can emit -gencode for
+    default: tuple[str, ...]  # what it compiles when not told
+    patch: str | None = None  # the vendored patch that gives setup.py this mechanism
 
 
 # ------------------------------------------------------------------------------- pure functions
@@ -293,10 +301,14 @@ _logged: set[tuple] = set()
 
 
 def resolve(
-    settings: Settings, torch: TorchInfo, nvcc_path: Path, version: str, environ: Mapping[str, str]
+    settings: Settings,
+    torch: TorchInfo,
+    nvcc_path: Path,
+    mech: Mechanism,
+    environ: Mapping[str, str],
 ) -> ArchChoice:
-    """Select, map and describe the architectures for one build (probes torch and nvcc)."""
-    mech = _releases.release(version).archs
+    """Select, map and describe the architectures for one build (probes torch and nvcc), for a
+    setup.py that takes them by `mech`."""
     setting, setting_source = tuple(settings.cuda_archs), "setting cuda-archs"
     if not setting and mech.env and environ.get(mech.env, "").strip():
         # upstream's own knob, set by someone who knows it: as explicit as the setting

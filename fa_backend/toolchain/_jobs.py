@@ -15,10 +15,8 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..core import _log
-
 if TYPE_CHECKING:
-    from ..settings._settings import Settings
+    pass
 
 GIB = 1024**3
 JOB_BYTES_ONE_ARCH = 6 * GIB  # top of the measured 4-6 GB: an OOM costs more than a slower build
@@ -125,15 +123,13 @@ def cgroup_memory_left(root: Path = CGROUP) -> int | None:
     return None
 
 
-def env_for(settings: Settings, n_archs: int, n_sources: int | None = None) -> dict[str, str]:
-    """MAX_JOBS and NVCC_THREADS for the upstream build, logged with the reason."""
-    cores, memory = available_cores(), available_memory()
-    jobs, threads = plan_jobs(
-        cores, memory, n_archs, settings.max_jobs, settings.nvcc_threads, n_sources
-    )
-    _log.info(
+def describe(
+    jobs: int, threads: int, cores: int, memory: int, n_archs: int, cut: str | None = None
+) -> str:
+    """The build's one line on its compile jobs, with why they are fewer than planned."""
+    return (
         f"{jobs} compile job(s) x {threads} nvcc thread(s) ({cores} cores, "
-        f"{memory / GIB:.1f} GiB available, {n_archs} architecture(s); "
-        "override with -C max-jobs / -C nvcc-threads)"
+        f"{memory / GIB:.1f} GiB available, {n_archs} architecture(s)"
+        + (f"; {cut}" if cut else "")
+        + "; override with -C max-jobs / -C nvcc-threads)"
     )
-    return {"MAX_JOBS": str(jobs), "NVCC_THREADS": str(threads)}

@@ -18,9 +18,9 @@ from pathlib import Path
 
 from ..core import _failures
 from ..core._errors import FaShimError
-from ..pipeline._compile_commands import ABI_DEFINE, Command
 from ..resources.launcher import PROBE_ENV, started_file
-from ..verify import _mangling
+from ..toolchain._compile_commands import ABI_DEFINE, Command
+from . import _mangling
 
 PROBE = """\
 #include <string>

@@ -19,33 +19,22 @@ import dataclasses
 import importlib.machinery
 import re
 import sys
+from typing import TYPE_CHECKING
 
 from packaging import tags
 from packaging.version import InvalidVersion, Version
 
-from ..resources import CHECKOUT
 from ..resources.runtime_guard import PROVENANCE
-from ..toolchain._archs import MIN_ARCH
+from ..toolchain._mangling import demangle, is_torch_symbol, string_abi
 from ..toolchain._torch import TorchInfo
 from ._elf import TORCH_LIBS, ElfModule, TorchExports
-from ._mangling import demangle, is_torch_symbol, string_abi
 from ._report import FAIL, PASS, SKIP, Check, plural
 from ._targets import Target
 
-
-def _fa_shim_source() -> str:
-    """This fa-shim checkout when fa_backend runs from one, else a placeholder."""
-    root = CHECKOUT
-    pyproject = root / "pyproject.toml"
-    if pyproject.is_file() and 'build-backend = "fa_backend"' in pyproject.read_text("utf-8"):
-        return str(root)
-    return "/path/to/fa-shim"
+if TYPE_CHECKING:
+    from ..flavours._interface import Flavour
 
 
-REBUILD = (
-    f"{sys.executable} -m pip install --no-build-isolation --no-deps --force-reinstall "
-    + _fa_shim_source()
-)
 _LIST_LIMIT = 15
 
 
@@ -69,7 +58,7 @@ def _python_tag() -> str:
 
 
 def check_tags(target: Target) -> Check:
-    f = target.flavour
+    f, rebuild = target.flavour.names, target.flavour.rebuild_command()
     if target.tags is None:
         return Check("tags", SKIP, "a bare module carries no wheel tags")
     shown = ", ".join(sorted(str(t) for t in target.tags))
@@ -82,7 +71,7 @@ def check_tags(target: Target) -> Check:
             f"{f.module} module for this interpreter (upstream builds one like this when "
             f"FLASH_ATTENTION_SKIP_CUDA_BUILD=TRUE is set), so `import {f.package}` fails "
             f"with \"No module named '{f.module}'\".",
-            fix=f"build it against your torch: `{REBUILD}`.",
+            fix=f"build it against your torch: `{rebuild}`.",
         )
     supported = set(tags.sys_tags())
     if target.tags & supported:
@@ -107,19 +96,19 @@ def check_tags(target: Target) -> Check:
         "tags",
         FAIL,
         f"{shown} cannot be installed here: {reason}.",
-        fix=f"build flash-attn with the interpreter you run ({sys.executable}): `{REBUILD}`.",
+        fix=f"build {f.dist} with the interpreter you run ({sys.executable}): `{rebuild}`.",
     )
 
 
 def check_module(target: Target) -> Check:
-    f = target.flavour
+    f, rebuild = target.flavour.names, target.flavour.rebuild_command()
     module = f.module_path
     if not target.modules:
         return Check(
             "module",
             FAIL,
             f"no {module}*.so: `import {f.package}` fails with \"No module named '{f.module}'\".",
-            fix=f"build the extension against your torch: `{REBUILD}`.",
+            fix=f"build the extension against your torch: `{rebuild}`.",
         )
     suffixes = importlib.machinery.EXTENSION_SUFFIXES
     names = ", ".join(n for n, _ in target.modules)
@@ -132,7 +121,7 @@ def check_module(target: Target) -> Check:
             FAIL,
             f"{', '.join(wrong)} cannot be imported by this interpreter (it imports "
             f"{', '.join(module + s for s in suffixes[:2])}).",
-            fix=f"build with the interpreter you run ({sys.executable}): `{REBUILD}`.",
+            fix=f"build with the interpreter you run ({sys.executable}): `{rebuild}`.",
         )
     return Check("module", PASS, names)
 
@@ -142,7 +131,7 @@ def _abi_name(abi: int) -> str:
 
 
 def check_symbols(
-    modules: list[ElfModule], torch: TorchInfo, exports: TorchExports
+    modules: list[ElfModule], torch: TorchInfo, exports: TorchExports, flavour: Flavour
 ) -> tuple[Check, Check]:
     refs = sorted({s for m in modules for s in m.undefined if is_torch_symbol(s)})
     abis = {s: string_abi(s) for s in refs}
@@ -150,7 +139,8 @@ def check_symbols(
     old = [s for s in refs if abis[s] == 0]
     built_abi = 1 if new and not old else 0 if old and not new else None
     rebuild = (
-        f"rebuild flash-attn against this torch: `{REBUILD}` (fa-shim compiles with torch's ABI)"
+        f"rebuild {flavour.names.dist} against this torch: `{flavour.rebuild_command()}` "
+        "(fa-shim compiles with torch's ABI)"
     )
 
     # The ABI of the references, compared with torch's.
@@ -236,7 +226,8 @@ def check_symbols(
     )
 
 
-def check_cuda_runtime(modules: list[ElfModule], torch: TorchInfo) -> Check:
+def check_cuda_runtime(modules: list[ElfModule], torch: TorchInfo, flavour: Flavour) -> Check:
+    dist, rebuild = flavour.names.dist, flavour.rebuild_command()
     needed = sorted({n for m in modules for n in m.needed if n.startswith("libcudart.so")})
     if not needed:
         return Check("cuda runtime", SKIP, "the module does not link the CUDA runtime")
@@ -246,8 +237,8 @@ def check_cuda_runtime(modules: list[ElfModule], torch: TorchInfo) -> Check:
             "cuda runtime",
             FAIL,
             f"the module needs {', '.join(needed)}, but torch {torch.version} is a CPU-only build.",
-            fix="install the CUDA build of torch this flash-attn was built for, or rebuild "
-            f"flash-attn against the torch you have: `{REBUILD}`.",
+            fix=f"install the CUDA build of torch this {dist} was built for, or rebuild "
+            f"{dist} against the torch you have: `{rebuild}`.",
         )
     if majors and majors != {torch.cuda_major}:
         return Check(
@@ -255,7 +246,7 @@ def check_cuda_runtime(modules: list[ElfModule], torch: TorchInfo) -> Check:
             FAIL,
             f"the module needs {', '.join(needed)} (CUDA {'/'.join(map(str, sorted(majors)))}), "
             f"torch {torch.version} uses CUDA {torch.cuda}.",
-            fix=f"rebuild flash-attn against this torch: `{REBUILD}`.",
+            fix=f"rebuild {dist} against this torch: `{rebuild}`.",
         )
     return Check("cuda runtime", PASS, f"{', '.join(needed)} matches torch's CUDA {torch.cuda}")
 
@@ -268,12 +259,13 @@ def _public(version: str) -> str:
 
 
 def check_provenance(target: Target, torch: TorchInfo) -> Check:
+    dist, rebuild = target.flavour.names.dist, target.flavour.rebuild_command()
     if target.provenance_error:
         return Check(
             "provenance",
             FAIL,
             target.provenance_error,
-            fix=f"the wheel is damaged: rebuild it (`{REBUILD}`).",
+            fix=f"the wheel is damaged: rebuild it (`{rebuild}`).",
         )
     if target.provenance is None:
         return Check(
@@ -302,19 +294,15 @@ def check_provenance(target: Target, torch: TorchInfo) -> Check:
             "provenance",
             FAIL,
             f"fa-shim built this for {described}; it differs in: " + "; ".join(differences),
-            fix=f"rebuild flash-attn against the installed torch: `{REBUILD}`.",
+            fix=f"rebuild {dist} against the installed torch: `{rebuild}`.",
         )
     return Check("provenance", PASS, f"built by fa-shim for {described}")
-
-
-def _arch_hint(gpus: list[Gpu]) -> str:
-    archs = ";".join(sorted({str(g.sm) for g in gpus}))
-    return f"rebuild with the GPU's architecture: `{REBUILD} -C cuda-archs={archs}`."
 
 
 def check_archs(
     modules: list[ElfModule], target: Target, torch: TorchInfo, gpus: list[Gpu] | None
 ) -> Check:
+    flavour, rebuild = target.flavour, target.flavour.rebuild_command()
     codes = sorted({c for m in modules for c in m.cuda or []})
     meant = [str(a) for a in (target.provenance or {}).get("cuda_archs") or []]
     if not codes:
@@ -324,7 +312,7 @@ def check_archs(
                 FAIL,
                 f"the build meant to compile sm_{', sm_'.join(meant)}, but the module embeds no "
                 "CUDA device code.",
-                fix=f"rebuild: `{REBUILD}`.",
+                fix=f"rebuild: `{rebuild}`.",
             )
         return Check("cuda archs", SKIP, "the module embeds no CUDA device code (.nv_fatbin)")
     shown = ", ".join(str(c) for c in codes)
@@ -336,7 +324,7 @@ def check_archs(
             FAIL,
             f"the build meant to compile sm_{', sm_'.join(meant)}, the module embeds {shown}: "
             f"sm_{', sm_'.join(missing)} missing.",
-            fix=f"rebuild: `{REBUILD}`.",
+            fix=f"rebuild: `{rebuild}`.",
         )
     if gpus is None:
         return Check("cuda archs", PASS, f"{shown} (no GPU compared)")
@@ -345,12 +333,7 @@ def check_archs(
     unable = [g for g in gpus if not any(c.runs_on(g.sm) for c in codes)]
     if unable:
         lines = [f"GPU {g.index} {g.name}: sm_{g.sm}" for g in unable]
-        old = [g for g in unable if g.sm < MIN_ARCH]
-        fix = (
-            "flash-attn 2 needs compute capability 8.0 (Ampere) or newer; use a newer GPU."
-            if old and len(old) == len(unable)
-            else _arch_hint(unable)
-        )
+        fix = flavour.arch_advice([g.sm for g in unable])
         return Check(
             "cuda archs",
             FAIL,

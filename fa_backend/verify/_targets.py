@@ -15,10 +15,9 @@ from packaging import tags
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
 from ..core._errors import FaShimError
-from ..flavours._names import FA2, FA3, FLAVOURS, Flavour, of_package
+from ..flavours import _registry
+from ..flavours._interface import Flavour
 from ..resources.runtime_guard import PROVENANCE
-
-MODULE = FA2.module  # FA2's, the default of everything verify is given without a flavour
 
 
 @dataclasses.dataclass
@@ -30,7 +29,7 @@ class Target:
     modules: list[tuple[str, Path]]  # (name as shipped, readable path)
     provenance: dict | None
     provenance_error: str | None = None
-    flavour: Flavour = FA2
+    flavour: Flavour = dataclasses.field(default_factory=lambda: _registry.get("fa2"))
 
 
 def _parse_provenance(text: str | None, where: str) -> tuple[dict | None, str | None]:
@@ -45,14 +44,29 @@ def _parse_provenance(text: str | None, where: str) -> tuple[dict | None, str | 
         return None, f"{where} is not valid JSON ({exc})"
 
 
-def _is_module(name: str, flavour: Flavour = FA2) -> bool:
+def _default() -> Flavour:
+    """FA2's, the flavour of everything verify is given without one (a bare module)."""
+    return _registry.get("fa2")
+
+
+def _is_module(name: str, flavour: Flavour) -> bool:
     """flash_attn_2_cuda.<suffix>.so at the top; flash_attn_3/_C.<suffix>.so in its package."""
-    return name.startswith(flavour.module_path + ".") and name.endswith(".so")
+    return name.startswith(flavour.names.module_path + ".") and name.endswith(".so")
 
 
 def _flavour_of_dist(dist) -> Flavour:
-    name = (dist.metadata["Name"] or "").lower().replace("_", "-")
-    return next((f for f in FLAVOURS.values() if f.dist == name), FA2)
+    return _registry.of_dist(dist.metadata["Name"] or "") or _default()
+
+
+def _flavour_of_wheel(infos: list[zipfile.ZipInfo]) -> Flavour | None:
+    """By the distribution its .dist-info names, else by the packages it holds."""
+    tops = {i.filename.split("/")[0] for i in infos if "/" in i.filename}
+    for top in tops:
+        if top.endswith(".dist-info"):
+            flavour = _registry.of_dist(top[: -len(".dist-info")].rsplit("-", 1)[0])
+            if flavour:
+                return flavour
+    return _registry.of_package(tops)
 
 
 def wheel_target(wheel: Path, scratch: Path) -> Target:
@@ -67,7 +81,7 @@ def wheel_target(wheel: Path, scratch: Path) -> Target:
     try:
         with zipfile.ZipFile(wheel) as zf:
             infos = zf.infolist()
-            flavour = of_package({i.filename.split("/")[0] for i in infos if "/" in i.filename})
+            flavour = _flavour_of_wheel(infos)
             for info in infos if flavour else ():
                 parts = info.filename.split("/")
                 if _is_module(info.filename, flavour):
@@ -104,7 +118,7 @@ def _dist_target(dist, where: str) -> Target:
     modules = [(f, Path(dist.locate_file(f))) for f in files if _is_module(f, flavour)]
     if not files:  # no RECORD: look next to the package
         site = Path(dist.locate_file(""))
-        found = sorted(site.glob(f"{flavour.module_path}.*.so"))
+        found = sorted(site.glob(f"{flavour.names.module_path}.*.so"))
         modules = [(p.relative_to(site).as_posix(), p) for p in found]
     provenance, error = _parse_provenance(dist.read_text(PROVENANCE), PROVENANCE)
     name = f"{dist.metadata['Name']} {dist.version}"
@@ -124,7 +138,9 @@ def installed_target(spec: str) -> Target:
     from importlib import metadata
 
     path = Path(spec)
-    named = next((f for f in FLAVOURS.values() if spec in (f.dist, f.file_name)), None)
+    named = next(
+        (f.names for f in _registry.every() if spec in (f.names.dist, f.names.file_name)), None
+    )
     if named and not path.exists():
         try:
             dist = metadata.distribution(named.dist)
@@ -139,12 +155,13 @@ def installed_target(spec: str) -> Target:
         )
     site = path.resolve()
     for dist in metadata.distributions(path=[str(site)]):
-        if (dist.metadata["Name"] or "").lower().replace("_", "-") in ("flash-attn", FA3.dist):
+        if _registry.of_dist(dist.metadata["Name"] or ""):
             return _dist_target(dist, str(site))
-    modules = [(p.name, p) for p in sorted(site.glob(f"{MODULE}.*.so"))]
+    module = _default().names.module
+    modules = [(p.name, p) for p in sorted(site.glob(f"{module}.*.so"))]
     if not modules:
         raise FaShimError(
-            f"{site} holds neither a flash-attn distribution nor a {MODULE}*.so.",
+            f"{site} holds neither a flash-attn distribution nor a {module}*.so.",
             fix="pass the site-packages directory flash-attn is installed in.",
         )
     return Target(str(site), "module", None, "", modules, None)
@@ -152,10 +169,11 @@ def installed_target(spec: str) -> Target:
 
 def module_target(path: Path) -> Target:
     """A bare flash_attn_2_cuda*.so: no tags, no provenance."""
-    if not _is_module(path.name):
+    module = _default().names.module
+    if not _is_module(path.name, _default()):
         raise FaShimError(
-            f"{path.resolve()} is not a flash-attn module: verify checks {MODULE}*.so only.",
-            fix=f"pass the {MODULE}*.so of a flash-attn install, its wheel or its "
+            f"{path.resolve()} is not a flash-attn module: verify checks {module}*.so only.",
+            fix=f"pass the {module}*.so of a flash-attn install, its wheel or its "
             "site-packages directory.",
         )
     return Target(str(path.resolve()), "module", None, "", [(path.name, path)], None)

@@ -16,6 +16,7 @@ import tempfile
 from pathlib import Path
 
 from ..core._errors import FaShimError
+from ..flavours import _registry
 from ..toolchain._torch import TorchInfo
 from ._checks import (
     Gpu,
@@ -149,8 +150,8 @@ def _run(target: Target, torch: TorchInfo, gpus: list[Gpu] | None) -> VerifyRepo
     if target.modules:
         modules = [_read(target, name, path) for name, path in target.modules]
         with TorchExports(torch.lib_dir) as exports:
-            symbols, abi = check_symbols(modules, torch, exports)
-        checks += [symbols, abi, check_cuda_runtime(modules, torch)]
+            symbols, abi = check_symbols(modules, torch, exports, target.flavour)
+        checks += [symbols, abi, check_cuda_runtime(modules, torch, target.flavour)]
     checks.append(check_provenance(target, torch))
     if modules:
         checks.append(check_archs(modules, target, torch, gpus))
@@ -206,7 +207,7 @@ def verify_path(
             raise FaShimError(f"{path} does not exist.", fix="pass the path of the module.")
         torch, gpus = _resolve(torch, gpus)
         return _run(module_target(path), torch, gpus)
-    names = ("flash_attn", "flash-attn", "flash_attn_3", "flash-attn-3")
+    names = {n for f in _registry.every() for n in (f.names.package, f.names.dist)}
     if text not in names and not path.is_dir():
         raise FaShimError(
             f"{text} is neither a wheel, a .so, a directory nor 'flash_attn' / 'flash_attn_3'.",

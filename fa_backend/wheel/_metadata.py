@@ -13,14 +13,13 @@ from packaging.utils import canonicalize_name, parse_wheel_filename
 from packaging.version import Version
 
 from ..core._errors import FaShimError
-from ..flavours._names import FA2, Flavour
 from ..resources.runtime_guard import release
+from ._names import Names
 
-DIST_NAME = FA2.file_name  # the distribution's file-name form (PEP 427 escaping of flash-attn)
 ABI3_SINCE = "cp39"  # FA3's module: -DPy_LIMITED_API=0x03090000, as upstream tags it
 
 
-def wheel_tag(flavour: Flavour = FA2) -> tags.Tag:
+def wheel_tag(names: Names) -> tags.Tag:
     """The most specific tag of this interpreter on the plain linux platform; for a limited-API
     module (FA3) cp39-abi3 on it, which this interpreter must accept.
 
@@ -32,15 +31,14 @@ def wheel_tag(flavour: Flavour = FA2) -> tags.Tag:
     for tag in tags.sys_tags():
         if tag.platform not in plain:
             continue
-        if flavour.abi3 and (tag.interpreter, tag.abi) == (ABI3_SINCE, "abi3"):
+        if names.abi3 and (tag.interpreter, tag.abi) == (ABI3_SINCE, "abi3"):
             return tag
-        if not flavour.abi3 and tag.interpreter == interpreter and tag.abi not in ("none", "abi3"):
+        if not names.abi3 and tag.interpreter == interpreter and tag.abi not in ("none", "abi3"):
             return tag
     raise FaShimError(
         "this interpreter has no binary wheel tag on a plain linux platform "
         f"(first tag: {next(iter(tags.sys_tags()))}).",
-        fix=f"build {flavour.dist} on Linux with CPython"
-        + (" 3.9 or newer." if flavour.abi3 else "."),
+        fix=f"build {names.dist} on Linux with CPython" + (" 3.9 or newer." if names.abi3 else "."),
     )
 
 
@@ -50,15 +48,15 @@ def full_version(upstream: str, label: str) -> str:
     return version
 
 
-def wheel_filename(version: str, tag: tags.Tag, flavour: Flavour = FA2) -> str:
-    name = f"{flavour.file_name}-{version}-{tag}.whl"
+def wheel_filename(version: str, tag: tags.Tag, names: Names) -> str:
+    name = f"{names.file_name}-{version}-{tag}.whl"
     parsed = parse_wheel_filename(name)
-    assert parsed[0] == canonicalize_name(flavour.dist) and parsed[1] == Version(version), name
+    assert parsed[0] == canonicalize_name(names.dist) and parsed[1] == Version(version), name
     return name
 
 
-def dist_info_name(version: str, flavour: Flavour = FA2) -> str:
-    return f"{flavour.file_name}-{version}.dist-info"
+def dist_info_name(version: str, names: Names) -> str:
+    return f"{names.file_name}-{version}.dist-info"
 
 
 def read_pkg_info(sdist: Path) -> str:
@@ -78,23 +76,6 @@ def read_pkg_info(sdist: Path) -> str:
             f"{sdist} is a corrupt or truncated archive ({exc}).",
             fix=f"delete {sdist} and download the sdist again.",
         ) from None
-
-
-def fa3_pkg_info(tag: str) -> str:
-    """FlashAttention-3 has no sdist, so no PKG-INFO: what hopper/setup.py's setup() says of
-    itself (name, its install_requires but torch, which core_metadata pins), written here."""
-    return (
-        "Metadata-Version: 2.1\n"
-        "Name: flash-attn-3\n"
-        "Version: 0\n"
-        f"Summary: FlashAttention-3 (flash-attention {tag} hopper/), built by fa-shim\n"
-        "Home-page: https://github.com/Dao-AILab/flash-attention\n"
-        "License: BSD-3-Clause\n"
-        "Requires-Python: >=3.9\n"
-        "Requires-Dist: einops\n"
-        "Requires-Dist: packaging\n"
-        "Requires-Dist: ninja\n"
-    )
 
 
 def torch_requirement(torch_version: str) -> str:

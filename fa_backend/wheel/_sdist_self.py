@@ -12,7 +12,6 @@ from pathlib import Path
 
 from ..core import _atomic
 from ..core._errors import FaShimError
-from ._metadata import DIST_NAME
 
 # What a wheel build from the sdist needs; tests, CI and docs stay in the repository.
 INCLUDE = ("pyproject.toml", "README.md", "LICENSE", "fa_backend", "vendored_patches")
@@ -53,6 +52,9 @@ def pkg_info(version: str) -> str:
         "Summary: FlashAttention-2 built from the upstream sdist against the installed "
         "PyTorch (fa-shim)\nRequires-Python: >=3.9\nDynamic: Requires-Dist\n"
     )
+
+
+DIST_NAME = "flash_attn"  # the root project's name (flash-attn) as file names spell it
 
 
 def write(root: Path, sdist_directory: str, version: str) -> str:

@@ -13,20 +13,16 @@ See docs/kernel-sets.md.
 from __future__ import annotations
 
 import dataclasses
-import difflib
-import re
-from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from ...core._errors import FaShimError
-from ...pipeline._compile_commands import Command
+from ...toolchain._compile_commands import Command
+from .. import _vocabulary
 from . import _releases, _tu_parts
-from ._releases import KernelSpace
 
 if TYPE_CHECKING:
     from ...settings._settings import Settings
 
-_DTYPE_ALIASES = {"float16": "fp16", "half": "fp16", "bfloat16": "bf16"}
 _SWITCH_ALIASES = {"uneven-k": "uneven_k", "unevenk": "uneven_k", "softcapping": "softcap"}
 
 
@@ -65,44 +61,6 @@ class Tailoring:
 FULL = Tailoring((), (), True, (), (), (), "")
 
 
-def _did_you_mean(value: str, known: Iterable[str]) -> str:
-    close = difflib.get_close_matches(value, list(known), n=1, cutoff=0.5)
-    return f" Did you mean {close[0]!r}?" if close else ""
-
-
-def _head_dims(values: tuple[str, ...], space: KernelSpace) -> tuple[str, ...]:
-    chosen = set()
-    for value in values:
-        text = re.sub(r"^(hdim|d)", "", value.strip().lower())
-        if text in space.head_dims:
-            chosen.add(text)
-            continue
-        hint = _did_you_mean(text, space.head_dims)
-        if text.isdigit() and 0 < int(text) <= int(space.head_dims[-1]):
-            # A head dim runs on the smallest kernel at least as large (HEADDIM_SWITCH).
-            kernel = next(d for d in space.head_dims if int(d) >= int(text))
-            hint = f" Head dim {text} runs on the hdim{kernel} kernels: use {kernel}."
-        raise FaShimError(
-            f"head-dims has {value!r}, which is not a flash-attn kernel head dim.{hint}",
-            fix="use some of " + ", ".join(space.head_dims) + " (e.g. -C head-dims=64,128).",
-        )
-    return tuple(d for d in space.head_dims if d in chosen)
-
-
-def _choose(values, known, aliases, setting, example) -> tuple[str, ...]:
-    chosen = set()
-    for value in values:
-        name = aliases.get(value.strip().lower(), value.strip().lower())
-        if name not in known:
-            hint = _did_you_mean(name, known)
-            raise FaShimError(
-                f"{setting} has {value!r}, which fa-shim does not know.{hint}",
-                fix=f"use some of {', '.join(known)} (e.g. -C {setting}={example}).",
-            )
-        chosen.add(name)
-    return tuple(k for k in known if k in chosen)
-
-
 def tailoring(settings: Settings, version: str) -> Tailoring:
     """The kernel set the settings ask for; FULL when they ask for nothing to be left out."""
     asked = settings.head_dims or settings.dtypes or settings.forward_only or settings.disable
@@ -118,13 +76,21 @@ def tailoring(settings: Settings, version: str) -> Tailoring:
                 + ".",
             )
         return FULL
-    head_dims = _head_dims(settings.head_dims, space) if settings.head_dims else space.head_dims
+    head_dims = (
+        _vocabulary.head_dims(settings.head_dims, space.head_dims)
+        if settings.head_dims
+        else space.head_dims
+    )
     dtypes = (
-        _choose(settings.dtypes, space.dtypes, _DTYPE_ALIASES, "dtypes", "bf16")
+        _vocabulary.choose(
+            settings.dtypes, space.dtypes, _vocabulary.DTYPE_ALIASES, "dtypes", "bf16"
+        )
         if settings.dtypes
         else space.dtypes
     )
-    disabled = _choose(settings.disable, space.switches, _SWITCH_ALIASES, "disable", "dropout")
+    disabled = _vocabulary.choose(
+        settings.disable, space.switches, _SWITCH_ALIASES, "disable", "dropout"
+    )
     backward = not settings.forward_only
 
     exclude, defines, label = [], [], []

@@ -11,7 +11,6 @@ other module asks `release(version)`.
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import functools
 import re
 import sys
@@ -22,24 +21,16 @@ from packaging.version import InvalidVersion, Version
 
 from ...core._errors import FaShimError
 from ...resources import VENDORED
+from ...sources import _patches
+from ...sources._patches import Patch
+from ...toolchain._archs import Mechanism
+from .._release_files import RELEASE_FILE, key_hint, read_toml
 from ._tu_parts import PATCH as TU_PARTS_PATCH
 
 if sys.version_info >= (3, 11):
-    import tomllib
+    pass
 else:  # pragma: no cover - exercised on 3.9/3.10 only
-    import tomli as tomllib
-
-RELEASE_FILE = "release.toml"
-
-
-@dataclasses.dataclass(frozen=True)
-class Mechanism:
-    """How an upstream setup.py is told its architectures."""
-
-    env: str | None  # the variable setup.py reads; None: its list is fixed
-    known: tuple[str, ...]  # the architectures it can emit -gencode for
-    default: tuple[str, ...]  # what it compiles when not told
-    patch: str | None = None  # the vendored patch that gives setup.py this mechanism
+    pass
 
 
 ARCH_MECHANISMS = {
@@ -167,24 +158,13 @@ def release(version: str) -> Release:
     return _load(directory)
 
 
-def read_toml(path: Path, guide: str) -> dict:
-    """A release.toml's table; bad TOML is one error pointing at the guide to its keys."""
-    try:
-        with path.open("rb") as f:
-            return tomllib.load(f)
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise FaShimError(
-            f"{path} is not valid TOML ({exc}).", fix=f"correct its syntax ({guide})."
-        ) from None
-
-
 def _load(directory: Path) -> Release:
     path = directory / RELEASE_FILE
     data = read_toml(path, "see README, 'Supported flash-attn versions'")
     problems = []
     for key in data:
         if key not in _KEYS:
-            problems.append(f"unknown key {key!r}{_did_you_mean(key, _KEYS)}")
+            problems.append(f"unknown key {key!r}{key_hint(key, _KEYS)}")
     for key, (kind, meaning, required) in _KEYS.items():
         if key in data and not isinstance(data[key], kind):
             problems.append(f"{key} = {data[key]!r} is not {_TYPES[kind]}")
@@ -234,7 +214,7 @@ def _check_values(version: str, data: dict) -> list[str]:
         problems.append(f"sha256 = {data['sha256']!r} is not 64 lowercase hex digits")
     for key, table in (("archs", ARCH_MECHANISMS), ("kernel-space", KERNEL_SPACES)):
         if key in data and data[key] not in table:
-            hint = _did_you_mean(data[key], table)
+            hint = key_hint(data[key], table)
             problems.append(f"{key} = {data[key]!r} is none of {', '.join(table)}{hint}")
     return problems
 
@@ -256,6 +236,6 @@ def _check_patches(present: set[str], needed: dict[str, str]) -> list[str]:
     return problems
 
 
-def _did_you_mean(value: str, known) -> str:
-    close = difflib.get_close_matches(value, list(known), n=1)
-    return f" (did you mean {close[0]!r}?)" if close else ""
+def patches(version: str) -> list[Patch]:
+    """The vendored patches of a version, in the order they apply (none for an unknown one)."""
+    return _patches.read(release(version).patches)

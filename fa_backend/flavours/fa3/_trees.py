@@ -25,7 +25,7 @@ from ...core import _failures
 from ...core._errors import FaShimError
 
 if TYPE_CHECKING:
-    from ._fa3_sources import Sources
+    from ._sources import Sources
 
 # what `python setup.py` and an editor leave in a checkout; git tracks none of it
 IGNORED_DIRS = frozenset({"__pycache__", "build", "dist", ".git"})

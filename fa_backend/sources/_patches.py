@@ -1,5 +1,5 @@
-"""Apply vendored_patches/<version>/*.patch (FA3: vendored_patches/fa3/<version>/) to the scratch
-source tree, strictly.
+"""Apply a release's vendored patches (each flavour's registry lists them) to the scratch source
+tree, strictly.
 
 Each patch starts with a `Reason:` line and must apply with no fuzz; otherwise the build stops,
 because a patch that half-applies is the silent failure mode of the sed recipes we replace.
@@ -15,7 +15,6 @@ from pathlib import Path
 
 from ..core import _log, _subprocess
 from ..core._errors import FaShimError
-from ..flavours.fa2 import _releases
 
 
 @dataclasses.dataclass(frozen=True)
@@ -30,10 +29,6 @@ class Patch:
     @property
     def sha256(self) -> str:
         return hashlib.sha256(self.path.read_bytes()).hexdigest()
-
-
-def patches_for(version: str) -> list[Patch]:
-    return read(_releases.release(version).patches)
 
 
 def read(paths: Iterable[Path]) -> list[Patch]:

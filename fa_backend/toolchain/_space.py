@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import shutil
 import tarfile
-import tempfile
 import zlib
 from pathlib import Path
 
@@ -86,23 +85,3 @@ def compile_needs(kernels: int | None, archs: int, sdist_size: int) -> tuple[int
     units = max(kernels, 1) * max(archs, 1)
     scratch = SCRATCH_BASE + units * SCRATCH_PER_KERNEL_ARCH
     return int(scratch * MARGIN), int(units * WHEEL_PER_KERNEL_ARCH * MARGIN)
-
-
-def before_compile(plan, tools, out_dir: Path) -> None:
-    """Scratch (under TMPDIR), the output directory and the wheel cache, before the build."""
-    from ..flavours.fa2 import _kernels, _releases
-
-    archs = len(tools.archs.targets) if tools.archs else 1
-    if plan.fa3:  # sized as FA2's full set: FA3's units are as heavy, and fewer when tailored
-        peak, wheel = compile_needs(FULL_KERNELS, archs, 0)
-    else:
-        version = plan.sdist.version
-        if _releases.release(version).kernels:
-            kernels: int | None = len(_kernels.expected_kernels(plan.tailoring, version))
-        else:
-            kernels = FULL_KERNELS if plan.sdist.pinned else None
-        peak, wheel = compile_needs(kernels, archs, plan.sdist.path.stat().st_size)
-    needs = [("scratch", Path(tempfile.gettempdir()), peak), ("the wheel", out_dir, wheel)]
-    if plan.settings.wheel_cache:
-        needs.append(("the wheel cache", plan.settings.resolved_wheel_cache_dir, wheel))
-    require(needs)

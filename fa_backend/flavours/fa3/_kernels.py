@@ -15,8 +15,7 @@ import re
 from typing import TYPE_CHECKING
 
 from ...core._errors import FaShimError
-from ..fa2 import _kernels
-from ..fa2._releases import KernelSpace
+from .. import _vocabulary
 
 if TYPE_CHECKING:
     from ...settings._settings import Settings
@@ -75,16 +74,17 @@ def _disabled(values: tuple[str, ...], known: tuple[str, ...]) -> tuple[str, ...
                 fix=f"use -C {owner}=... instead (README, 'Settings').",
             )
     aliases = {v.strip().lower(): _flat(v) for v in values}
-    return _kernels._choose(values, features, aliases, "disable", "fp8")
+    return _vocabulary.choose(values, features, aliases, "disable", "fp8")
 
 
 def tailoring(settings: Settings, known: tuple[str, ...]) -> Fa3Tailoring:
     """The set the settings ask for, as the environment of upstream's switches `known`."""
     head_dims = tuple(m.group(1) for s in known if (m := _HDIM.fullmatch(s)))
-    space = KernelSpace(head_dims, DTYPES, (), "")  # the vocabulary _kernels checks against
-    chosen = _kernels._head_dims(settings.head_dims, space) if settings.head_dims else head_dims
+    chosen = (
+        _vocabulary.head_dims(settings.head_dims, head_dims) if settings.head_dims else head_dims
+    )
     dtypes = (
-        _kernels._choose(settings.dtypes, DTYPES, _kernels._DTYPE_ALIASES, "dtypes", "bf16")
+        _vocabulary.choose(settings.dtypes, DTYPES, _vocabulary.DTYPE_ALIASES, "dtypes", "bf16")
         if settings.dtypes
         else DTYPES
     )

@@ -2,7 +2,7 @@
 
 `vendored_patches/fa3/<version>/` holds `release.toml` (the flash-attention tag and commit whose
 `hopper/` is built, the CUTLASS commit that tag pins as `csrc/cutlass`, and both trees' content
-pins, see _fa3_sources) and the `*.patch` files applied to `hopper/`, in name order. It sits one
+pins, see _sources) and the `*.patch` files applied to `hopper/`, in name order. It sits one
 level below FA2's `vendored_patches/<version>/`, so `_releases.known()` never lists it.
 """
 
@@ -16,8 +16,8 @@ from pathlib import Path
 from packaging.version import InvalidVersion, Version
 
 from ...core._errors import FaShimError
-from ..fa2._releases import RELEASE_FILE, VENDORED, read_toml
-from ..fa2._releases import _did_you_mean as did_you_mean
+from ...resources import VENDORED
+from .._release_files import RELEASE_FILE, key_hint, read_toml
 
 FA3_DIR = VENDORED / "fa3"
 
@@ -65,7 +65,7 @@ def release(version: str, root: Path = FA3_DIR) -> Fa3Release:
 def load(directory: Path) -> Fa3Release:
     path = directory / RELEASE_FILE
     data = read_toml(path, "docs/fa3-design.md")
-    problems = [f"unknown key {k!r}{did_you_mean(k, _KEYS)}" for k in data if k not in _KEYS]
+    problems = [f"unknown key {k!r}{key_hint(k, _KEYS)}" for k in data if k not in _KEYS]
     for key, (pattern, meaning) in _KEYS.items():
         value = data.get(key)
         if value is None:

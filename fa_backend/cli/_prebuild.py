@@ -21,9 +21,9 @@ import tempfile
 import time
 
 from ..core._errors import FaShimError
-from ..resources import CHECKOUT
+from ..resources import PROJECT
 
-ROOT = CHECKOUT  # this fa-shim checkout: what pip builds
+ROOT = PROJECT  # the project whose fa_backend runs: what pip builds (flash-attn-3/ too)
 
 
 @dataclasses.dataclass
@@ -38,8 +38,8 @@ class Row:
 
 def describe(config: dict[str, str]) -> dict:
     """This interpreter's fingerprint and whether the wheel cache holds its wheel."""
+    from ..fleet import _wheel_cache
     from ..pipeline import _build
-    from . import _wheel_cache
 
     plan = _build.plan(config)
     if not plan.settings.wheel_cache:

@@ -27,7 +27,7 @@ from typing import IO
 from ...core import _atomic, _failures, _log
 from ...core._errors import FaShimError
 from ...sources import _index
-from ._fa3_releases import Fa3Release
+from ._releases import Fa3Release
 from ._trees import (
     BLOCK,
     BROKEN,

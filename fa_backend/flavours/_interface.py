@@ -1,0 +1,198 @@
+"""The flavour interface: what a distribution fa-shim builds must say, and the plan it makes.
+
+The pipeline (plan -> toolchain -> prepare -> compile -> repack -> verify -> publish) calls these
+methods and nothing else of a flavour; it never asks which flavour it runs. A flavour keeps
+what it compiles (its sources, pins, kernel set) in `Plan.source`, a value only it reads.
+Adding a flavour is writing one subclass and registering it (_registry).
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..resources import CHECKOUT
+from ..wheel import _metadata
+from ..wheel._names import Names
+
+if TYPE_CHECKING:
+    from packaging import tags
+
+    from ..settings._model import Settings
+    from ..sources._patches import Patch
+    from ..toolchain._archs import ArchChoice
+    from ..toolchain._compile_commands import Command
+    from ..toolchain._compilers import Nvcc
+    from ..toolchain._schedule import Machine
+    from ..toolchain._torch import TorchInfo
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """What one build makes, decided cheaply (nothing extracted or compiled)."""
+
+    settings: Settings
+    torch: TorchInfo
+    flavour: Flavour
+    source: Any  # the flavour's own: what it compiles, how it is pinned, its kernel set
+    patches: tuple[Patch, ...]
+    version: str
+    tag: tags.Tag
+    metadata: str
+
+    @property
+    def names(self) -> Names:
+        return self.flavour.names
+
+    @property
+    def dist_info(self) -> str:
+        return _metadata.dist_info_name(self.version, self.names)
+
+    @property
+    def wheel_name(self) -> str:
+        return _metadata.wheel_filename(self.version, self.tag, self.names)
+
+    @property
+    def kernel_set(self) -> dict:
+        return self.flavour.kernel_set(self)
+
+
+@dataclasses.dataclass(frozen=True)
+class Sizing:
+    """How a flavour sizes its compile: jobs, nvcc threads, parts per forward source, and why
+    the jobs are fewer than the machine's plan ("not 16: ..."; None: they are not)."""
+
+    jobs: int
+    threads: int
+    tu_parts: int = 1
+    cut: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Tools:
+    """The toolchain decisions of one build, made once: they feed the child's environment, the
+    wheel-cache fingerprint and the provenance."""
+
+    nvcc: Nvcc | None
+    archs: ArchChoice | None
+    jobs: int
+    nvcc_threads: int | None
+    compiler_cache: str | None
+    tu_parts: int = 1  # forward kernel sources compiled as this many parts (fa2's _tu_parts)
+
+
+class Flavour(abc.ABC):
+    """One distribution fa-shim builds. Subclasses set `names` and `own_settings` and implement
+    the abstract methods; the others have the defaults most flavours want."""
+
+    names: Names
+    own_settings: frozenset[str] = frozenset()  # setting keys no other flavour takes
+    sources_key = "sources"  # the provenance entry `sources()` fills
+
+    # ------------------------------------------------------------------------------- plan
+
+    @abc.abstractmethod
+    def plan(self, settings: Settings, torch: TorchInfo) -> Plan:
+        """Locate and pin the sources, choose the kernel set, name and describe the wheel."""
+
+    @abc.abstractmethod
+    def sources(self, plan: Plan, with_origin: bool) -> dict:
+        """What is compiled, by its pins (the fingerprint's; with where each came from for the
+        provenance)."""
+
+    @abc.abstractmethod
+    def upstream_version(self, plan: Plan) -> str:
+        """The upstream release the sources are (provenance's flash_attn_version)."""
+
+    @abc.abstractmethod
+    def kernel_set(self, plan: Plan) -> dict:
+        """The kernel set, as provenance and the fingerprint record it."""
+
+    def kernel_set_name(self, plan: Plan) -> str:
+        return str(self.kernel_set(plan).get("label") or "full")
+
+    # ---------------------------------------------------------------------------- toolchain
+
+    def needs_nvcc(self, plan: Plan) -> bool:
+        return True
+
+    @abc.abstractmethod
+    def archs(self, settings: Settings, torch: TorchInfo, nvcc: Path) -> ArchChoice:
+        """The GPU architectures to compile, from the settings, the GPUs and nvcc."""
+
+    @abc.abstractmethod
+    def sizing(self, plan: Plan, archs: ArchChoice | None, cores: int, memory: int) -> Sizing:
+        """Compile jobs and nvcc threads for this set on this machine."""
+
+    # ------------------------------------------------------------------------------ prepare
+
+    @abc.abstractmethod
+    def lay_out(self, plan: Plan, tools: Tools, dest: Path) -> Path:
+        """Unpack and patch the sources under dest; return the directory of setup.py."""
+
+    def environment(self, plan: Plan, tools: Tools) -> dict[str, str]:
+        """Variables for upstream's setup.py beyond the toolchain's (e.g. its switches)."""
+        return {}
+
+    def driver_spec(self, plan: Plan, tools: Tools, source: Path) -> dict:
+        """What the upstream driver does to setup.py's extensions (resources/upstream_driver):
+        exclude_sources, defines, heavy_sources_first, split_sources."""
+        return {}
+
+    @abc.abstractmethod
+    def check(self, plan: Plan, tools: Tools, commands: Sequence[Command]) -> None:
+        """build.ninja compiles what the plan says (the set, the architectures), or raise."""
+
+    # ------------------------------------------------------------------ estimate and space
+
+    def planned_sources(self, plan: Plan, tools: Tools) -> list[str] | None:
+        """The sources a build would compile, before anything is extracted (None: unknown)."""
+        return None
+
+    def cost_model(self, plan: Plan) -> Callable[[str], float] | None:
+        """Seconds one source (a basename) takes on one core for one architecture (None: no
+        model, and estimate_note says why)."""
+        return None
+
+    def estimate_note(self, plan: Plan) -> str:
+        return f"none for {self.names.dist} (fa-shim has no cost model for its sources)"
+
+    def faster_options(
+        self, plan: Plan, tools: Tools, sources: Sequence[str], machine: Machine
+    ) -> list[tuple[float, str]]:
+        """Settings that would make a long build shorter, each with its predicted seconds."""
+        return []
+
+    @abc.abstractmethod
+    def disk_needs(self, plan: Plan, tools: Tools) -> tuple[int, int]:
+        """(scratch peak, wheel size) in bytes, erring high."""
+
+    # ------------------------------------------------------------------------------ advice
+
+    def rebuild_command(self) -> str:
+        """What rebuilds this distribution against the running torch: pip on its project in
+        the fa-shim checkout fa_backend runs from (a placeholder where it runs from a wheel)."""
+        pyproject = CHECKOUT / "pyproject.toml"
+        ours = pyproject.is_file() and 'build-backend = "fa_backend"' in pyproject.read_text()
+        root = CHECKOUT if ours else Path("/path/to/fa-shim")
+        return (
+            f"{sys.executable} -m pip install --no-build-isolation --no-deps --force-reinstall "
+            f"{root / self.names.project if self.names.project != '.' else root}"
+        )
+
+    def unsupported_gpu(self, sm: int) -> tuple[str, str] | None:
+        """(why, fix) where this flavour's kernels cannot run on a GPU of compute capability
+        sm / 10 whatever it is compiled for (None: some build of it can)."""
+        return None
+
+    def arch_advice(self, gpus_sm: Sequence[int]) -> str:
+        """The fix for a module that has no code for these GPUs (compute capability x 10)."""
+        archs = ";".join(str(sm) for sm in sorted(set(gpus_sm)))
+        return (
+            f"rebuild with the GPU's architecture: `{self.rebuild_command()} "
+            f"-C cuda-archs={archs}`."
+        )

@@ -1,0 +1,100 @@
+"""Which flavours exist and which one a project builds: the one list of them.
+
+fa2 and fa3 are built in; another package adds one through the `fa_shim.flavours` entry point
+group (name = the flavour's name, value = its Flavour instance), which a project then names in
+[tool.fa-shim] `flavour`. Settings a flavour owns (Flavour.own_settings) are refused, naming
+their project, when given to another flavour's build.
+"""
+
+from __future__ import annotations
+
+import difflib
+import functools
+import importlib
+from collections.abc import Mapping
+from importlib import metadata
+from pathlib import Path
+
+from ..core._errors import FaShimError
+from ..settings import _settings
+from ._interface import Flavour
+
+ENTRY_POINTS = "fa_shim.flavours"
+BUILT_IN = {"fa2": "fa_backend.flavours.fa2._flavour", "fa3": "fa_backend.flavours.fa3._flavour"}
+
+
+def _plugins() -> dict[str, metadata.EntryPoint]:
+    return {ep.name: ep for ep in metadata.entry_points(group=ENTRY_POINTS)}
+
+
+def known() -> list[str]:
+    return [*BUILT_IN, *sorted(set(_plugins()) - set(BUILT_IN))]
+
+
+@functools.cache
+def get(name: str) -> Flavour:
+    """The flavour called name, or one error naming the known ones."""
+    if name in BUILT_IN:
+        return importlib.import_module(BUILT_IN[name]).FLAVOUR
+    plugin = _plugins().get(name)
+    if plugin is None:
+        close = difflib.get_close_matches(str(name), known(), n=1)
+        raise FaShimError(
+            f"{_settings.FLAVOUR_KEY} = {name!r} in [tool.fa-shim] of pyproject.toml is not one "
+            f"of {', '.join(known())}." + (f" Did you mean {close[0]!r}?" if close else ""),
+            fix="correct pyproject.toml (fa2: flash-attn, fa3: flash-attn-3), or install the "
+            f"package that provides flavour {name!r}.",
+        )
+    flavour = plugin.load()
+    if not isinstance(flavour, Flavour):
+        raise FaShimError(
+            f"the entry point {plugin.value} of flavour {name!r} is not a fa-shim Flavour.",
+            fix=f"its {ENTRY_POINTS} entry point must name a Flavour instance.",
+        )
+    return flavour
+
+
+def every() -> list[Flavour]:
+    return [get(name) for name in known()]
+
+
+def of_dist(dist: str) -> Flavour | None:
+    """The flavour that builds the distribution called dist (any spelling of its name)."""
+    wanted = dist.lower().replace("_", "-")
+    return next((f for f in every() if f.names.dist == wanted), None)
+
+
+def of_package(top_levels: set[str]) -> Flavour | None:
+    """The flavour of a wheel or site-packages entry by the packages it holds: the most
+    specific package first (an FA3 wheel holds flash_attn_3, no flash_attn)."""
+    for flavour in sorted(every(), key=lambda f: -len(f.names.package)):
+        if flavour.names.package in top_levels:
+            return flavour
+    return None
+
+
+def _check_applies(flavour: Flavour, settings: _settings.Settings) -> None:
+    """A setting of another flavour is a mistake, not something to ignore silently."""
+    for other in every():
+        if other is flavour:
+            continue
+        for key in sorted(other.own_settings - flavour.own_settings):
+            if key in settings.given:
+                raise FaShimError(
+                    f"setting {key!r} (from {settings.given[key]}) applies to "
+                    f"{other.names.project_label} only, and this project builds "
+                    f"{flavour.names.dist}.",
+                    fix=f"drop {key}, or build the other project.",
+                )
+
+
+def load(
+    config_settings: _settings.ConfigSettings | None,
+    environ: Mapping[str, str] | None = None,
+    project_dir: Path | None = None,
+) -> tuple[Flavour, _settings.Settings]:
+    """The project's flavour and its settings, each setting checked to apply to it."""
+    settings = _settings.load(config_settings, environ, project_dir)
+    flavour = get(settings.flavour)
+    _check_applies(flavour, settings)
+    return flavour, settings

@@ -1,0 +1,143 @@
+"""FlashAttention-2's cost model: what each kernel source costs to compile, measured.
+
+Each source costs what one core took to compile it on the H100 machine of docs/benchmarks.md
+(run3: fa-shim's full sm_90 build, 16 jobs on 16 cores, every core busy), averaged over fp16 and
+bf16; `bench/estimate_check.py` derives the table from that run's records and compares the
+model's predictions with every recorded build (toolchain/_schedule schedules the costs).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Sequence
+
+from ...toolchain import _jobs, _schedule
+from . import _kernels, _releases, _tu_parts
+
+# (kind, head dim, causal) -> seconds for one arch (run3's full-tus.jsonl, fp16/bf16 mean)
+KERNEL_SECONDS = {
+    ("bwd", 32, False): 212, ("bwd", 32, True): 150,
+    ("bwd", 64, False): 258, ("bwd", 64, True): 179,
+    ("bwd", 96, False): 227, ("bwd", 96, True): 153,
+    ("bwd", 128, False): 274, ("bwd", 128, True): 180,
+    ("bwd", 192, False): 221, ("bwd", 192, True): 146,
+    ("bwd", 256, False): 310, ("bwd", 256, True): 190,
+    ("fwd", 32, False): 157, ("fwd", 32, True): 105,
+    ("fwd", 64, False): 187, ("fwd", 64, True): 130,
+    ("fwd", 96, False): 159, ("fwd", 96, True): 171,
+    ("fwd", 128, False): 215, ("fwd", 128, True): 172,
+    ("fwd", 192, False): 158, ("fwd", 192, True): 108,
+    ("fwd", 256, False): 260, ("fwd", 256, True): 183,
+    ("fwd_split", 32, False): 296, ("fwd_split", 32, True): 175,
+    ("fwd_split", 64, False): 381, ("fwd_split", 64, True): 241,
+    ("fwd_split", 96, False): 314, ("fwd_split", 96, True): 195,
+    ("fwd_split", 128, False): 364, ("fwd_split", 128, True): 215,
+    ("fwd_split", 192, False): 291, ("fwd_split", 192, True): 189,
+    ("fwd_split", 256, False): 343, ("fwd_split", 256, True): 207,
+}  # fmt: skip
+OTHER_SECONDS = 36  # flash_api.cpp (36.5 s in run3) and any source the table does not name
+# A source compiled in n parts (_tu_parts): part 0 keeps the dispatch, parts 1..n each re-parse
+# the headers (tailored run3: part 0 20-28 s, a part ~50 s + its share of the kernels).
+PART0_SECONDS = 23
+PART_OVERHEAD_SECONDS = 50
+# All five FLASHATTENTION_DISABLE_* switches: kernel work x 0.45 (tailored run3: 939 s against
+# 1880 s of TU time); fewer switches are interpolated geometrically (not measured).
+DISABLE_ALL_FACTOR = 0.45
+N_SWITCHES = 5
+_KERNEL = re.compile(
+    r"flash_(?P<kind>fwd_split|fwd|bwd)_hdim(?P<hdim>\d+)_(?:fp16|bf16)(?P<causal>_causal)?"
+    r"_sm\d+(?:\.part(?P<k>\d+)of(?P<n>\d+))?\.cu$"
+)
+_HDIMS = sorted({h for _, h, _ in KERNEL_SECONDS})
+
+
+def source_seconds(name: str, disabled: int = 0) -> float:
+    """One arch, one core: what the model says this source (a basename) costs."""
+    m = _KERNEL.search(name)
+    if not m:
+        return OTHER_SECONDS
+    hdim = min(_HDIMS, key=lambda h: abs(h - int(m["hdim"])))  # 2.6's 160/224: the nearest
+    seconds = KERNEL_SECONDS[(m["kind"], hdim, bool(m["causal"]))]
+    if m["n"]:
+        if int(m["k"]) == 0:
+            return PART0_SECONDS
+        seconds = PART_OVERHEAD_SECONDS + seconds / int(m["n"])
+    return seconds * DISABLE_ALL_FACTOR ** (min(disabled, N_SWITCHES) / N_SWITCHES)
+
+
+def model(disabled: int) -> _schedule.Cost:
+    """The cost of each source of a set built with `disabled` DISABLE switches."""
+    return lambda name: source_seconds(name, disabled)
+
+
+# --------------------------------------------------------------- sets a long build could take
+SUGGEST_ABOVE_SECONDS = 30 * 60
+INFERENCE_SET = {"head_dims": ("128",), "dtypes": ("bf16",), "forward_only": True}
+ALL_SWITCHES = "dropout,alibi,softcap,local,uneven_k"
+
+
+def planned_sources(source, tu_parts: int) -> list[str] | None:
+    """The sources a build of this FA2 source would compile, before anything is extracted: the
+    kernel set's sources cut into parts as the build would, plus flash_api.cpp; None for a
+    version whose kernel layout fa-shim does not know."""
+    release = _releases.release(source.sdist.version)
+    if not release.kernels:
+        return None
+    kernels = sorted(_kernels.expected_kernels(source.tailoring, source.sdist.version))
+    names = []
+    for kernel in kernels:
+        split = tu_parts > 1 and _tu_parts.splittable(kernel)
+        names += _tu_parts.part_names(kernel, tu_parts) if split else [kernel]
+    return [*names, "flash_api.cpp"]
+
+
+def _one_arch(plan, machine: _schedule.Machine, n_sources: int) -> _schedule.Machine:
+    """The machine a one-architecture build would get: jobs and threads sized again."""
+    s = plan.settings
+    jobs, threads = _jobs.plan_jobs(
+        machine.cores, _jobs.available_memory(), 1, s.max_jobs, s.nvcc_threads, n_sources
+    )
+    return _schedule.Machine(jobs, threads, machine.cores, 1)
+
+
+def faster_options(
+    plan, tools, sources: Sequence[str], machine: _schedule.Machine
+) -> list[tuple[float, str]]:
+    """Up to three settings that shorten a long build, fastest first, each with its seconds."""
+    source = plan.source
+    disabled = len(source.tailoring.disabled)
+    cost = model(disabled)
+    options = []
+    if tools.archs and len(tools.archs.targets) > 1:
+        one = "90" if "90" in tools.archs.targets else tools.archs.targets[-1]
+        options.append(
+            (
+                _schedule.predict(sources, _one_arch(plan, machine, len(sources)), cost),
+                f"-C cuda-archs={one} (only the GPU you run on: 80 A100/RTX 30-40, 90 H100)",
+            )
+        )
+    release = _releases.release(source.sdist.version)
+    if release.kernels:
+        if source.tailoring.full:
+            settings = dataclasses.replace(plan.settings, **INFERENCE_SET)
+            tailored = _kernels.tailoring(settings, source.sdist.version)
+            kernels = sorted(_kernels.expected_kernels(tailored, source.sdist.version))
+            # another set: as many parts as its idle jobs allow
+            parts = _tu_parts.choose(settings.tu_parts, tools.jobs, kernels, release.tu_parts)
+            alt = planned_sources(dataclasses.replace(source, tailoring=tailored), parts)
+            options.append(
+                (
+                    _schedule.predict(alt or sources, machine, cost),
+                    "-C head-dims=128 -C dtypes=bf16 -C forward-only=true (a tailored set: "
+                    "README, Build speed)",
+                )
+            )
+        if disabled < N_SWITCHES:
+            options.append(
+                (
+                    _schedule.predict(sources, machine, model(N_SWITCHES)),
+                    f"-C disable={ALL_SWITCHES}",
+                )
+            )
+    return sorted(options)[:3]

@@ -1,0 +1,155 @@
+"""FlashAttention-2 (flash-attn) as a flavour: the upstream sdist, pinned by sha256 in the release
+registry, patched, cut to a kernel set and compiled by its own setup.py."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+from ...core import _log
+from ...sources import _patches
+from ...toolchain import _archs, _jobs, _space
+from ...wheel import _metadata
+from ...wheel._names import Names
+from .._interface import Flavour, Plan, Sizing, Tools
+from . import _costs, _kernels, _releases, _sdist, _tu_parts
+
+
+@dataclasses.dataclass(frozen=True)
+class Fa2Source:
+    """What an FA2 build compiles: the sdist and the kernel set cut from it."""
+
+    sdist: _sdist.Sdist
+    tailoring: _kernels.Tailoring
+
+    @property
+    def release(self) -> _releases.Release:
+        return _releases.release(self.sdist.version)
+
+
+class Fa2(Flavour):
+    names = Names("fa2", "flash-attn", "flash_attn", "flash_attn_2_cuda", abi3=False)
+    own_settings = frozenset({"sdist", "sdist-dir", "allow-unknown-version", "tu-parts"})
+    sources_key = "sdist"
+
+    def plan(self, settings, torch) -> Plan:
+        sdist = _sdist.locate(settings)
+        patches = tuple(_releases.patches(sdist.version)) if sdist.pinned else ()
+        tailoring = _kernels.tailoring(settings, sdist.version)
+        version = _metadata.full_version(sdist.version, torch.label + tailoring.label)
+        metadata = _metadata.core_metadata(
+            _metadata.read_pkg_info(sdist.path), version, _metadata.torch_requirement(torch.version)
+        )
+        tag = _metadata.wheel_tag(self.names)
+        source = Fa2Source(sdist, tailoring)
+        return Plan(settings, torch, self, source, patches, version, tag, metadata)
+
+    def sources(self, plan: Plan, with_origin: bool) -> dict:
+        sdist = plan.source.sdist
+        found = {"sha256": sdist.sha256}
+        if with_origin:
+            found.update(pinned=sdist.pinned, origin=sdist.origin, file=sdist.path.name)
+        return found
+
+    def upstream_version(self, plan: Plan) -> str:
+        return plan.source.sdist.version
+
+    def kernel_set(self, plan: Plan) -> dict:
+        return plan.source.tailoring.describe()
+
+    def kernel_set_name(self, plan: Plan) -> str:
+        return plan.source.tailoring.kernel_set
+
+    # ---------------------------------------------------------------------------- toolchain
+
+    def needs_nvcc(self, plan: Plan) -> bool:
+        return _sdist.has_cuda_sources(plan.source.sdist)
+
+    def archs(self, settings, torch, nvcc: Path) -> _archs.ArchChoice:
+        mechanism = _releases.release(settings.flash_attn_version).archs
+        return _archs.resolve(settings, torch, nvcc, mechanism, os.environ)
+
+    def sizing(self, plan: Plan, archs, cores: int, memory: int) -> Sizing:
+        s, source = plan.settings, plan.source
+        n_archs = len(archs.targets) if archs else 1
+        release = source.release
+        kernels = (
+            sorted(_kernels.expected_kernels(source.tailoring, source.sdist.version))
+            if release.kernels
+            else None
+        )
+        # idle job slots become parts of the forward sources, and the parts more jobs
+        idle = _jobs.plan_jobs(cores, memory, n_archs, s.max_jobs, s.nvcc_threads)[0]
+        parts = _tu_parts.choose(s.tu_parts, idle, kernels, release.tu_parts)
+        # the kernel TUs and flash_api.cpp, all compiled at once when cores and memory allow
+        n_sources = _tu_parts.count_sources(kernels, parts) + 1 if kernels else None
+        jobs, threads = _jobs.plan_jobs(
+            cores, memory, n_archs, s.max_jobs, s.nvcc_threads, n_sources
+        )
+        if parts > 1:
+            _log.info(f"compiling each forward kernel source as {parts} parts (-C tu-parts)")
+        return Sizing(jobs, threads, parts)
+
+    # ------------------------------------------------------------------------------ prepare
+
+    def lay_out(self, plan: Plan, tools: Tools, dest: Path) -> Path:
+        sdist = plan.source.sdist
+        _space.before_extract(sdist.path, dest.parent)
+        source = _sdist.extract(sdist, dest)
+        _patches.apply_all(list(plan.patches), source)
+        _tu_parts.write(source / _tu_parts.KERNEL_DIR, tools.tu_parts)
+        return source
+
+    def driver_spec(self, plan: Plan, tools: Tools, source: Path) -> dict:
+        tailoring = plan.source.tailoring
+        return {
+            "exclude_sources": list(tailoring.exclude_sources),
+            "defines": list(tailoring.defines),
+            "heavy_sources_first": list(plan.source.release.naming.heavy_first),
+            "split_sources": _tu_parts.layout(source / _tu_parts.KERNEL_DIR, tools.tu_parts),
+        }
+
+    def check(self, plan: Plan, tools: Tools, commands: Sequence) -> None:
+        if tools.archs:
+            _archs.check_gencodes(commands, tools.archs.targets)
+        _kernels.check_sources(commands, plan.source.tailoring, plan.source.sdist.version)
+
+    # ------------------------------------------------------------------ estimate and space
+
+    def planned_sources(self, plan: Plan, tools: Tools) -> list[str] | None:
+        return _costs.planned_sources(plan.source, tools.tu_parts)
+
+    def cost_model(self, plan: Plan):
+        return _costs.model(len(plan.source.tailoring.disabled))
+
+    def faster_options(self, plan: Plan, tools: Tools, sources, machine):
+        return _costs.faster_options(plan, tools, sources, machine)
+
+    def disk_needs(self, plan: Plan, tools: Tools) -> tuple[int, int]:
+        source = plan.source
+        archs = len(tools.archs.targets) if tools.archs else 1
+        if source.release.kernels:
+            kernels = len(_kernels.expected_kernels(source.tailoring, source.sdist.version))
+        else:
+            kernels = _space.FULL_KERNELS if source.sdist.pinned else None
+        return _space.compile_needs(kernels, archs, source.sdist.path.stat().st_size)
+
+    # ------------------------------------------------------------------------------ advice
+
+    def unsupported_gpu(self, sm: int) -> tuple[str, str] | None:
+        if sm < _archs.MIN_ARCH:
+            return (
+                "flash-attn 2 needs 8.0 (Ampere) or newer",
+                "run on an Ampere, Ada, Hopper or Blackwell GPU.",
+            )
+        return None
+
+    def arch_advice(self, gpus_sm: Sequence[int]) -> str:
+        if all(self.unsupported_gpu(sm) for sm in gpus_sm):
+            return "flash-attn 2 needs compute capability 8.0 (Ampere) or newer; use a newer GPU."
+        return super().arch_advice(gpus_sm)
+
+
+FLAVOUR = Fa2()

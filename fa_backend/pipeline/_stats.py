@@ -1,0 +1,38 @@
+"""The compiler launcher's records of one upstream run (resources/launcher writes them): where
+they are in the scratch, and what they say (each translation unit's start, time, peak memory
+and exit status). Progress, the out-of-memory retry and the end-of-build line read them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ..resources.launcher import started_file
+
+STATS_FILE = "compile-stats.jsonl"  # one JSON line per compiled TU, in the scratch
+
+__all__ = ["STATS_FILE", "compile_span", "compiled", "started_file", "stats_file", "tu_stats"]
+
+
+def stats_file(scratch: Path) -> Path:
+    """Where the compiler launcher records each TU of the upstream run in scratch."""
+    return scratch / STATS_FILE
+
+
+def tu_stats(path: Path) -> list[dict]:
+    if not path.is_file():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def compiled(path: Path) -> list[dict]:
+    """The translation units compiled so far (not nvcc's own probes, which name no source)."""
+    return [r for r in tu_stats(path) if r.get("source") != "?" and r["exit"] == 0]
+
+
+def compile_span(stats: list[dict]) -> float:
+    """Seconds from the first translation unit's start to the last one's end."""
+    timed = [r for r in stats if "started" in r]
+    if not timed:
+        return 0.0
+    return max(r["started"] + r["seconds"] for r in timed) - min(r["started"] for r in timed)

@@ -1,0 +1,105 @@
+"""How long compiling a set of sources takes on a machine: list scheduling of per-source costs.
+
+A source's cost is what one core takes to compile it for one architecture (each flavour's
+cost model says it, from measured builds). The build's time is the schedule of those costs on
+its compile jobs (heaviest first, as fa-shim orders build.ninja), scaled by the architectures
+(every arch repeats a source's device code; nvcc threads compile them side by side) and by cores
+(jobs x threads beyond the cores share them), plus a fixed overhead. The same model gives the
+ETA while compiling (`remaining`): work still running counts with what it has left, and the
+costs are rescaled by how fast the finished sources really were.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import heapq
+import math
+from collections.abc import Callable, Iterable, Sequence
+
+Cost = Callable[[str], float]  # one source (a basename) -> seconds, one core, one architecture
+
+# The share of a source's time that does not repeat per architecture (host code, front end):
+# an assumption, consistent with the stock four-arch objects of run2 (docs/benchmarks.md).
+HOST_SHARE = 0.2
+OVERHEAD_SECONDS = 30  # torch facts, extraction, upstream's prepare, link, repack, verify
+RANGE = (0.7, 1.3)  # the recorded builds fall within it but one (docs/benchmarks.md, "Estimates")
+
+
+@dataclasses.dataclass(frozen=True)
+class Machine:
+    """What the schedule runs on: compile jobs, nvcc threads per job, cores, architectures."""
+
+    jobs: int
+    threads: int
+    cores: int
+    archs: int
+
+    @property
+    def per_arch_parallel(self) -> int:
+        return max(1, min(self.threads, self.archs))
+
+    @property
+    def slowdown(self) -> float:
+        """Compilers beyond the cores share them."""
+        return max(1.0, self.jobs * self.per_arch_parallel / max(1, self.cores))
+
+    def scale(self, one_arch_seconds: float) -> float:
+        """A source's wall time on this machine, from its one-arch cost."""
+        waves = self.archs / self.per_arch_parallel
+        return one_arch_seconds * (HOST_SHARE + (1 - HOST_SHARE) * waves) * self.slowdown
+
+
+def makespan(pending: Iterable[float], slots: int, busy: Sequence[float] = ()) -> float:
+    """List scheduling: each pending duration, heaviest first, goes to the slot that frees
+    first; `busy` are the seconds left of what already runs (one slot each)."""
+    free = sorted(busy)[:slots]
+    free += [0.0] * (max(1, slots) - len(free))
+    heapq.heapify(free)
+    for seconds in sorted(pending, reverse=True):
+        heapq.heappush(free, heapq.heappop(free) + seconds)
+    return max(free)
+
+
+def predict(sources: Sequence[str], machine: Machine, cost: Cost) -> float:
+    """Seconds for the whole build of these sources (basenames), overhead included."""
+    durations = [machine.scale(cost(s)) for s in sources]
+    return OVERHEAD_SECONDS + makespan(durations, machine.jobs)
+
+
+def remaining(
+    pending: Sequence[str],
+    running: Sequence[tuple[str, float]],
+    finished: Sequence[tuple[str, float]],
+    machine: Machine,
+    cost: Cost,
+) -> float:
+    """Seconds until the last source is compiled: `running` are (name, seconds so far),
+    `finished` (name, seconds it took). The model's costs are rescaled by the finished ones."""
+
+    def model(name: str) -> float:
+        return machine.scale(cost(name))
+
+    predicted = sum(model(name) for name, _ in finished)
+    rate = sum(s for _, s in finished) / predicted if finished and predicted else 1.0
+    busy = []
+    for name, elapsed in running:
+        expected = model(name) * rate
+        # past its expected time it is slower than thought: assume a tenth more, never zero
+        busy.append(max(expected - elapsed, 0.1 * max(elapsed, expected)))
+    return makespan([model(name) * rate for name in pending], machine.jobs, busy)
+
+
+def time_range(seconds: float) -> str:
+    """The estimate as the range the recorded builds fell in: '8-13 min', '2.1-3.4 h'."""
+    low, high = (seconds * f for f in RANGE)
+    if high < 90:
+        return f"{max(1, round(low / 10) * 10)}-{math.ceil(high / 10) * 10} s"
+    if high < 2 * 3600:
+        return f"{max(1, round(low / 60))}-{max(2, math.ceil(high / 60))} min"
+    return f"{low / 3600:.1f}-{high / 3600:.1f} h"
+
+
+def uniform(name: str) -> float:
+    """Every source alike: where a flavour has no cost model, the ETA comes from the rate of
+    the sources already compiled."""
+    return 1.0
