@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ast
 import importlib.util
+import os
 import re
 import shutil
 import subprocess
@@ -310,6 +311,40 @@ def test_getting_started_shows_the_readme_main_job():
     """The page repeats the README's main-job line (which the quick-start test runs): the same."""
     text = (DOCS / "getting-started.md").read_text()
     assert quick_start_command() in text.split("```bash\n", 1)[1].split("```", 1)[0]
+
+
+def _job_script() -> str:
+    """The cluster guide's sbatch script."""
+    text = (DOCS / "guides" / "cluster.md").read_text()
+    (script,) = [b for b in re.findall(r"```bash\n(.*?)```", text, re.S) if "#SBATCH" in b]
+    return script
+
+
+def test_the_cluster_job_script_sizes_its_jobs_from_the_allocation(tmp_path):
+    """Its job-sizing lines, run by bash with a job's variables: one job per 6 GiB of --mem, at
+    most one per CPU, at least one."""
+    script = _job_script()
+    assert subprocess.run(["bash", "-n"], input=script, text=True).returncode == 0
+    start = script.index("jobs=$(( SLURM_MEM_PER_NODE")
+    sizing = script[start : script.index("export FA_SHIM_MAX_JOBS", start)] + 'echo "$jobs"\n'
+    for mem_mb, cpus, jobs in ((98304, 16, 16), (24576, 16, 4), (98304, 2, 2), (4096, 8, 1)):
+        env = {"PATH": "/usr/bin:/bin", "SLURM_MEM_PER_NODE": str(mem_mb)}
+        env["SLURM_CPUS_PER_TASK"] = str(cpus)
+        out = subprocess.run(["bash", "-c", sizing], env=env, capture_output=True, text=True)
+        assert out.stdout.strip() == str(jobs), (mem_mb, cpus, out.stdout, out.stderr)
+
+
+def test_the_cluster_job_script_reaches_fa_shim_through_its_variables(tmp_path):
+    """The script up to its `doctor` line, on this machine (no Slurm, no GPU: doctor reports the
+    CPU-only torch, but first what a build would run): the job sizing arrives as its settings."""
+    script = _job_script()
+    head = script[: script.index("python -m fa_backend doctor")] + "python3 -m fa_backend doctor\n"
+    head = re.sub(r"^source .*$", ":", head, flags=re.M)
+    head = head.replace("/shared/src/fa-shim", str(REPO)).replace("/shared", str(tmp_path))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FA_SHIM_")}
+    env.update(SLURM_MEM_PER_NODE="24576", SLURM_CPUS_PER_TASK="16")
+    proc = subprocess.run(["bash", "-c", head], env=env, capture_output=True, text=True)
+    assert "-> 4 compile job(s) x 1 nvcc thread(s)" in proc.stdout, proc.stdout + proc.stderr
 
 
 def test_every_picture_is_made_by_plots_py_and_shown():
