@@ -1,5 +1,5 @@
-"""FlashAttention-3's trees downloaded as GitHub archives (fa_backend/_fa3_sources.py, the last
-resort of `locate`). GitHub is not reachable here, so a real HTTP server on loopback serves
+"""FlashAttention-3's trees downloaded as GitHub archives (fa_backend/flavours/fa3/_sources.py,
+the last resort of `locate`). GitHub is not reachable here, so a real HTTP server on loopback serves
 GitHub-shaped archives of the whole repositories, built from ../shared/fa3 (the fixtures skip
 without it); FA_SHIM_FA3_DOWNLOAD_URL points fa-shim at it."""
 

@@ -1,4 +1,4 @@
-"""FlashAttention-3 tailored sets (fa_backend/_fa3_kernels.py): fa-shim's settings as the
+"""FlashAttention-3 tailored sets (fa_backend/flavours/fa3/_kernels.py): fa-shim's settings as the
 FLASH_ATTENTION_DISABLE_* environment of the real hopper/setup.py of v2.8.3 (from ../shared/fa3),
 the switch names read from that file."""
 

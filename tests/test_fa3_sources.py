@@ -1,6 +1,7 @@
-"""FlashAttention-3's source trees: found, pinned by content, laid out (fa_backend/_fa3_sources.py)
-and their registry (vendored_patches/fa3/, fa_backend/_fa3_releases.py). The upstream trees come
-from ../shared/fa3 (the fixtures skip without it); the registry's errors need nothing."""
+"""FlashAttention-3's source trees: found, pinned by content, laid out
+(fa_backend/flavours/fa3/_sources.py, _trees.py) and their registry (vendored_patches/fa3/,
+fa_backend/flavours/fa3/_releases.py). The upstream trees come from ../shared/fa3 (the fixtures
+skip without it); the registry's errors need nothing."""
 
 from __future__ import annotations
 

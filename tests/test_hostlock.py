@@ -2,7 +2,7 @@
 
 Each builder runs in namespaces of its own (`unshare --uts --pid`): its own host name, its own
 process ids (both see themselves as low pids, so no pid means anything to the other). The lock
-is fa-shim's lock file with a heartbeat (fa_backend/_hostlock.py), no kernel lock: one builder
+is fa-shim's lock file with a heartbeat (fa_backend/fleet/_hostlock.py), no kernel lock: one builder
 compiles, the other waits and reuses; a killed builder's lock is taken over once its heartbeat
 stops; and nobody waits past the timeout, which names the holder.
 """

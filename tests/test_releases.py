@@ -1,7 +1,7 @@
-"""The registry of upstream releases (fa_backend/_releases.py): a release is added by adding its
-directory under vendored_patches/ and nothing else, and a malformed description is one readable
-error. The synthetic release 9.9.9 is the sample project packed like an upstream sdist, in a copy
-of this checkout."""
+"""The registry of upstream releases (fa_backend/flavours/fa2/_releases.py): a release is added
+by adding its directory under vendored_patches/ and nothing else, and a malformed description is
+one readable error. The synthetic release 9.9.9 is the sample project packed like an upstream
+sdist, in a copy of this checkout."""
 
 from __future__ import annotations
 

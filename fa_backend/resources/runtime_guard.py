@@ -9,7 +9,7 @@ built for (<dist-info>/fa_shim_provenance.json). They must agree on:
 - the torch release, i.e. the version without its local label (2.11.0+cu130 and 2.11.0 agree,
   2.11.0 and 2.11.1 do not): PyTorch promises no C++ ABI across releases, and a module built for
   another release can load and then misbehave, so patch releases count. This is the rule of the
-  wheel's `Requires-Dist: torch==<release>` too (fa_backend/_metadata.py uses release() below):
+  wheel's `Requires-Dist: torch==<release>` too (fa_backend/wheel/_metadata.py uses release()):
   PEP 440's `==2.11.0` matches 2.11.0 and 2.11.0+cu130 alike, so pip and uv refuse what this
   guard would refuse;
 - the CUDA major version (a cu126 and a cu128 build of one torch release are interchangeable);

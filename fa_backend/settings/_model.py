@@ -196,7 +196,7 @@ def env_name(key: str) -> str:
 
 
 def reference_markdown() -> str:
-    """The settings table for the README, generated from the model."""
+    """The settings table of docs/reference/settings.md, generated from the model."""
     rows = ["| `-C` key | environment variable | default | meaning |", "|---|---|---|---|"]
     for key, field in FIELDS.items():
         default = field.default

@@ -48,7 +48,7 @@ def _did_you_mean(key: str, known: list[str]) -> str:
 def _unknown(key: str, where: str, known: list[str]) -> FaShimError:
     return FaShimError(
         f"unknown setting {key!r} in {where}.{_did_you_mean(key, known)}",
-        fix="use one of: " + ", ".join(known) + " (README, 'Settings').",
+        fix="use one of: " + ", ".join(known) + " (docs/reference/settings.md).",
     )
 
 

@@ -130,7 +130,7 @@ def faster_options(
                 (
                     _schedule.predict(alt or sources, machine, cost),
                     "-C head-dims=128 -C dtypes=bf16 -C forward-only=true (a tailored set: "
-                    "README, Build speed)",
+                    "docs/guides/build-speed.md#tailored-kernel-sets)",
                 )
             )
         if disabled < N_SWITCHES:

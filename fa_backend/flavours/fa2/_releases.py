@@ -33,6 +33,8 @@ else:  # pragma: no cover - exercised on 3.9/3.10 only
     pass
 
 
+GUIDE = "see docs/upstream-versions.md#adding-a-release"
+
 ARCH_MECHANISMS = {
     # upstream's own variable, since 2.7.3; only these four values produce -gencode flags
     "flash-attn-cuda-archs": Mechanism(
@@ -149,8 +151,8 @@ def release(version: str) -> Release:
         if directory.is_dir():
             raise FaShimError(
                 f"{directory} has no {RELEASE_FILE}.",
-                fix=f"describe the release in {directory / RELEASE_FILE} (see README, "
-                "'Supported flash-attn versions'), or remove the directory.",
+                fix=f"describe the release in {directory / RELEASE_FILE} ({GUIDE}), or remove "
+                "the directory.",
             )
         # unpinned, unpatched: FLASH_ATTN_CUDA_ARCHS appeared upstream in 2.7.3
         mech = "flash-attn-cuda-archs" if Version(version) >= Version("2.7.3") else "fixed-80-90"
@@ -160,7 +162,7 @@ def release(version: str) -> Release:
 
 def _load(directory: Path) -> Release:
     path = directory / RELEASE_FILE
-    data = read_toml(path, "see README, 'Supported flash-attn versions'")
+    data = read_toml(path, GUIDE)
     problems = []
     for key in data:
         if key not in _KEYS:
@@ -191,7 +193,7 @@ def _load(directory: Path) -> Release:
             f"{path} does not describe a release fa-shim can use: {'; '.join(problems)}.",
             fix="correct it: keys are "
             + "; ".join(f"{k} ({m})" for k, (_, m, _) in _KEYS.items())
-            + "; see README, 'Supported flash-attn versions'.",
+            + f"; {GUIDE}.",
         )
     assert archs is not None
     return Release(directory.name, data["sdist"], data["sha256"], archs, kernels, tu_parts, patches)

@@ -71,7 +71,7 @@ def _disabled(values: tuple[str, ...], known: tuple[str, ...]) -> tuple[str, ...
         if owner and _flat(value).upper() in known:
             raise FaShimError(
                 f"disable has {value!r}, which the setting {owner} decides for FlashAttention-3.",
-                fix=f"use -C {owner}=... instead (README, 'Settings').",
+                fix=f"use -C {owner}=... instead (docs/guides/flash-attn-3.md#tailored-sets).",
             )
     aliases = {v.strip().lower(): _flat(v) for v in values}
     return _vocabulary.choose(values, features, aliases, "disable", "fp8")
