@@ -158,6 +158,11 @@ class Flavour(abc.ABC):
         model, and estimate_note says why)."""
         return None
 
+    def memory_model(self, plan: Plan) -> Callable[[str], int] | None:
+        """Peak bytes one source (a basename) takes to compile for one architecture (None: no
+        model; the toolchain plans jobs from one figure per unit)."""
+        return None
+
     def estimate_note(self, plan: Plan) -> str:
         return f"none for {self.names.dist} (fa-shim has no cost model for its sources)"
 
