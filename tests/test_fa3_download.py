@@ -145,7 +145,7 @@ def test_download_into_an_empty_cache_then_the_cache_is_used(
     assert len(github.requests) == 2  # no request: the cache answered
     assert again.hopper.origin == again.cutlass.origin == "fa-shim cache"
     assert (again.hopper.pin, again.cutlass.pin) == (RELEASE.hopper_pin, RELEASE.cutlass_pin)
-    laid_out = _trees.lay_out(again, tmp_path / "src")
+    laid_out = _trees.lay_out(again.trees, tmp_path / "src")
     assert (laid_out / "flash_api.cpp").is_file() and not (tmp_path / "src/README.md").exists()
 
 

@@ -135,7 +135,7 @@ def test_build_outputs_are_neither_pinned_nor_copied(fa3_trees, tmp_path):
         (clone / rel).write_bytes(b"built")
     sources = _fa3_sources.locate(RELEASE, tmp_path, checkout=clone)
     assert sources.hopper.pin == RELEASE.hopper_pin
-    hopper = _trees.lay_out(sources, tmp_path / "laid-out")
+    hopper = _trees.lay_out(sources.trees, tmp_path / "laid-out")
     assert (hopper / "setup.py").is_file()
     for rel in outputs:
         assert not (tmp_path / "laid-out" / rel).exists(), rel
@@ -191,7 +191,7 @@ def test_laid_out_sources_are_a_checkout_with_the_same_pins(fa3_tarballs, tmp_pa
     sources = _fa3_sources.locate(
         RELEASE, tmp_path, hopper=fa3_tarballs["hopper"], cutlass=fa3_tarballs["cutlass"]
     )
-    hopper = _trees.lay_out(sources, tmp_path / "src")
+    hopper = _trees.lay_out(sources.trees, tmp_path / "src")
     assert hopper == tmp_path / "src" / "hopper"
     # the header the flash-attn sdist's csrc/cutlass lacks (the reason for these trees)
     inl = "csrc/cutlass/include/cutlass/gemm/collective/builders/sm90_common.inl"
@@ -205,7 +205,7 @@ def test_a_tree_changed_after_locate_is_not_laid_out(fa3_trees, tmp_path):
     sources = _fa3_sources.locate(RELEASE, tmp_path, hopper=tree, cutlass=fa3_trees["cutlass"])
     (tree / "hopper" / "flash.h").write_text("// changed\n")
     with pytest.raises(FaShimError, match="changed while it was copied"):
-        _trees.lay_out(sources, tmp_path / "src")
+        _trees.lay_out(sources.trees, tmp_path / "src")
     assert not (tmp_path / "src").exists()  # nothing half-written
 
 

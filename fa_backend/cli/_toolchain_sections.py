@@ -16,10 +16,10 @@ from ..core._errors import FaShimError
 from ..toolchain import _compilers, _toolkit, _torch
 from ..verify._report import ERROR, WARNING
 from ..wheel import _metadata
+from ._doctor_report import DoctorReport
 
 if TYPE_CHECKING:
     from ..flavours._interface import Flavour
-    from ._doctor import DoctorReport
 
 
 # --------------------------------------------------------------------------------- probes

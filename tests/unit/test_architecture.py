@@ -1,6 +1,6 @@
 """The shape docs/architecture.md draws, checked on the code: subpackages import only those above
-them in its table, no module imports itself back through others (lazy imports count; imports
-for type checkers alone do not), no module is over 400 lines, and every subpackage's __init__
+them in its table, no module imports itself back through others (lazy imports and imports for
+type checkers alone count too), no module is over 400 lines, and every subpackage's __init__
 says what it owns in two lines and does nothing else."""
 
 from __future__ import annotations
@@ -33,18 +33,14 @@ def _module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def _runtime_imports(path: Path) -> set[str]:
-    """The fa_backend modules a module imports when it runs (TYPE_CHECKING blocks left out)."""
+def _imports(path: Path) -> set[str]:
+    """The fa_backend modules a module imports, anywhere in it (in functions, for type checkers)."""
     tree = ast.parse(path.read_text())
     here = _module_name(path).split(".")
     package = here if path.name == "__init__.py" else here[:-1]
-    skip = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING":
-            skip |= {id(n) for child in node.body for n in ast.walk(child)}
     found = set()
     for node in ast.walk(tree):
-        if id(node) in skip or not isinstance(node, ast.ImportFrom):
+        if not isinstance(node, ast.ImportFrom):
             continue
         if node.level:
             base = package[: len(package) - node.level + 1]
@@ -65,7 +61,7 @@ def _exists(module: str) -> bool:
 
 
 MODULES = {_module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
-GRAPH = {name: _runtime_imports(path) for name, path in MODULES.items()}
+GRAPH = {name: _imports(path) for name, path in MODULES.items()}
 
 
 def _layer(module: str) -> int | None:

@@ -230,7 +230,7 @@ class Fa3(Flavour):
 
     def lay_out(self, plan: Plan, tools: Tools, dest: Path) -> Path:
         """The trees as a checkout has them, patched; returns the hopper/ directory."""
-        hopper = _trees.lay_out(plan.source.sources, dest)
+        hopper = _trees.lay_out(plan.source.sources.trees, dest)
         _patches.apply_all(list(plan.patches), dest)
         return hopper
 

@@ -54,6 +54,10 @@ class Sources:
     hopper: Tree
     cutlass: Tree
 
+    @property
+    def trees(self) -> tuple[Tree, Tree]:
+        return self.hopper, self.cutlass
+
 
 def archive_name(release: Fa3Release, kind: Kind) -> str:
     """The file name of a tree in a shared directory or fa-shim's cache."""

@@ -17,15 +17,12 @@ import shutil
 import stat
 import tarfile
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path, PurePosixPath
-from typing import IO, TYPE_CHECKING
+from typing import IO
 
 from ...core import _failures
 from ...core._errors import FaShimError
-
-if TYPE_CHECKING:
-    from ._sources import Sources
 
 # what `python setup.py` and an editor leave in a checkout; git tracks none of it
 IGNORED_DIRS = frozenset({"__pycache__", "build", "dist", ".git"})
@@ -198,12 +195,12 @@ def tree_root(path: Path, kind: Kind) -> Path:
 # ------------------------------------------------------------------------------- laying out
 
 
-def lay_out(sources: Sources, dest: Path) -> Path:
+def lay_out(trees: Iterable[Tree], dest: Path) -> Path:
     """Copy both trees to dest as a flash-attention checkout has them (`hopper/`, `LICENSE`,
     `csrc/cutlass/include`, `csrc/cutlass/LICENSE.txt`) and return dest/hopper. What is copied
     is pinned again as it is written: a tree changed since `locate` is refused, not built."""
     try:
-        for tree in (sources.hopper, sources.cutlass):
+        for tree in trees:
             root = dest / tree.kind.in_checkout
             manifest = _Manifest()
             for rel, blocks in files(tree.path, tree.kind):
