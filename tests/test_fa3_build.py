@@ -2,7 +2,7 @@
 pinned hopper and CUTLASS trees, tailored to bf16, head dim 128, forward + backward, with every
 FA3 feature switch off: 4 CUDA units for sm_90a plus flash_api.cpp. The wheel goes into a
 throwaway environment layered over the session's CUDA 13.0 torch 2.11 venv. Then: its name and
-cp39-abi3 tag, its provenance (both content pins), `python -m fa_backend verify flash_attn_3`,
+cp310-abi3 tag, its provenance (both content pins), `python -m fa_backend verify flash_attn_3`,
 and the import through fa-shim's guard (transformers' flash_attention_3 imports
 flash_attn_interface) with the module's ops registered. What the set left out cannot be called
 without a GPU (upstream's mha_fwd asks for the device's properties first): bench/fa3_refusals.py
@@ -79,12 +79,12 @@ def fa3_installed(torch211_python, tmp_path_factory):
     return python, site, dist_info, proc, tmp
 
 
-def test_the_wheel_is_cp39_abi3_with_the_label(fa3_installed):
+def test_the_wheel_is_cp310_abi3_with_the_label(fa3_installed):
     _, _, dist_info, proc, _ = fa3_installed
     created = re.search(r"Created wheel for flash-attn-3: filename=(\S+)", proc.stdout)
     assert created, proc.stdout[-3000:]
-    assert created.group(1) == f"flash_attn_3-{VERSION}-cp39-abi3-linux_x86_64.whl"
-    assert "Tag: cp39-abi3-linux_x86_64\n" in (dist_info / "WHEEL").read_text()
+    assert created.group(1) == f"flash_attn_3-{VERSION}-cp310-abi3-linux_x86_64.whl"
+    assert "Tag: cp310-abi3-linux_x86_64\n" in (dist_info / "WHEEL").read_text()
     metadata = (dist_info / "METADATA").read_text()
     assert Version(re.search(r"^Version: (\S+)$", metadata, re.M).group(1)) == Version(VERSION)
     assert "Requires-Dist: torch==2.11.0" in metadata
@@ -145,7 +145,7 @@ def test_verify_and_import_through_the_guard(fa3_installed):
         env=clean_env(),
     )
     assert verify.returncode == 0, verify.stdout + verify.stderr
-    assert "sm_90a" in verify.stdout and "cp39-abi3" in verify.stdout
+    assert "sm_90a" in verify.stdout and "cp310-abi3" in verify.stdout
     code = (
         "import torch, flash_attn_interface as f\n"
         "print(f.__file__)\n"

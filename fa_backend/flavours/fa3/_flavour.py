@@ -156,7 +156,7 @@ class Fa3(Flavour):
             pkg_info(release.tag), version, _metadata.torch_requirement(torch.version)
         )
         patches = tuple(_patches.read(release.patches))
-        tag = _metadata.wheel_tag(self.names)
+        tag = _metadata.wheel_tag(self.names, torch.limited_api)
         source = Fa3Source(release, sources, tailoring)
         return Plan(settings, torch, self, source, patches, version, tag, metadata)
 
