@@ -283,9 +283,10 @@ class Fa3(Flavour):
         wrong += [f"{name}: planned, not compiled" for name in sorted(planned - compiled)]
         if wrong:
             raise FaShimError(
-                f"hopper/setup.py's build.ninja has {len(wrong)} compile commands that do not "
-                "match the set (left-out kernels, units fa-shim did not plan, or other "
-                "architectures than sm_90a); upstream's switches did not do what fa-shim expects.",
+                f"hopper/setup.py's build.ninja differs from the set in {len(wrong)} places "
+                "(left-out kernels, units fa-shim did not plan or planned and does not find, or "
+                "other architectures than sm_90a); upstream's switches did not do what fa-shim "
+                "expects.",
                 details="\n".join(wrong[:20]),
                 fix="report this with the log and the FlashAttention-3 line (fa3-release).",
             )
