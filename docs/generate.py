@@ -187,7 +187,7 @@ def versions_page() -> str:
     )
     fa3 = sorted(
         (p.parent for p in VENDORED.glob("fa3/*/release.toml")),
-        key=lambda d: _version_key(d.name),
+        key=lambda d: (_read(d / "release.toml")["date"], d.name),
     )
     lines = [
         HEADER.format(source="vendored_patches/*/release.toml and the patches beside them"),
@@ -236,21 +236,33 @@ def versions_page() -> str:
         "",
         "Built from flash-attention's `hopper/` tree and CUTLASS's `include/` tree, each pinned by",
         "content ([FlashAttention-3](../guides/flash-attn-3.md),",
-        "[its design](../fa3-design.md)).",
+        "[its design](../fa3-design.md)). Each line is one directory,",
+        "`vendored_patches/fa3/<line>/`: a tag's version, or `<branch>-<commit>` where upstream",
+        "cut no tag. Pick one with `-C fa3-release=...` (its name, tag or a commit prefix); the",
+        "default, `auto`, is the newest line built against torch's stable ABI that the installed",
+        "torch meets, else the newest torch-bound one",
+        "([which line](../guides/flash-attn-3.md#which-line)).",
         "",
-        "| flash-attention | tag, commit | hopper tree pin | CUTLASS commit | CUTLASS tree pin |",
-        "|---|---|---|---|---|",
+        "| line | tag or commit, date | torch | forward units | hopper tree pin "
+        "| CUTLASS commit | CUTLASS tree pin |",
+        "|---|---|---|---|---|---|---|",
     ]
     fa3_reasons = []
     for directory in fa3:
         release = _read(directory / "release.toml")
+        ref = f"`{release['tag']}` " if release.get("tag") else ""
+        torch = (
+            f"stable ABI, >= {release['torch-target']}"
+            if release.get("torch-abi") == "stable"
+            else "one release (its C++ ABI)"
+        )
         lines.append(
-            f"| {directory.name} | `{release['tag']}` `{release['commit']}` "
-            f"| `{release['hopper-tree']}` | `{release['cutlass-commit']}` "
-            f"| `{release['cutlass-tree']}` |"
+            f"| {directory.name} | {ref}`{release['commit']}`, {release['date']} | {torch} "
+            f"| {release['forward-units']} | `{release['hopper-tree']}` "
+            f"| `{release['cutlass-commit']}` | `{release['cutlass-tree']}` |"
         )
         fa3_reasons += [(directory.name, name, reason) for name, reason in _patches(directory)]
-    lines += ["", "### Patches to `hopper/`", "", "| version | patch | reason |", "|---|---|---|"]
+    lines += ["", "### Patches to `hopper/`", "", "| line | patch | reason |", "|---|---|---|"]
     lines += [f"| {v} | `{name}` | {_cell(reason)} |" for v, name, reason in fa3_reasons]
     return "\n".join(lines) + "\n"
 

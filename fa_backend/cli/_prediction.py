@@ -114,7 +114,9 @@ def build_section(report, project: Path) -> None:
 
 def archs_to_compile(flavour, settings, torch, nvcc) -> tuple[list[str], str]:
     """The sm_XX a build would compile: the build's own choice (the flavour's archs)."""
-    if not settings.flash_attn_version:  # the settings did not load: no version to map onto
+    # the settings did not load (doctor then has empty ones): no version to map onto; a project
+    # that loaded says something (FA3's pyproject its fa3-release, FA2's its flash-attn-version)
+    if not settings.flash_attn_version and not settings.given:
         return [], "unknown: no flash-attn version configured"
     try:
         choice = flavour.archs(settings, torch, nvcc.path)

@@ -43,6 +43,10 @@ class Plan:
     version: str
     tag: tags.Tag
     metadata: str
+    # built against torch's stable ABI: the oldest torch the module runs on (its
+    # TORCH_TARGET_VERSION, checked in the compile commands), any release from there on of the
+    # build's CUDA major; None: bound to the build torch's release (its C++ ABI)
+    stable_abi: str | None = None
 
     @property
     def names(self) -> Names:

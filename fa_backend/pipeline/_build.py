@@ -142,6 +142,10 @@ def prepare(plan: Plan, scratch: Path, tools: Tools | None = None) -> Prepared:
     ninja_file = Path(report["ninja_files"][-1])
     commands = _compile_commands.read(ninja_file)
     _compile_commands.verify_abi(commands, plan.torch.abi, ninja_file)
+    if plan.tag.abi == "abi3":
+        _compile_commands.verify_limited_api(commands, plan.tag.interpreter, ninja_file)
+    if plan.stable_abi:
+        _compile_commands.verify_stable_target(commands, plan.stable_abi, ninja_file)
     plan.flavour.check(plan, tools, commands)
     # the launcher's records, where the upstream run keeps them (Prepared.stats_file)
     _preflight.check(commands, ninja_file.parent, stats=_stats.stats_file(source.parent))

@@ -12,7 +12,7 @@ import re
 from ..core._version import __version__
 from ..flavours._interface import Plan, Tools
 from ..resources import GUARD, PACKAGE
-from ..resources.runtime_guard import PROVENANCE
+from ..resources.runtime_guard import PROVENANCE, binding
 from ..toolchain import _compilers, _toolkit
 from . import _seal
 from ._prepared import Prepared
@@ -53,10 +53,20 @@ def fa_shim_sources() -> str:
     return digest.hexdigest()
 
 
+def _torch_facts(plan: Plan) -> list:
+    """What of torch decides the module: its release, CUDA, C++ ABI and standard; for a module
+    built against torch's stable ABI only its floor and CUDA major (no C++ type crosses into
+    torch, and every torch from the floor on runs it: a build under 2.11 serves 2.14)."""
+    if plan.stable_abi:
+        return ["stable-abi", plan.stable_abi, plan.torch.cuda_major]
+    return [plan.torch.version, plan.torch.cuda, plan.torch.abi, plan.torch.cxx_std]
+
+
 def fingerprint(plan: Plan, tools: Tools) -> dict:
     """Everything that decides what the wheel computes; jobs, threads and tu-parts do not
     (parts change how the objects are cut, not a kernel), so machines of any size share it.
-    The applied patches count by content (their sha256s), the host compiler by path + version."""
+    The applied patches count by content (their sha256s), the host compiler by path + version,
+    torch by _torch_facts."""
     compiler = _compilers.host_compiler()
     return {
         "wheel": plan.wheel_name,
@@ -66,7 +76,7 @@ def fingerprint(plan: Plan, tools: Tools) -> dict:
         "sources": plan.flavour.sources(plan, with_origin=False),
         "patches": [p.sha256 for p in plan.patches],
         "guard": hashlib.sha256(GUARD.read_bytes()).hexdigest(),
-        "torch": [plan.torch.version, plan.torch.cuda, plan.torch.abi, plan.torch.cxx_std],
+        "torch": _torch_facts(plan),
         "nvcc": str(tools.nvcc.version) if tools.nvcc else None,
         "nvcc_build": _compilers.nvcc_build(tools.nvcc.path) if tools.nvcc else None,
         "archs": list(tools.archs.targets) if tools.archs else None,
@@ -99,6 +109,8 @@ def provenance(plan: Plan, prep: Prepared) -> dict:
             "cxx11_abi": plan.torch.abi,
             "cxx_std": plan.torch.cxx_std,
             "path": plan.torch.package_dir,
+            "stable_abi": plan.stable_abi,
+            "binding": binding(plan.torch.version, plan.stable_abi),
         },
         "nvcc": {
             **prep.tools.nvcc.describe(),

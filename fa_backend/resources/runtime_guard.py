@@ -15,6 +15,11 @@ built for (<dist-info>/fa_shim_provenance.json). They must agree on:
 - the CUDA major version (a cu126 and a cu128 build of one torch release are interchangeable);
 - the C++ string ABI (_GLIBCXX_USE_CXX11_ABI).
 
+A module built against torch's stable ABI (its provenance names `stable_abi`, the oldest torch it
+runs on: FlashAttention-3's flash_api_stable.cpp) calls torch's C shim only: it runs on every
+torch release from that floor on (Requires-Dist: torch>=<floor>), of the same CUDA major; no C++
+type crosses into torch, so the string ABI does not count.
+
 On a mismatch, or when importing the extension fails, it raises ImportError naming what the module
 was built for, what is installed, and the command that rebuilds it here (the original error is
 chained). The command has --no-deps: the rebuilt wheel requires exactly the installed torch
@@ -27,6 +32,7 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import re
 import sys
 from urllib.parse import unquote, urlparse
 
@@ -95,12 +101,50 @@ def release(version: str) -> str:
     return str(version).split("+", 1)[0]
 
 
+def _release_and_pre(version) -> tuple[tuple[int, ...], bool]:
+    """(2, 9, 0) and whether it is a pre-release, for 2.9.0.dev20250901+cu128. packaging is
+    what reads versions everywhere else; this file runs where it may be missing, and needs
+    only this much of PEP 440."""
+    match = re.match(r"v?(\d+(?:\.\d+)*)(.*)", release(version).strip().lower())
+    if not match:
+        return (), True
+    rest = match.group(2)
+    pre = bool(re.match(r"[-_.]?(a|b|c|rc|alpha|beta|pre|preview|dev)", rest))
+    return tuple(int(n) for n in match.group(1).split(".")), pre
+
+
+def at_least(version, floor) -> bool:
+    """version >= floor, a pre-release of the floor counting as older (as the build's choice of
+    line does: 2.9.0.dev... < 2.9.0)."""
+    have, pre = _release_and_pre(version)
+    want, _ = _release_and_pre(floor)
+    width = max(len(have), len(want))
+    have, want = have + (0,) * (width - len(have)), want + (0,) * (width - len(want))
+    return bool(have) and (have > want or (have == want and not pre))
+
+
+def binding(version, stable_abi) -> str:
+    """How a module is bound to torch, as the provenance records it."""
+    if stable_abi:
+        return f"stable ABI, torch >= {stable_abi} (built with {release(version)})"
+    return f"torch {release(version)} (its C++ ABI)"
+
+
 def _cuda_major(cuda) -> str | None:
     return str(cuda).split(".", 1)[0] if cuda else None
 
 
 def _describe(version, cuda, abi) -> str:
     return f"torch {version} (CUDA {cuda or 'none'}, _GLIBCXX_USE_CXX11_ABI={abi})"
+
+
+def _describe_built(built: dict) -> str:
+    if built.get("stable_abi"):
+        return (
+            f"torch >= {built['stable_abi']} of CUDA {_cuda_major(built.get('cuda')) or 'none'} "
+            f"(torch's stable ABI; built with torch {built.get('version')})"
+        )
+    return _describe(built.get("version"), built.get("cuda"), built.get("cxx11_abi"))
 
 
 def running_torch() -> dict:
@@ -116,14 +160,25 @@ def running_torch() -> dict:
 def mismatches(built: dict, running: dict) -> list[str]:
     """How the torch the module was built for differs from the running one (empty: none)."""
     found = []
-    if built.get("version") and release(built["version"]) != release(running["version"]):
+    floor = built.get("stable_abi")
+    if floor and not at_least(running["version"], floor):
+        found.append(
+            f"torch version {running['version']} is older than {floor}, the oldest this "
+            "stable-ABI module runs on"
+        )
+    elif (
+        not floor
+        and built.get("version")
+        and release(built["version"]) != release(running["version"])
+    ):
         found.append(f"torch version {built['version']} vs {running['version']}")
     if _cuda_major(built.get("cuda")) != _cuda_major(running.get("cuda")):
         found.append(
             f"CUDA {built.get('cuda') or 'none'} vs {running.get('cuda') or 'none'} "
             "(the major version must match)"
         )
-    if built.get("cxx11_abi") is not None and int(built["cxx11_abi"]) != running["cxx11_abi"]:
+    abi = built.get("cxx11_abi")
+    if not floor and abi is not None and int(abi) != running["cxx11_abi"]:
         found.append(
             f"C++ ABI _GLIBCXX_USE_CXX11_ABI={int(built['cxx11_abi'])} vs {running['cxx11_abi']}"
         )
@@ -135,21 +190,36 @@ def _message(
 ) -> str:
     lines = [headline]
     if built:
-        lines.append(
-            "  built for:  "
-            + _describe(built.get("version"), built.get("cuda"), built.get("cxx11_abi"))
-        )
+        lines.append("  built for:  " + _describe_built(built))
     if running:
         lines.append(
             "  installed:  "
             + _describe(running["version"], running.get("cuda"), running["cxx11_abi"])
         )
     lines += [f"  {line}" for line in extra]
-    lines += [
-        f"Rebuild {name} against the installed torch (fa-shim compiles it for exactly this torch):",
-        f"  {rebuild_command(dist)}",
-    ]
+    if built and built.get("stable_abi"):
+        floor, cuda = built["stable_abi"], str(built.get("cuda") or "")
+        lines += [
+            f"Install a torch >= {floor} built for CUDA {_cuda_major(cuda)}, e.g.:",
+            f"  pip install 'torch>={floor}' --index-url "
+            f"https://download.pytorch.org/whl/cu{cuda.replace('.', '')}",
+            f"or rebuild {name} against the installed torch (fa-shim builds what fits it):",
+        ]
+    else:
+        lines.append(
+            f"Rebuild {name} against the installed torch (fa-shim compiles it for exactly "
+            "this torch):"
+        )
+    lines.append(f"  {rebuild_command(dist)}")
     return "\n".join(lines)
+
+
+def _install_hint(built: dict | None) -> str:
+    if built and built.get("stable_abi"):
+        return f": pip install 'torch>={built['stable_abi']}'"
+    if built and built.get("version"):
+        return f": pip install torch=={release(built['version'])}"
+    return ""
 
 
 def load_extension(name: str = "flash_attn_2_cuda", dist_name: str = "flash-attn"):
@@ -161,12 +231,7 @@ def load_extension(name: str = "flash_attn_2_cuda", dist_name: str = "flash-attn
     except ImportError as exc:
         raise ImportError(
             f"{dist_name} needs torch, which cannot be imported ({exc}).\n"
-            f"Install the torch {dist_name} was built for"
-            + (
-                f": pip install torch=={release(built['version'])}"
-                if built and built.get("version")
-                else ""
-            ),
+            f"Install the torch {dist_name} was built for" + _install_hint(built),
             name=name,
         ) from exc
     if built and os.environ.get(IGNORE_ENV) != "1":

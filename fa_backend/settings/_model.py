@@ -124,6 +124,14 @@ class Settings:
         missing="create it with the two FlashAttention-3 tarballs in it, or correct the "
         "fa3-source-dir setting.",
     )
+    fa3_release: str = _setting(
+        "auto",
+        "str",
+        "flash-attn-3: the upstream state to build (vendored_patches/fa3/): `auto` (the newest "
+        "line built against torch's stable ABI that the installed torch meets, `main-0251105a` "
+        "for torch >= 2.9, else the tagged `2.8.3`), a line's name, its tag (`v2.8.3`) or a "
+        "commit prefix of at least 7 hex digits.",
+    )
     torch_python: Path | None = _setting(
         None,
         "path",

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from ..core import _subprocess
 from ..core._errors import FaShimError
+from ..wheel._metadata import limited_api_tag
 
 # torch's two rules, and the per-arch ones FA3's hopper/setup.py adds in its own ninja writer
 RULES = {
@@ -77,4 +78,60 @@ def verify_abi(commands: list[Command], abi: int, ninja_file: Path) -> None:
             details="\n".join(wrong[:20]),
             fix="report this with the log; an environment variable such as "
             "FLASH_ATTENTION_FORCE_CXX11_ABI or a CFLAGS entry may be overriding it.",
+        )
+
+
+# torch's stable ABI (torch/csrc/stable/version.h): the oldest torch a module targets, as
+# [MAJ][MIN][PATCH][ABI TAG x5] bytes, e.g. 0x0209000000000000 for 2.9.0
+TARGET_DEFINE = "-DTORCH_TARGET_VERSION="
+LIMITED_API_DEFINE = "-DPy_LIMITED_API="
+
+
+def target_version(value: str) -> str | None:
+    """2.9.0 for 0x0209000000000000; None for what is no such number."""
+    try:
+        number = int(value.rstrip("ULul"), 0)
+    except ValueError:
+        return None
+    return f"{number >> 56 & 0xFF}.{number >> 48 & 0xFF}.{number >> 40 & 0xFF}"
+
+
+def verify_stable_target(commands: list[Command], floor: str, ninja_file: Path) -> None:
+    """Every C++ command (the ones that include torch's headers) defines TORCH_TARGET_VERSION
+    last, to the plan's floor: the module is built against torch's stable ABI, not assumed to be."""
+    cxx = [c for c in commands if c.kind == "cxx"]
+    wrong = []
+    for c in cxx:
+        value = c.last_define(TARGET_DEFINE)
+        if value is None or target_version(value) != floor:
+            shown = f"{value} (torch {target_version(value)})" if value else "no define"
+            wrong.append(f"{c.file}: {shown}")
+    if wrong or not cxx:
+        raise FaShimError(
+            f"{ninja_file} does not build the module against torch's stable ABI for torch >= "
+            f"{floor}: {len(wrong)} of {len(cxx)} C++ commands do not define "
+            f"{TARGET_DEFINE}{floor} last.",
+            details="\n".join(wrong[:20]),
+            fix="report this with the log: upstream's setup.py chose its torch-bound API, so the "
+            "wheel would not be what its label and requirement say.",
+        )
+
+
+def verify_limited_api(commands: list[Command], interpreter_tag: str, ninja_file: Path) -> None:
+    """The module's Py_LIMITED_API (the last define of each command that has one) is the one its
+    abi3 tag says (cp310: 0x030A0000)."""
+    found = {c.last_define(LIMITED_API_DEFINE) for c in commands} - {None}
+    tags = set()
+    for value in found:
+        try:
+            tags.add(limited_api_tag(value))
+        except ValueError:
+            tags.add(value)
+    if tags != {interpreter_tag}:
+        raise FaShimError(
+            f"{ninja_file} compiles the module with Py_LIMITED_API "
+            f"{', '.join(sorted(found)) or 'undefined'}, but its wheel tag is "
+            f"{interpreter_tag}-abi3.",
+            fix="report this with the log (torch's cpp_extension or upstream's setup.py changed "
+            "the limited API it asks for).",
         )

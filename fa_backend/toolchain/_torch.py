@@ -75,6 +75,8 @@ else:
             "package_dir": os.path.dirname(torch.__file__),
             "cxx_std": std.group(1) if std else "c++17",
             "arch_list": arch_list,
+            # the -DPy_LIMITED_API torch adds to a py_limited_api extension (None: it adds none)
+            "limited_api": getattr(cpp_extension, "min_supported_cpython", None),
         })
 print(json.dumps(info))
 """
@@ -104,6 +106,9 @@ class TorchInfo:
     # The CUDA architectures this torch was compiled for (`sm_90`, `compute_90`...): the
     # fallback arch selection on a machine without a GPU.
     arch_list: tuple[str, ...] = ()
+    # torch's cpp_extension's -DPy_LIMITED_API for a py_limited_api extension (0x030A0000 since
+    # torch 2.10): added after the extension's own, so it is the one the module is compiled with
+    limited_api: str | None = None
 
     @property
     def site_dir(self) -> str:

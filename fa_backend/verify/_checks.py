@@ -24,9 +24,10 @@ from typing import TYPE_CHECKING
 from packaging import tags
 from packaging.version import InvalidVersion, Version
 
-from ..resources.runtime_guard import PROVENANCE
+from ..resources.runtime_guard import PROVENANCE, at_least
 from ..toolchain._mangling import demangle, is_torch_symbol, string_abi
 from ..toolchain._torch import TorchInfo
+from . import _stable_abi
 from ._elf import TORCH_LIBS, ElfModule, TorchExports
 from ._report import FAIL, PASS, SKIP, Check, plural
 from ._targets import Target
@@ -130,9 +131,29 @@ def _abi_name(abi: int) -> str:
     return "the new C++ ABI" if abi else "the old C++ ABI"
 
 
+def stable_floor(target: Target, modules: list[ElfModule]) -> tuple[bool, str | None]:
+    """(built against torch's stable ABI, the oldest torch it runs on): from fa-shim's
+    provenance; a module without one (a bare .so, another builder's wheel) by its symbols,
+    its floor then unknown."""
+    recorded = ((target.provenance or {}).get("torch") or {}).get("stable_abi")
+    if recorded:
+        return True, str(recorded)
+    return target.provenance is None and _stable_abi.looks_stable(modules), None
+
+
 def check_symbols(
-    modules: list[ElfModule], torch: TorchInfo, exports: TorchExports, flavour: Flavour
+    modules: list[ElfModule],
+    torch: TorchInfo,
+    exports: TorchExports,
+    flavour: Flavour,
+    stable: tuple[bool, str | None] = (False, None),
 ) -> tuple[Check, Check]:
+    if stable[0] and exports.libs:
+        abi_check = Check(
+            "abi", SKIP, "torch's stable ABI: no C++ type crosses into torch, whatever its ABI"
+        )
+        rebuild = flavour.rebuild_command()
+        return _stable_abi.check(modules, torch, exports, stable[1], rebuild), abi_check
     refs = sorted({s for m in modules for s in m.undefined if is_torch_symbol(s)})
     abis = {s: string_abi(s) for s in refs}
     new = [s for s in refs if abis[s] == 1]
@@ -274,19 +295,27 @@ def check_provenance(target: Target, torch: TorchInfo) -> Check:
             f"no {PROVENANCE} (not built by fa-shim): checked by its symbols only",
         )
     built = target.provenance.get("torch") or {}
+    floor = built.get("stable_abi")
     differences = []
-    if _public(str(built.get("version"))) != _public(torch.version):
+    if floor and not at_least(torch.version, floor):
+        differences.append(
+            f"torch >= {floor}, torch's stable ABI (installed: {torch.version}: older)"
+        )
+    elif not floor and _public(str(built.get("version"))) != _public(torch.version):
         differences.append(f"torch {built.get('version')} (installed: {torch.version})")
     built_cuda = built.get("cuda")
     built_major = Version(built_cuda).major if built_cuda else None
     if built_major != torch.cuda_major:
         differences.append(f"CUDA {built_cuda or 'none'} (installed torch: {torch.cuda or 'none'})")
-    if built.get("cxx11_abi") is not None and int(built["cxx11_abi"]) != torch.abi:
+    if not floor and built.get("cxx11_abi") is not None and int(built["cxx11_abi"]) != torch.abi:
         differences.append(
             f"_GLIBCXX_USE_CXX11_ABI={int(built['cxx11_abi'])} (installed torch: {torch.abi})"
         )
     described = (
-        f"torch {built.get('version')}, CUDA {built_cuda or 'none'}, "
+        f"torch >= {floor} of CUDA {built_major} (torch's stable ABI; built with torch "
+        f"{built.get('version')})"
+        if floor
+        else f"torch {built.get('version')}, CUDA {built_cuda or 'none'}, "
         f"_GLIBCXX_USE_CXX11_ABI={built.get('cxx11_abi')}"
     )
     if differences:

@@ -26,6 +26,7 @@ from ._checks import (
     check_provenance,
     check_symbols,
     check_tags,
+    stable_floor,
 )
 from ._elf import ElfModule, TorchExports, read_module
 from ._report import SKIP, Check, Report
@@ -149,8 +150,9 @@ def _run(target: Target, torch: TorchInfo, gpus: list[Gpu] | None) -> VerifyRepo
     modules: list[ElfModule] = []
     if target.modules:
         modules = [_read(target, name, path) for name, path in target.modules]
+        stable = stable_floor(target, modules)
         with TorchExports(torch.lib_dir) as exports:
-            symbols, abi = check_symbols(modules, torch, exports, target.flavour)
+            symbols, abi = check_symbols(modules, torch, exports, target.flavour, stable)
         checks += [symbols, abi, check_cuda_runtime(modules, torch, target.flavour)]
     checks.append(check_provenance(target, torch))
     if modules:

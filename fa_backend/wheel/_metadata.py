@@ -16,29 +16,42 @@ from ..core._errors import FaShimError
 from ..resources.runtime_guard import release
 from ._names import Names
 
-ABI3_SINCE = "cp39"  # FA3's module: -DPy_LIMITED_API=0x03090000, as upstream tags it
+ABI3_SINCE = "cp39"  # upstream's -DPy_LIMITED_API=0x03090000, where torch adds no later one
 
 
-def wheel_tag(names: Names) -> tags.Tag:
+def limited_api_tag(limited_api: str | None) -> str:
+    """The interpreter tag of a -DPy_LIMITED_API value: 0x030A0000 -> cp310 (None: cp39)."""
+    if not limited_api:
+        return ABI3_SINCE
+    value = int(limited_api, 0)
+    return f"cp{value >> 24}{(value >> 16) & 0xFF}"
+
+
+def wheel_tag(names: Names, limited_api: str | None = None) -> tags.Tag:
     """The most specific tag of this interpreter on the plain linux platform; for a limited-API
-    module (FA3) cp39-abi3 on it, which this interpreter must accept.
+    module (FA3) <cpXY>-abi3 on it, XY the Py_LIMITED_API the module is compiled with (torch's
+    cpp_extension adds its own, after upstream's: 0x030A0000 since torch 2.10), which this
+    interpreter must accept.
 
     Never manylinux (the wheel links the local torch and CUDA; no auditwheel ever ran) and never
     py3-none-any: the module is compiled for this interpreter's ABI.
     """
     plain = [p for p in tags.platform_tags() if p.startswith("linux_")]
     interpreter = tags.interpreter_name() + tags.interpreter_version()
+    since = limited_api_tag(limited_api)
     for tag in tags.sys_tags():
         if tag.platform not in plain:
             continue
-        if names.abi3 and (tag.interpreter, tag.abi) == (ABI3_SINCE, "abi3"):
+        if names.abi3 and (tag.interpreter, tag.abi) == (since, "abi3"):
             return tag
         if not names.abi3 and tag.interpreter == interpreter and tag.abi not in ("none", "abi3"):
             return tag
+    newer = f" {since[2]}.{since[3:]} or newer" if names.abi3 else ""
     raise FaShimError(
-        "this interpreter has no binary wheel tag on a plain linux platform "
-        f"(first tag: {next(iter(tags.sys_tags()))}).",
-        fix=f"build {names.dist} on Linux with CPython" + (" 3.9 or newer." if names.abi3 else "."),
+        "this interpreter has no binary wheel tag on a plain linux platform"
+        + (f" for a {since}-abi3 module" if names.abi3 else "")
+        + f" (first tag: {next(iter(tags.sys_tags()))}).",
+        fix=f"build {names.dist} on Linux with CPython{newer}.",
     )
 
 
@@ -78,13 +91,28 @@ def read_pkg_info(sdist: Path) -> str:
         ) from None
 
 
-def torch_requirement(torch_version: str) -> str:
+def torch_requirement(torch_version: str, stable_abi: str | None = None) -> str:
     """What the wheel requires of torch: the release it was compiled against, whatever its local
     label. PEP 440's `==2.11.0` matches 2.11.0 (PyPI's CUDA build) and 2.11.0+cu130 alike, and
-    nothing else: exactly the releases the runtime guard accepts (one rule, release())."""
-    requirement = f"torch=={release(torch_version)}"
+    nothing else: exactly the releases the runtime guard accepts (one rule, release()). A module
+    built against torch's stable ABI requires its floor instead: `torch>=2.9` for 2.9.0."""
+    if stable_abi:
+        floor = Version(stable_abi)
+        shown = f"{floor.major}.{floor.minor}" if floor.release[2:] in ((), (0,)) else str(floor)
+        requirement = f"torch>={shown}"
+    else:
+        requirement = f"torch=={release(torch_version)}"
     Requirement(requirement)  # raises on a torch version PEP 440 cannot express: a bug
     return requirement
+
+
+def stable_abi_label(cuda: str | None, stable_abi: str) -> str:
+    """The torch part of a stable-ABI module's local label: its CUDA major (the libcudart.so.N
+    it links) and its torch floor, no torch release: cu13.torch2.9plus."""
+    floor = Version(stable_abi)
+    cuda_part = f"cu{Version(cuda).major}" if cuda else "cpu"
+    shown = ".".join(map(str, floor.release[:2] if floor.micro == 0 else floor.release[:3]))
+    return f"{cuda_part}.torch{shown}plus"
 
 
 def _is_torch(line: str) -> bool:

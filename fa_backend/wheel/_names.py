@@ -13,7 +13,7 @@ class Names:
     dist: str  # the distribution's name on an index
     package: str  # the import package the runtime guard ships in
     module: str  # the compiled extension's import name
-    abi3: bool  # one module for CPython >= 3.9 (the limited API), as upstream tags it
+    abi3: bool  # one module for every CPython from its limited API's version on (cpXY-abi3)
     project: str = "."  # the directory of fa-shim's checkout that builds it
 
     @property

@@ -1,17 +1,16 @@
 """FlashAttention-3 (flash-attn-3) as a flavour: upstream's hopper/ tree and the CUTLASS tree it
-pins, both content-pinned (docs/fa3-design.md); the set as upstream's FLASH_ATTENTION_DISABLE_*
-switches; sm_90a only (upstream hard-codes it; its sm80 path stays off); cp39-abi3 wheels."""
+pins, both content-pinned, of the line the fa3-release setting picks (docs/fa3-design.md); the
+set as upstream's FLASH_ATTENTION_DISABLE_* switches; sm_90a only (upstream hard-codes it; its
+sm80 path stays off); abi3 wheels. A line built against torch's stable ABI gives one wheel for
+every torch from its floor on (Plan.stable_abi), the others one per torch release."""
 
 from __future__ import annotations
 
-import ast
 import dataclasses
 import os
 import re
 from collections.abc import Sequence
 from pathlib import Path
-
-from packaging.version import InvalidVersion, Version
 
 from ...core import _log
 from ...core._errors import FaShimError
@@ -21,7 +20,7 @@ from ...toolchain._torch import TorchInfo
 from ...wheel import _metadata
 from ...wheel._names import Names
 from .._interface import Flavour, Plan, Sizing, Tools
-from . import _kernels, _releases, _sources, _trees
+from . import _costs, _kernels, _releases, _sources, _tree_facts, _trees, _units
 
 ARCH = "90a"  # hopper/setup.py compiles its *_sm90.cu sources for exactly this
 # what hopper/setup.py's ninja rules compile: its *_sm90.cu kernels for sm_90a, the helper units
@@ -32,45 +31,10 @@ _GENCODES = {
 }
 # ninja starts edges in file order: the slowest units (backward, then forward) go first
 HEAVY_FIRST = ("flash_bwd_*", "flash_fwd_hdim*", "flash_fwd_*")
-_VERSION = re.compile(r"^__version__\s*=\s*(.+)$", re.MULTILINE)
 # the runtime guard's way in; the kernel-set label's sources (checked after prepare)
-_KERNEL = re.compile(r"flash_(fwd|bwd)_hdim(\d+|all|diff)_(bf16|fp16|e4m3)(\w*)_sm(\d+)\.cu$")
-
-
-def _read(tree: _trees.Tree, rel: str) -> str:
-    for name, blocks in _trees.files(tree.path, tree.kind):
-        if name == rel:
-            return b"".join(blocks).decode("utf-8")
-    raise FaShimError(
-        f"the {tree.kind.name} tree {tree.path} has no {rel}.",
-        fix="give flash-attention's hopper tree (LICENSE + hopper/).",
-    )
-
-
-def upstream_version(init_py: str) -> str:
-    """hopper/__init__.py's `__version__ = "3.0.0.b1"`, as PEP 440 normalises it (3.0.0b1)."""
-    match = _VERSION.search(init_py)
-    try:
-        return str(Version(ast.literal_eval(match.group(1).strip()))) if match else ""
-    except (ValueError, SyntaxError, InvalidVersion):
-        return ""
-
-
-def pkg_info(tag: str) -> str:
-    """FlashAttention-3 has no sdist, so no PKG-INFO: what hopper/setup.py's setup() says of
-    itself (name, its install_requires but torch, which core_metadata pins), written here."""
-    return (
-        "Metadata-Version: 2.1\n"
-        "Name: flash-attn-3\n"
-        "Version: 0\n"
-        f"Summary: FlashAttention-3 (flash-attention {tag} hopper/), built by fa-shim\n"
-        "Home-page: https://github.com/Dao-AILab/flash-attention\n"
-        "License: BSD-3-Clause\n"
-        "Requires-Python: >=3.9\n"
-        "Requires-Dist: einops\n"
-        "Requires-Dist: packaging\n"
-        "Requires-Dist: ninja\n"
-    )
+_KERNEL = re.compile(
+    r"flash_(fwd|bwd)_hdim(\d+(?:_\d+)?|all|diff)_(bf16|fp16|e4m3)(\w*)_sm(\d+)\.cu$"
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,15 +44,6 @@ class Fa3Source:
     release: _releases.Fa3Release
     sources: _sources.Sources
     tailoring: _kernels.Fa3Tailoring
-
-
-_GIB = 1024**3
-_FWD_BYTES_PER_HEAD_DIM = int(4.5 * _GIB)
-_MIN_JOB_BYTES = 6 * _GIB
-
-
-def job_bytes(tailoring: _kernels.Fa3Tailoring) -> int:
-    return max(_MIN_JOB_BYTES, _FWD_BYTES_PER_HEAD_DIM * len(tailoring.head_dims))
 
 
 # FA3's flash_api.cpp includes ATen/cuda/CUDAContext.h, which includes these CUDA library
@@ -110,27 +65,49 @@ def library_includes(torch: TorchInfo, cuda_home: Path) -> list[str]:
     return dirs
 
 
+# upstream's own variables that change what setup.py builds, said as their defaults: ROCm's
+# Triton path skips the CUDA build (a wheel without _C), a local version renames the wheel
+_NEUTRAL_ENV = {"FLASH_ATTENTION_TRITON_AMD_ENABLE": "FALSE", "FLASH_ATTN_LOCAL_VERSION": ""}
+_GIB = 1024**3
+
+
 class Fa3(Flavour):
     names = Names(
         "fa3", "flash-attn-3", "flash_attn_3", "flash_attn_3._C", abi3=True, project="flash-attn-3"
     )
-    own_settings = frozenset({"fa3-source", "fa3-hopper", "fa3-cutlass", "fa3-source-dir"})
+    own_settings = frozenset(
+        {"fa3-release", "fa3-source", "fa3-hopper", "fa3-cutlass", "fa3-source-dir"}
+    )
     sources_key = "fa3_sources"
 
     def plan(self, settings, torch) -> Plan:
-        if not settings.flash_attn_version:
-            raise FaShimError(
-                "flash-attn-3 needs the flash-attention release whose hopper/ it builds.",
-                fix='set flash-attn-version = "2.8.3" in [tool.fa-shim] of '
-                "flash-attn-3/pyproject.toml.",
-            )
         if torch.cuda is None:
             raise FaShimError(
                 f"torch {torch.version} has no CUDA: FlashAttention-3 compiles CUDA kernels "
                 "against a CUDA torch.",
                 fix="install a CUDA build of torch (e.g. pip install torch, CUDA 12.3 or newer).",
             )
-        release = _releases.release(settings.flash_attn_version)
+        if settings.flash_attn_version:
+            raise FaShimError(
+                f"flash-attn-version (from {settings.given.get('flash-attn-version')}) picks the "
+                "root project's flash-attn release; flash-attn-3 picks its upstream state with "
+                "fa3-release.",
+                fix=f"use -C fa3-release={settings.flash_attn_version} (or auto) instead.",
+            )
+        release = _releases.choose(settings.fa3_release, torch.version)
+        if not release.serves(torch.version):
+            raise FaShimError(
+                f"fa3-release {release.version} builds FlashAttention-3 against torch's stable "
+                f"ABI, for torch >= {release.torch_target}; this torch is {torch.version}.",
+                fix="install torch >= "
+                f"{release.torch_target}, or build the torch-bound line for this torch: "
+                "-C fa3-release=auto (docs/guides/flash-attn-3.md#which-line).",
+            )
+        _log.info(
+            f"FlashAttention-3 line {release.version} (flash-attention {release.ref}"
+            + (f"; torch's stable ABI, torch >= {release.torch_target}" if release.stable else "")
+            + f"), from fa3-release={settings.fa3_release}"
+        )
         sources = _sources.locate(
             release,
             settings.resolved_cache_dir,
@@ -140,30 +117,42 @@ class Fa3(Flavour):
             shared_dir=settings.fa3_source_dir,
             download=not settings.offline,
         )
-        tailoring = _kernels.tailoring(
-            settings, _kernels.switches(_read(sources.hopper, "hopper/setup.py"))
+        setup_py = _tree_facts.read(sources.hopper, "hopper/setup.py")
+        if release.stable:
+            _tree_facts.check_stable_claim(release, setup_py)
+        tailoring = _kernels.tailoring(settings, _kernels.switches(setup_py))
+        upstream = _tree_facts.upstream_version(
+            _tree_facts.read(sources.hopper, "hopper/__init__.py")
         )
-        upstream = upstream_version(_read(sources.hopper, "hopper/__init__.py"))
         if not upstream:
             raise FaShimError(
-                f"hopper/__init__.py of {release.tag} has no __version__ fa-shim can read.",
+                f"hopper/__init__.py of {release.ref} has no __version__ fa-shim can read.",
                 fix="report this with the flash-attention version.",
             )
-        # every 2.8.x tag's hopper/ says 3.0.0b1: the tag goes into the label
-        label = f"{release.tag}.{torch.label}{tailoring.label}"
-        version = _metadata.full_version(upstream, label)
+        stable = release.torch_target if release.stable else None
+        # the source (every 2.8.x tag's hopper/ says 3.0.0b1), then torch: its CUDA major and
+        # floor for a stable-ABI module, which claims no one torch release
+        bound = _metadata.stable_abi_label(torch.cuda, stable) if stable else torch.label
+        version = _metadata.full_version(
+            upstream, f"{release.source_label}.{bound}{tailoring.label}"
+        )
+        interpreter = _metadata.limited_api_tag(torch.limited_api)
+        python = f"{interpreter[2]}.{interpreter[3:]}"
         metadata = _metadata.core_metadata(
-            pkg_info(release.tag), version, _metadata.torch_requirement(torch.version)
+            _tree_facts.pkg_info(release, python),
+            version,
+            _metadata.torch_requirement(torch.version, stable),
         )
         patches = tuple(_patches.read(release.patches))
-        tag = _metadata.wheel_tag(self.names)
+        tag = _metadata.wheel_tag(self.names, torch.limited_api)
         source = Fa3Source(release, sources, tailoring)
-        return Plan(settings, torch, self, source, patches, version, tag, metadata)
+        return Plan(settings, torch, self, source, patches, version, tag, metadata, stable)
 
     def sources(self, plan: Plan, with_origin: bool) -> dict:
         """Both trees by their content pins and the commits they are from."""
         release, found = plan.source.release, plan.source.sources
         trees = {
+            "line": release.version,
             "tag": release.tag,
             "hopper": {"commit": release.commit, "pin": found.hopper.pin},
             "cutlass": {"commit": release.cutlass_commit, "pin": found.cutlass.pin},
@@ -215,16 +204,20 @@ class Fa3(Flavour):
         return _archs.ArchChoice(_archs.Selection((ARCH,), source), (ARCH,), (), env)
 
     def sizing(self, plan: Plan, archs, cores: int, memory: int) -> Sizing:
-        """FA2's plan of jobs, cut to what FA3's heavier units fit in memory (a full set on 16
-        cores and 128 GiB: 5, not 16; the kernel would kill the rest)."""
+        """FA2's plan of jobs, cut to what the set's heaviest unit fits in memory (v2.8.3's
+        full set on 16 cores and 128 GiB: 5 hdimall units of 22 GiB, not 16; the kernel would
+        kill the rest). The per-unit peaks are memory_model's."""
         s = plan.settings
         planned, threads = _jobs.plan_jobs(cores, memory, 1, s.max_jobs, s.nvcc_threads)
-        need = job_bytes(plan.source.tailoring)
+        need = max(map(self.memory_model(plan), self._units(plan)))
         fits = planned if s.max_jobs else max(1, memory // need)
         if fits >= planned:
             return Sizing(planned, threads)
         cut = f"not {planned}: a FlashAttention-3 unit of this set needs {need / _GIB:.0f} GiB"
         return Sizing(fits, threads, cut=cut)
+
+    def _units(self, plan: Plan) -> list[str]:
+        return _units.planned(plan.source.release, plan.source.tailoring)
 
     # ------------------------------------------------------------------------------ prepare
 
@@ -236,8 +229,14 @@ class Fa3(Flavour):
 
     def environment(self, plan: Plan, tools: Tools) -> dict[str, str]:
         """Every switch said, TRUE or FALSE: a stray variable of the user's cannot change the set;
-        and the CUDA library headers the toolkit lacks, from torch's own nvidia wheels."""
+        upstream's own variables that would change the build behind the label set to their
+        defaults; and the CUDA library headers the toolkit lacks, from torch's own nvidia
+        wheels."""
         env = dict(plan.source.tailoring.env)
+        for name, value in _NEUTRAL_ENV.items():
+            if os.environ.get(name, value) != value:
+                _log.warn(f"ignoring {name}: fa-shim decides how the extension is built")
+            env[name] = value
         extra = library_includes(plan.torch, tools.nvcc.cuda_home)
         if extra:
             _log.info(f"CUDA library headers from torch's nvidia wheels: {', '.join(extra)}")
@@ -250,8 +249,9 @@ class Fa3(Flavour):
         return {"heavy_sources_first": list(HEAVY_FIRST)}
 
     def check(self, plan: Plan, tools: Tools, commands: Sequence) -> None:
-        """build.ninja compiles what the set says: no left-out head dim, dtype or backward kernel,
-        and every kernel for sm_90a."""
+        """build.ninja compiles what the set says: exactly the planned units (the API unit of
+        the line's ABI among them), no left-out head dim, dtype or backward kernel, and every
+        kernel for sm_90a."""
         t = plan.source.tailoring
         wrong = []
         for c in commands:
@@ -270,37 +270,49 @@ class Fa3(Flavour):
                 wrong.append(f"{name}: an sm{sm} kernel")
             if direction == "bwd" and not t.backward:
                 wrong.append(f"{name}: a backward kernel in a forward-only set")
-            if hdim.isdigit() and hdim not in t.head_dims:
-                wrong.append(f"{name}: head dim {hdim} is left out")
+            qk = hdim.split("_")[0]  # hdim64_256: Q/K head dim 64, V 256
+            if qk.isdigit() and qk not in t.head_dims:
+                wrong.append(f"{name}: head dim {qk} is left out")
             if dtype == "fp16" and "fp16" not in t.dtypes:
                 wrong.append(f"{name}: fp16 is left out")
             if dtype == "e4m3" and "fp8" in t.disabled:
                 wrong.append(f"{name}: fp8 is left out")
+        compiled = {os.path.basename(c.file) for c in commands}
+        planned = set(self._units(plan))
+        wrong += [f"{name}: compiled, not planned" for name in sorted(compiled - planned)]
+        wrong += [f"{name}: planned, not compiled" for name in sorted(planned - compiled)]
         if wrong:
             raise FaShimError(
-                f"hopper/setup.py's build.ninja has {len(wrong)} compile commands that do not "
-                "match the set (left-out kernels, or other architectures than sm_90a); upstream's "
-                "switches did not do what fa-shim expects.",
+                f"hopper/setup.py's build.ninja differs from the set in {len(wrong)} places "
+                "(left-out kernels, units fa-shim did not plan or planned and does not find, or "
+                "other architectures than sm_90a); upstream's switches did not do what fa-shim "
+                "expects.",
                 details="\n".join(wrong[:20]),
-                fix="report this with the log and the flash-attention version.",
+                fix="report this with the log and the FlashAttention-3 line (fa3-release).",
             )
         _log.info(
             f"FlashAttention-3 set: {sum(bool(_KERNEL.search(c.file)) for c in commands)} kernel "
-            f"sources, {len(commands)} compile commands, sm_90a"
+            f"units, {len(commands)} compile commands, sm_90a"
         )
 
     # ------------------------------------------------------------------ estimate and space
 
-    def estimate_note(self, plan: Plan) -> str:
-        return (
-            "none for FlashAttention-3 (measured: a tailored set about 2.5 min on 16 cores, "
-            "the full set hours: docs/benchmarks.md)"
-        )
+    def planned_sources(self, plan: Plan, tools: Tools) -> list[str] | None:
+        return self._units(plan)
+
+    def cost_model(self, plan: Plan):
+        return _costs.cost_model(plan.source.tailoring)
+
+    def memory_model(self, plan: Plan):
+        return _costs.memory_model(plan.source.tailoring)
+
+    def faster_options(self, plan: Plan, tools: Tools, sources, machine):
+        return _costs.faster_options(plan, sources, machine)
 
     def disk_needs(self, plan: Plan, tools: Tools) -> tuple[int, int]:
-        # sized as FA2's full set: FA3's units are as heavy, and fewer when tailored
+        # objects sized as FA2's kernel units: FA3's are as heavy
         archs = len(tools.archs.targets) if tools.archs else 1
-        return _space.compile_needs(_space.FULL_KERNELS, archs, 0)
+        return _space.compile_needs(len(self._units(plan)), archs, 0)
 
     # ------------------------------------------------------------------------------ advice
 

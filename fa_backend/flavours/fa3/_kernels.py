@@ -4,8 +4,9 @@ hopper/setup.py reads `FLASH_ATTENTION_DISABLE_<NAME>` from its environment: a s
 sources and becomes `-DFLASHATTENTION_DISABLE_<NAME>`. So a set is an environment for the
 setup.py child, with every switch said (TRUE or FALSE: a stray variable of the user's cannot
 change the build behind its label). The switches a version knows are parsed from its setup.py,
-the one place that says so. `head-dims`, `dtypes` and `forward-only` own the HDIM<n>, FP16 and
-BACKWARD switches, the arch choice owns SM80; `disable` takes the rest. See docs/fa3-design.md.
+the one place that says so. `head-dims`, `dtypes` and `forward-only` own the HDIM<n> (and
+HDIMDIFF<n>), FP16 and BACKWARD switches, the arch choice owns SM80; `disable` takes the rest.
+See docs/fa3-design.md.
 """
 
 from __future__ import annotations
@@ -23,6 +24,10 @@ if TYPE_CHECKING:
 ENV_PREFIX = "FLASH_ATTENTION_DISABLE_"
 _SWITCH = re.compile(r"""os\.getenv\(\s*["']FLASH_ATTENTION_DISABLE_(\w+)["']""")
 _HDIM = re.compile(r"HDIM(\d+)")
+# upstream main's unequal head-dim kernels: Q/K 64 with V 256/512 (HDIMDIFF64), Q/K 192 with V
+# 128 (HDIMDIFF192); head-dims keeps them with their Q/K head dim (the V one needs no unit of its
+# own), so a set without 64 compiles no empty hdim64_* units
+_HDIMDIFF = re.compile(r"HDIMDIFF(\d+)")
 # the switches other settings own; `disable` names them to the user
 OWNERS = {"FP16": "dtypes", "BACKWARD": "forward-only", "SM80": "cuda-archs"}
 DTYPES = ("fp16", "bf16")  # upstream compiles bf16 always; FP16 is the only dtype switch
@@ -56,7 +61,9 @@ def switches(setup_py: str) -> tuple[str, ...]:
 
 
 def _owner(switch: str) -> str | None:
-    return "head-dims" if _HDIM.fullmatch(switch) else OWNERS.get(switch)
+    if _HDIM.fullmatch(switch) or _HDIMDIFF.fullmatch(switch):
+        return "head-dims"
+    return OWNERS.get(switch)
 
 
 def _flat(name: str) -> str:
@@ -96,6 +103,7 @@ def tailoring(settings: Settings, known: tuple[str, ...]) -> Fa3Tailoring:
         )
     disabled = _disabled(settings.disable, known)
     off = {f"HDIM{d}" for d in head_dims if d not in chosen} | {n.upper() for n in disabled}
+    off |= {s for s in known if (m := _HDIMDIFF.fullmatch(s)) and m.group(1) not in chosen}
     if "fp16" not in dtypes:
         off.add("FP16")
     if settings.forward_only:

@@ -62,14 +62,14 @@ class Sources:
 def archive_name(release: Fa3Release, kind: Kind) -> str:
     """The file name of a tree in a shared directory or fa-shim's cache."""
     if kind is HOPPER:
-        return f"flash-attention-{release.tag}-hopper.tar.gz"
+        return f"flash-attention-{release.ref}-hopper.tar.gz"
     return f"cutlass-{release.cutlass_commit}-include.tar.gz"
 
 
 def archive_top(release: Fa3Release, kind: Kind) -> str:
     """The one top directory of archive_name's tarball (`git archive --prefix`)."""
     if kind is HOPPER:
-        return f"flash-attention-{release.tag}"
+        return f"flash-attention-{release.ref}"
     return f"cutlass-{release.cutlass_commit}"
 
 
@@ -105,17 +105,17 @@ def _checked(path: Path, kind: Kind, release: Fa3Release, origin: str) -> Tree:
             fix = f"delete {path}; fa-shim gets it again."
         elif origin.startswith("checkout"):
             fix = (
-                f"make the checkout clean at {release.tag} (`git status`; `git checkout "
-                f"{release.tag} && git submodule update --init csrc/cutlass`), or use the tarballs."
+                f"make the checkout clean at {release.ref} (`git status`; `git checkout "
+                f"{release.ref} && git submodule update --init csrc/cutlass`), or use the tarballs."
             )
         else:
             fix = (
-                f"use {release.tag}'s tree (commit {release.commit}, CUTLASS "
+                f"use {release.ref}'s tree (commit {release.commit}, CUTLASS "
                 f"{release.cutlass_commit}) as `git archive` or GitHub exports it."
             )
         raise FaShimError(
             f"the {kind.name} tree from {origin} ({path}) is not flash-attention "
-            f"{release.tag}'s: its content pin is {got}, {release.tag} pins {want}.",
+            f"{release.ref}'s: its content pin is {got}, {release.ref} pins {want}.",
             fix=fix,
         )
     _log.info(f"using the {kind.name} tree {path} (from {origin}, pin {got[:12]}… verified)")
@@ -162,7 +162,7 @@ def _find(
         return _download(kind, release, cache)
     where = f"{shared_dir} or {cache}" if shared_dir else str(cache)
     raise FaShimError(
-        f"FlashAttention-3 needs flash-attention {release.tag}'s {kind.name} tree, there "
+        f"FlashAttention-3 needs flash-attention {release.ref}'s {kind.name} tree, there "
         f"is no {name} in {where}, and downloading is off (offline).",
         fix=f"{_give(release)}, or allow downloading (-C offline=false).",
     )
@@ -170,7 +170,7 @@ def _find(
 
 def _give(release: Fa3Release) -> str:
     return (
-        f"give a flash-attention clone of {release.tag} with its submodule "
+        f"give a flash-attention clone of {release.ref} with its submodule "
         "(`git clone --recursive`), or the two trees as directories or tarballs "
         "(docs/fa3-design.md)"
     )
@@ -201,7 +201,7 @@ def locate(
 
 def _download_failed(release: Fa3Release, kind: Kind, url: str, reason: str) -> FaShimError:
     return FaShimError(
-        f"downloading flash-attention {release.tag}'s {kind.name} tree from "
+        f"downloading flash-attention {release.ref}'s {kind.name} tree from "
         f"{_index.redact(url)} failed: {reason}; nothing of it was written to the cache.",
         fix=f"check the network (a proxy goes in https_proxy), or {_give(release)}.",
     )
@@ -288,7 +288,7 @@ def _download(kind: Kind, release: Fa3Release, cache: Path) -> Tree:
     url = download_url(release, kind)
     shown = _index.redact(url)
     target = cache / archive_name(release, kind)
-    _log.info(f"downloading flash-attention {release.tag}'s {kind.name} tree from {shown}")
+    _log.info(f"downloading flash-attention {release.ref}'s {kind.name} tree from {shown}")
     try:
         cache.mkdir(parents=True, exist_ok=True)  # 0o777 & ~umask
         # TemporaryFile has no name on Linux (O_TMPFILE): nothing is left however this ends
@@ -307,7 +307,7 @@ def _download(kind: Kind, release: Fa3Release, cache: Path) -> Tree:
                 if got != want:
                     raise FaShimError(
                         f"the {kind.name} tree downloaded from {shown} is not flash-attention "
-                        f"{release.tag}'s: its content pin is {got}, {release.tag} pins {want}; "
+                        f"{release.ref}'s: its content pin is {got}, {release.ref} pins {want}; "
                         "nothing of it was written to the cache.",
                         fix=f"a mirror or proxy serving other files? Check "
                         f"{DOWNLOAD_URL_VARIABLE} and the proxy, or {_give(release)}.",

@@ -1,0 +1,55 @@
+#!/usr/bin/env python3
+"""Q/K head dim 64 with V head dim 256 on the installed FA3 (GPU), against SDPA: what a set
+without the hdim64_256 kernels does with it. At main-0251105a, fa-shim's 06-headdim-dispatch.patch
+should refuse it ("does not support V head dimension"); upstream's dispatch would otherwise run a
+kernel whose V head dim is smaller than the tensor's (found by reading the code, issue 23's
+groundwork). v2.8.3's dispatch has the same shape and its 06 no such hunk.
+
+    python bench/fa3_vhead_probe.py > vhead.json
+
+Prints JSON: the installed flash-attn-3's version, whether the call raised (and its message) and,
+if it ran, the largest difference from SDPA and the share of the output columns left at zero."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+
+import torch
+import torch.nn.functional as F
+
+
+def main() -> None:
+    import flash_attn_interface as fa3
+
+    torch.manual_seed(0)
+    b, s, h = 2, 512, 8
+    q = torch.randn(b, s, h, 64, device="cuda", dtype=torch.bfloat16)
+    k = torch.randn(b, s, h, 64, device="cuda", dtype=torch.bfloat16)
+    v = torch.randn(b, s, h, 256, device="cuda", dtype=torch.bfloat16)
+    report = {
+        "flash_attn_3": importlib.metadata.version("flash-attn-3"),
+        "module": fa3.__file__,
+        "shapes": {"qk": [b, s, h, 64], "v": [b, s, h, 256]},
+    }
+    ref = F.scaled_dot_product_attention(
+        q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True
+    ).transpose(1, 2)
+    try:
+        out = fa3.flash_attn_func(q, k, v, causal=True)
+        out = out[0] if isinstance(out, tuple) else out
+        torch.cuda.synchronize()
+    except Exception as exc:  # what the user would see
+        report.update(raised=True, error=f"{type(exc).__name__}: {exc}"[:500])
+    else:
+        zero_columns = (out.float().abs().amax(dim=(0, 1, 2)) == 0).float().mean().item()
+        report.update(
+            raised=False,
+            max_abs_diff_vs_sdpa=(out.float() - ref.float()).abs().max().item(),
+            zero_output_columns=zero_columns,
+        )
+    print(json.dumps(report, indent=1))
+
+
+if __name__ == "__main__":
+    main()

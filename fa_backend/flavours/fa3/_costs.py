@@ -1,0 +1,139 @@
+"""FlashAttention-3's cost and memory models: what each unit (a basename, _units) takes to compile
+for sm_90a on one core, and its compiler's peak memory, from measured builds.
+
+Measured (docs/benchmarks.md, docs/fa3-design.md#per-head-dim-units-their-cost-and-memory):
+- v2.8.3's full set on the H100 host (16 cores, nvcc 13.0, 16 jobs: every core busy, the launcher's
+  records in docs/gpu-runs/2026-11-23-h100-fa3/full-compile-stats.jsonl): backward units
+  235-275 s at 5.8-6.4 GiB; forward `hdimall` units 864-973 s at 17.7-22.0 GiB;
+- upstream main's per-head-dim forward units on the H100 (issue 24, the build's own nvcc command
+  lines): 146-178 s at 5.95-7.04 GiB each with 7 at once; 181-234 s at 5.2-7.0 GiB in a 16-way
+  slice (bf16, fp16, e4m3 x head dims 64-256, and backward hdim128); v2.8.3's `hdimdiff` unit
+  (three head-dim pairs) 497 s at 13.2 GiB;
+- tailored sets, every in-unit feature switch off: on the H100 v2.8.3's backward hdim128 about
+  119 s; on a 2-core box (varlen kept) main's forward hdim128 135 s at 4.96 GiB, backward 165 s at
+  6.18 GiB, the scheduler 32 s at 1.28 GiB, flash_api_stable.cpp 14 s at 0.51 GiB.
+Not measured, and sized from their neighbours: flash_fwd_combine.cu, flash_api.cpp (as FA2's,
+36 s at 1.6 GiB), a per-head-dim pair unit (hdim64_256: a third of hdimdiff, each).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
+
+from ...core._errors import FaShimError
+from ...toolchain import _schedule
+from . import _kernels, _units
+from ._kernels import Fa3Tailoring
+from ._units import COMBINE, DIFF64, DIFF192, SCHEDULER
+
+if TYPE_CHECKING:
+    from .._interface import Plan
+
+GIB = 1024**3
+# one core, every feature compiled (16 jobs on 16 cores)
+BWD_SECONDS = {"64": 270, "96": 247, "128": 256, "192": 236, "256": 241}  # bf16/fp16 mean
+FWD_SECONDS = 210  # a per-head-dim forward unit: the 16-way slice's middle (181-234 s)
+PAIR_SECONDS = 180  # a head-dim pair: hdimdiff's 497 s for three, 7 at once, plus contention
+HDIMALL_SECONDS_PER_HDIM = 190  # hdimall: 955 s for five head dims (bf16)
+OTHER_SECONDS = {
+    "flash_api.cpp": 40,
+    "flash_api_stable.cpp": 20,
+    SCHEDULER: 35,
+    COMBINE: 60,
+}
+DEFAULT_SECONDS = 60
+# the switches that shrink a unit rather than drop it; all five off: x 0.5 (H100: backward
+# hdim128 119 s of 256 s, hdimall at one head dim about 100 s of 190 s), fewer geometrically
+IN_UNIT = ("local", "varlen", "appendkv", "cluster", "softcap")
+DISABLE_ALL_FACTOR = 0.5
+# peak memory of one unit's compiler (not scaled down for a tailored set: an OOM costs more)
+FWD_PEAK = 7.0 * GIB  # 7.04 GiB measured at most
+BWD_PEAK = 6.5 * GIB  # 6.41 GiB
+AGGREGATE_PEAK_PER_HDIM = 4.5 * GIB  # hdimall 22.0 GiB for five, hdimdiff 13.2 GiB for three pairs
+AGGREGATE_MIN_PEAK = 6 * GIB  # one head dim (or none) still parses the launch templates
+OTHER_PEAK = {
+    "flash_api.cpp": 1.6 * GIB,
+    "flash_api_stable.cpp": 0.6 * GIB,
+    SCHEDULER: 1.3 * GIB,
+    COMBINE: 2.0 * GIB,
+}
+DEFAULT_PEAK = 6 * GIB
+_UNIT = re.compile(r"flash_(?P<kind>fwd|bwd)_hdim(?P<hdim>\d+(?:_\d+)?|all|diff)_")
+
+
+def _aggregate_width(hdim: str, tailoring: Fa3Tailoring) -> int:
+    """How many head dims (hdimall) or head-dim pairs (hdimdiff) a v2.8.3 unit compiles: each
+    is an #include behind its head dim's DISABLE switch."""
+    if hdim == "all":
+        return len(tailoring.head_dims)
+    pairs = [*DIFF64, *DIFF192]
+    return sum(pair.split("_")[0] in tailoring.head_dims for pair in pairs)
+
+
+def unit_seconds(name: str, tailoring: Fa3Tailoring) -> float:
+    """One core, sm_90a: what the model says this unit costs."""
+    m = _UNIT.match(name)
+    if not m:
+        return OTHER_SECONDS.get(name, DEFAULT_SECONDS)
+    kind, hdim = m["kind"], m["hdim"]
+    if kind == "bwd":
+        seconds = BWD_SECONDS.get(hdim, max(BWD_SECONDS.values()))
+    elif hdim in ("all", "diff"):
+        per = HDIMALL_SECONDS_PER_HDIM if hdim == "all" else PAIR_SECONDS
+        seconds = max(OTHER_SECONDS[SCHEDULER], per * _aggregate_width(hdim, tailoring))
+    else:
+        seconds = PAIR_SECONDS if "_" in hdim else FWD_SECONDS
+    off = sum(feature in tailoring.disabled for feature in IN_UNIT)
+    return seconds * DISABLE_ALL_FACTOR ** (off / len(IN_UNIT))
+
+
+def unit_peak(name: str, tailoring: Fa3Tailoring) -> int:
+    """Peak bytes of this unit's compiler, erring high."""
+    m = _UNIT.match(name)
+    if not m:
+        return int(OTHER_PEAK.get(name, DEFAULT_PEAK))
+    if m["hdim"] in ("all", "diff"):
+        width = _aggregate_width(m["hdim"], tailoring)
+        return int(max(AGGREGATE_MIN_PEAK, AGGREGATE_PEAK_PER_HDIM * width))
+    return int(BWD_PEAK if m["kind"] == "bwd" else FWD_PEAK)
+
+
+def cost_model(tailoring: Fa3Tailoring) -> Callable[[str], float]:
+    return lambda name: unit_seconds(name, tailoring)
+
+
+def memory_model(tailoring: Fa3Tailoring) -> Callable[[str], int]:
+    return lambda name: unit_peak(name, tailoring)
+
+
+# what faster_options proposes for a long build: a training set, varlen kept
+TRAINING_SET = {
+    "head_dims": ("128",),
+    "dtypes": ("bf16",),
+    "disable": ("fp8", "split", "pagedkv", "appendkv", "local", "softcap", "packgqa", "cluster"),
+}
+TRAINING_OPTIONS = (
+    "-C head-dims=128 -C dtypes=bf16 "
+    "-C disable=fp8,split,paged-kv,appendkv,local,softcap,packgqa,cluster"
+)
+
+
+def faster_options(
+    plan: Plan, sources: Sequence[str], machine: _schedule.Machine
+) -> list[tuple[float, str]]:
+    """The tailored training set (bf16, head dim 128, forward + backward, varlen kept) with its
+    predicted seconds, for a set larger than it."""
+    settings = dataclasses.replace(plan.settings, **TRAINING_SET)
+    known = tuple(n.removeprefix(_kernels.ENV_PREFIX) for n, _ in plan.source.tailoring.env)
+    try:
+        tailored = _kernels.tailoring(settings, known)
+    except FaShimError:  # a line without one of those switches
+        return []
+    units = _units.planned(plan.source.release, tailored)
+    if len(units) >= len(sources):
+        return []
+    seconds = _schedule.predict(units, machine, cost_model(tailored))
+    return [(seconds, f"{TRAINING_OPTIONS} (docs/guides/flash-attn-3.md#tailored-sets)")]
