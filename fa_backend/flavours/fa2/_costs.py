@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
+from ...resources import VENDORED
 from ...toolchain import _jobs, _schedule
+from .. import _unit_table
 from . import _kernels, _releases, _tu_parts
 
 # (kind, head dim, causal) -> seconds for one arch (run3's full-tus.jsonl, fp16/bf16 mean)
@@ -37,9 +39,11 @@ KERNEL_SECONDS = {
     ("fwd_split", 256, False): 343, ("fwd_split", 256, True): 207,
 }  # fmt: skip
 OTHER_SECONDS = 36  # flash_api.cpp (36.5 s in run3) and any source the table does not name
-# A source compiled in n parts (_tu_parts): part 0 keeps the dispatch, parts 1..n each re-parse
-# the headers (tailored run3: part 0 20-28 s, a part ~50 s + its share of the kernels).
-PART0_SECONDS = 23
+# A source compiled in n parts (_tu_parts): part 0 keeps the dispatch (and a split-KV source's
+# combine kernels), parts 1..n each re-parse the headers (tailored run3: part 0 17-22 s, 23-28 s
+# with the combine kernels, a part ~50 s + its share of the kernels).
+PART0_SECONDS = {"fwd_split": 26}
+PART0_OTHER_SECONDS = 20
 PART_OVERHEAD_SECONDS = 50
 # All five FLASHATTENTION_DISABLE_* switches: kernel work x 0.45 (tailored run3: 939 s against
 # 1880 s of TU time); fewer switches are interpolated geometrically (not measured).
@@ -61,7 +65,7 @@ def source_seconds(name: str, disabled: int = 0) -> float:
     seconds = KERNEL_SECONDS[(m["kind"], hdim, bool(m["causal"]))]
     if m["n"]:
         if int(m["k"]) == 0:
-            return PART0_SECONDS
+            return PART0_SECONDS.get(m["kind"], PART0_OTHER_SECONDS)
         seconds = PART_OVERHEAD_SECONDS + seconds / int(m["n"])
     return seconds * DISABLE_ALL_FACTOR ** (min(disabled, N_SWITCHES) / N_SWITCHES)
 
@@ -69,6 +73,22 @@ def source_seconds(name: str, disabled: int = 0) -> float:
 def model(disabled: int) -> _schedule.Cost:
     """The cost of each source of a set built with `disabled` DISABLE switches."""
     return lambda name: source_seconds(name, disabled)
+
+
+def memory_model(version: str, pinned: bool) -> Callable[[str], int] | None:
+    """Each source's peak bytes (one arch) from the release's measured table (flavours/
+    _unit_table: vendored_patches/<version>/units.json); a part as its whole source where the
+    table lacks it (a part never holds more), a source it lacks as the one figure per unit of
+    toolchain/_jobs. None: no table for this release."""
+    table = _unit_table.load(VENDORED / version) if pinned else None
+    if table is None:
+        return None
+
+    def peak(name: str) -> int:
+        found = table.peak_bytes(name, _tu_parts.source_of(name))
+        return found or _jobs.JOB_BYTES_ONE_ARCH
+
+    return peak
 
 
 # --------------------------------------------------------------- sets a long build could take
@@ -85,11 +105,7 @@ def planned_sources(source, tu_parts: int) -> list[str] | None:
     if not release.kernels:
         return None
     kernels = sorted(_kernels.expected_kernels(source.tailoring, source.sdist.version))
-    names = []
-    for kernel in kernels:
-        split = tu_parts > 1 and _tu_parts.splittable(kernel)
-        names += _tu_parts.part_names(kernel, tu_parts) if split else [kernel]
-    return [*names, "flash_api.cpp"]
+    return [*_tu_parts.split_names(kernels, tu_parts), "flash_api.cpp"]
 
 
 def _one_arch(plan, machine: _schedule.Machine, n_sources: int) -> _schedule.Machine:

@@ -124,6 +124,9 @@ class Fa2(Flavour):
     def cost_model(self, plan: Plan):
         return _costs.model(len(plan.source.tailoring.disabled))
 
+    def memory_model(self, plan: Plan):
+        return _costs.memory_model(plan.source.sdist.version, plan.source.sdist.pinned)
+
     def faster_options(self, plan: Plan, tools: Tools, sources, machine):
         return _costs.faster_options(plan, tools, sources, machine)
 

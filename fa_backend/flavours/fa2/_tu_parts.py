@@ -44,6 +44,14 @@ def count_sources(kernels: Sequence[str], parts: int) -> int:
     return sum(parts + 1 if splittable(k) else 1 for k in kernels)
 
 
+def split_names(kernels: Sequence[str], parts: int) -> list[str]:
+    """The translation units of these kernel sources compiled in `parts` parts each."""
+    names = []
+    for kernel in kernels:
+        names += part_names(kernel, parts) if parts > 1 and splittable(kernel) else [kernel]
+    return names
+
+
 def part_names(name: str, parts: int) -> list[str]:
     stem = name[: -len(".cu")]
     return [f"{stem}.part{k}of{parts}.cu" for k in range(parts + 1)]
