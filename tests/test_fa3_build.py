@@ -1,6 +1,6 @@
 """FlashAttention-3 for real on a CPU box: pip builds flash-attn-3/ through fa-shim from the
 pinned hopper and CUTLASS trees, tailored to bf16, head dim 128, forward + backward, with every
-FA3 feature switch off: 4 CUDA units for sm_90a plus flash_api.cpp. The wheel goes into a
+FA3 feature switch off: 3 CUDA units for sm_90a plus flash_api.cpp. The wheel goes into a
 throwaway environment layered over the session's CUDA 13.0 torch 2.11 venv. Then: its name and
 cp39-abi3 tag, its provenance (both content pins), `python -m fa_backend verify flash_attn_3`,
 and the import through fa-shim's guard (transformers' flash_attention_3 imports
@@ -28,10 +28,9 @@ LABEL = (
     ".nosoftcap.nopackgqa.nofp8.novarlen.nocluster"
 )
 VERSION = f"3.0.0b1+{LABEL}"
-UNITS = {
+UNITS = {  # the per-head-dim file, not upstream's hdimall/hdimdiff aggregates (issue 24)
     "flash_api.cpp",
-    "flash_fwd_hdimall_bf16_sm90.cu",
-    "flash_fwd_hdimdiff_bf16_sm90.cu",
+    "flash_fwd_hdim128_bf16_sm90.cu",
     "flash_bwd_hdim128_bf16_sm90.cu",
     "flash_prepare_scheduler.cu",
 }

@@ -21,7 +21,7 @@ from ...toolchain._torch import TorchInfo
 from ...wheel import _metadata
 from ...wheel._names import Names
 from .._interface import Flavour, Plan, Sizing, Tools
-from . import _kernels, _releases, _sources, _trees
+from . import _kernels, _releases, _sources, _trees, _units
 
 ARCH = "90a"  # hopper/setup.py compiles its *_sm90.cu sources for exactly this
 # what hopper/setup.py's ninja rules compile: its *_sm90.cu kernels for sm_90a, the helper units
@@ -34,7 +34,10 @@ _GENCODES = {
 HEAVY_FIRST = ("flash_bwd_*", "flash_fwd_hdim*", "flash_fwd_*")
 _VERSION = re.compile(r"^__version__\s*=\s*(.+)$", re.MULTILINE)
 # the runtime guard's way in; the kernel-set label's sources (checked after prepare)
-_KERNEL = re.compile(r"flash_(fwd|bwd)_hdim(\d+|all|diff)_(bf16|fp16|e4m3)(\w*)_sm(\d+)\.cu$")
+# (a head-dim pair, e.g. hdim64_512, is a unit of its own where the aggregates are split: _units)
+_KERNEL = re.compile(
+    r"flash_(fwd|bwd)_hdim(\d+(?:_\d+)?|all|diff)_(bf16|fp16|e4m3)(\w*)_sm(\d+)\.cu$"
+)
 
 
 def _read(tree: _trees.Tree, rel: str) -> str:
@@ -87,7 +90,12 @@ _FWD_BYTES_PER_HEAD_DIM = int(4.5 * _GIB)
 _MIN_JOB_BYTES = 6 * _GIB
 
 
-def job_bytes(tailoring: _kernels.Fa3Tailoring) -> int:
+_SPLIT_UNIT_BYTES = int(7.5 * _GIB)  # a per-head-dim unit: 5.2-7.04 GiB measured (issue 24)
+
+
+def job_bytes(tailoring: _kernels.Fa3Tailoring, split: bool = False) -> int:
+    if split:  # each forward unit one head dim (or pair): _units
+        return _SPLIT_UNIT_BYTES
     return max(_MIN_JOB_BYTES, _FWD_BYTES_PER_HEAD_DIM * len(tailoring.head_dims))
 
 
@@ -219,7 +227,7 @@ class Fa3(Flavour):
         cores and 128 GiB: 5, not 16; the kernel would kill the rest)."""
         s = plan.settings
         planned, threads = _jobs.plan_jobs(cores, memory, 1, s.max_jobs, s.nvcc_threads)
-        need = job_bytes(plan.source.tailoring)
+        need = job_bytes(plan.source.tailoring, plan.source.release.split_aggregates)
         fits = planned if s.max_jobs else max(1, memory // need)
         if fits >= planned:
             return Sizing(planned, threads)
@@ -247,7 +255,11 @@ class Fa3(Flavour):
         return env
 
     def driver_spec(self, plan: Plan, tools: Tools, source: Path) -> dict:
-        return {"heavy_sources_first": list(HEAVY_FIRST)}
+        spec: dict = {"heavy_sources_first": list(HEAVY_FIRST)}
+        if plan.source.release.split_aggregates:  # the per-head-dim files, not the aggregates
+            off = _units.switches_on(plan.source.tailoring.env, _kernels.ENV_PREFIX)
+            spec["split_sources"] = _units.split_sources(source, off)
+        return spec
 
     def check(self, plan: Plan, tools: Tools, commands: Sequence) -> None:
         """build.ninja compiles what the set says: no left-out head dim, dtype or backward kernel,
@@ -270,6 +282,7 @@ class Fa3(Flavour):
                 wrong.append(f"{name}: an sm{sm} kernel")
             if direction == "bwd" and not t.backward:
                 wrong.append(f"{name}: a backward kernel in a forward-only set")
+            hdim = hdim.split("_")[0]  # a pair's unit compiles with its first head dim's switch
             if hdim.isdigit() and hdim not in t.head_dims:
                 wrong.append(f"{name}: head dim {hdim} is left out")
             if dtype == "fp16" and "fp16" not in t.dtypes:

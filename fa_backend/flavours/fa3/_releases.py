@@ -31,6 +31,11 @@ _KEYS = {
     "cutlass-commit": (_COMMIT, "the csrc/cutlass submodule commit, 40 lowercase hex digits"),
     "cutlass-tree": (_PIN, "the content pin of LICENSE.txt + include/, 64 lowercase hex digits"),
 }
+# optional key: (what it holds); a release without it compiles setup.py's units as they are
+_FLAGS = {
+    "split-aggregates": "true or false: compile the per-head-dim files that setup.py's "
+    "hdimall/hdimdiff units include, each as a unit (flavours/fa3/_units.py)",
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,6 +47,7 @@ class Fa3Release:
     cutlass_commit: str
     cutlass_pin: str
     patches: tuple[Path, ...]
+    split_aggregates: bool = False
 
 
 def known(root: Path = FA3_DIR) -> list[str]:
@@ -65,7 +71,13 @@ def release(version: str, root: Path = FA3_DIR) -> Fa3Release:
 def load(directory: Path) -> Fa3Release:
     path = directory / RELEASE_FILE
     data = read_toml(path, "docs/fa3-design.md")
-    problems = [f"unknown key {k!r}{key_hint(k, _KEYS)}" for k in data if k not in _KEYS]
+    keys = {**_KEYS, **_FLAGS}
+    problems = [f"unknown key {k!r}{key_hint(k, keys)}" for k in data if k not in keys]
+    problems += [
+        f"{k} = {data[k]!r} is not true or false"
+        for k in _FLAGS
+        if k in data and not isinstance(data[k], bool)
+    ]
     for key, (pattern, meaning) in _KEYS.items():
         value = data.get(key)
         if value is None:
@@ -93,4 +105,5 @@ def load(directory: Path) -> Fa3Release:
         data["cutlass-commit"],
         data["cutlass-tree"],
         tuple(sorted(directory.glob("*.patch"))),
+        data.get("split-aggregates") is True,
     )
