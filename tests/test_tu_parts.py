@@ -38,7 +38,7 @@ def test_parts_fill_the_idle_jobs():
 def test_sources_counted_with_their_parts():
     kernels = [*sorted(INFERENCE_KERNELS), "flash_bwd_hdim128_bf16_sm80.cu"]
     assert _tu_parts.count_sources(kernels, 1) == 5
-    assert _tu_parts.count_sources(kernels, 4) == 4 * 5 + 1  # backward sources are not split
+    assert _tu_parts.count_sources(kernels, 4) == 5 * 5  # backward sources split too (issue 24)
 
 
 def _commands(names):
@@ -72,7 +72,7 @@ def kernel_dir(tmp_path_factory) -> Path:
 
 def test_part_files_include_the_source_with_the_patchs_macros(kernel_dir):
     split = _tu_parts.write(kernel_dir, 3)
-    assert len(split) == 48  # fwd and split-KV x 6 head dims x 2 dtypes x causal or not
+    assert len(split) == 72  # fwd, split-KV and bwd x 6 head dims x 2 dtypes x causal or not
     assert all(_tu_parts.splittable(name) for name in split)
     assert split[f"{SPLIT}.cu"] == [f"{SPLIT}.part{k}of3.cu" for k in range(4)]
     part0 = (kernel_dir / f"{SPLIT}.part0of3.cu").read_text()
