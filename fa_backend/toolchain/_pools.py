@@ -9,8 +9,8 @@ of its units may run at once (a ninja pool; a class no pool caps runs freely). A
 the most memory any moment of it can hold -- each class's heaviest units up to its depth, the
 heaviest first, as many as there are jobs -- stays within the memory. Depths start at one unit
 per class and grow, one step at a time, where the simulated build (toolchain/_schedule, longest
-first) ends soonest, while the plan fits; the jobs are lowered only when one unit per class
-does not fit.
+first) ends soonest, while the plan fits; that plan is set against the most jobs that fit with
+no pool (the one-figure plan, at the heaviest unit), and the one whose build ends first wins.
 """
 
 from __future__ import annotations
@@ -87,31 +87,52 @@ def plan(
     peaks: Mapping[str, int], jobs: int, memory: int, seconds: Mapping[str, float] | None = None
 ) -> Pools:
     """The plan of at most `jobs` jobs that fits `memory` and, by the simulated build, ends
-    first (seconds: each unit's expected time; equal times without them)."""
+    first (seconds: each unit's expected time; equal times without them): the most jobs with
+    no pool that fit, or pools over the memory classes, whichever ends first."""
     if not peaks:
         return Pools(max(1, jobs))
     times = dict(seconds or dict.fromkeys(peaks, 1.0))
     order = sorted(times, key=lambda n: (-times[n], n))  # as ninja gets them: longest first
+    top = max(1, min(jobs, len(peaks)))
+    free = next(
+        (Pools(n) for n in range(top, 0, -1) if worst_case(peaks, Pools(n)) <= memory), None
+    )
+    if free is not None and free.jobs == top:
+        return free  # every unit may run with every other: no pool
+    candidates = [free] if free else []
+    pooled = _grown(peaks, top, memory, order, times)
+    if pooled is not None:
+        candidates.append(pooled)
+    if not candidates:
+        return Pools(1)  # one unit alone may not fit: nothing is left to lower
+
+    def end(p: Pools) -> float:
+        return _schedule.simulate(order, times, p.jobs, p.pool_of, p.depths)
+
+    return min(candidates, key=lambda p: (end(p), -p.jobs))
+
+
+def _grown(
+    peaks: Mapping[str, int], slots: int, memory: int, order: list[str], times: dict
+) -> Pools | None:
+    """Pools grown from one unit per class, a step at a time where the simulated build ends
+    soonest, while the plan fits; None where one unit per class does not fit."""
     groups = classes(peaks)
-    for slots in range(max(1, min(jobs, len(peaks))), 0, -1):
-        if worst_case(peaks, Pools(slots)) <= memory:
-            return Pools(slots)  # every unit may run with every other: no pool
-        depths = dict.fromkeys(groups, 1)
-        if worst_case(peaks, _pools(slots, groups, depths)) > memory:
-            continue  # not even one unit per class beside each other: fewer jobs
-        while True:  # deepen the class whose step shortens the simulated build most
-            steps = []
-            for gib in groups:
-                if depths[gib] >= min(len(groups[gib]), slots):
-                    continue
-                trial = _pools(slots, groups, {**depths, gib: depths[gib] + 1})
-                if worst_case(peaks, trial) <= memory:
-                    end = _schedule.simulate(order, times, slots, trial.pool_of, trial.depths)
-                    steps.append((end, -gib, gib))
-            if not steps:
-                return _pools(slots, groups, depths)
-            depths[min(steps)[2]] += 1
-    return Pools(1)  # one unit alone may not fit: nothing is left to lower
+    depths = dict.fromkeys(groups, 1)
+    if worst_case(peaks, _pools(slots, groups, depths)) > memory:
+        return None
+    while True:
+        steps = []
+        for gib in groups:
+            if depths[gib] >= min(len(groups[gib]), slots):
+                continue
+            trial = _pools(slots, groups, {**depths, gib: depths[gib] + 1})
+            if worst_case(peaks, trial) <= memory:
+                end = _schedule.simulate(order, times, trial.jobs, trial.pool_of, trial.depths)
+                steps.append((end, -gib, gib))
+        if not steps:
+            return _pools(slots, groups, depths)
+        depths[min(steps)[2]] += 1
 
 
 def lower(peaks: Mapping[str, int], pools: Pools) -> Pools | None:

@@ -8,6 +8,9 @@ from __future__ import annotations
 import heapq
 import random
 
+from conftest import REPO
+
+from fa_backend.pipeline import _stats
 from fa_backend.toolchain import _pools, _schedule
 
 GIB = 1024**3
@@ -74,24 +77,42 @@ def fa3_v283_unsplit():
     return peaks, seconds
 
 
-def test_heavy_units_are_capped_while_light_ones_fill_the_cores():
-    peaks, seconds = fa3_v283_unsplit()
-    plan = _pools.plan(peaks, 16, 124 * GIB, seconds)
-    # one figure per unit (22 GiB) allowed 5 jobs in all; here the aggregates are capped and
-    # lighter units run beside them, as many as the memory holds
-    capped = {c.gib: c for c in plan.capped}
-    assert capped[22].depth * 22 + capped[18].depth * 18 <= 124  # the aggregates: capped
-    assert _pools.worst_case(peaks, plan) <= 124 * GIB
-    at_once = sum(c.depth for c in plan.capped) + sum(
-        len(u) for g, u in _pools.classes(peaks).items() if g not in capped
-    )
-    assert plan.jobs == at_once > 5  # more at once than one figure per unit allowed
+def fa2_full_set():
+    """FA2 2.8.3's 73 units as the H100 run3 recorded them (3.3-6.7 GiB, 36-388 s)."""
+    rows = _stats.compiled(REPO / "docs/gpu-runs/2026-11-22-h100/run3/full-tus.jsonl")
+    peaks = {r["source"]: r["peak_rss_mib"] * 2**20 for r in rows}
+    return peaks, {r["source"]: r["seconds"] for r in rows}
+
+
+def end(plan, seconds):
     order = sorted(seconds, key=lambda n: -seconds[n])
-    pooled = _schedule.simulate(order, seconds, 16, plan.pool_of, plan.depths)
-    assert pooled < _schedule.simulate(order, seconds, 5)  # and the build ends sooner
+    return _schedule.simulate(order, seconds, plan.jobs, plan.pool_of, plan.depths)
+
+
+def most_free_jobs(peaks, memory):
+    return next(n for n in range(16, 0, -1) if _pools.worst_case(peaks, _pools.Pools(n)) <= memory)
+
+
+def test_heavy_units_are_capped_while_light_ones_fill_the_cores():
+    # FA2's full set on 16 cores and 64 GiB: one figure per unit (its heaviest) allows 9 jobs;
+    # capping the heavier classes lets more of the light ones run, and the build ends sooner
+    peaks, seconds = fa2_full_set()
+    plan = _pools.plan(peaks, 16, 64 * GIB, seconds)
+    free = _pools.Pools(most_free_jobs(peaks, 64 * GIB))
+    assert plan.capped and plan.jobs > free.jobs
+    assert _pools.worst_case(peaks, plan) <= 64 * GIB
+    assert end(plan, seconds) < end(free, seconds)
     # the pools hold the units of their class and nothing else
     assert all(max(peaks[n] for n in c.units) <= c.gib * GIB for c in plan.capped)
     assert all(min(peaks[n] for n in c.units) > (c.gib - 1) * GIB for c in plan.capped)
+
+
+def test_the_plan_is_never_slower_than_one_figure_per_unit():
+    for (peaks, seconds), memory in ((fa3_v283_unsplit(), 124), (fa2_full_set(), 24)):
+        plan = _pools.plan(peaks, 16, memory * GIB, seconds)
+        free = _pools.Pools(most_free_jobs(peaks, memory * GIB))
+        assert end(plan, seconds) <= end(free, seconds)
+        assert _pools.worst_case(peaks, plan) <= memory * GIB
 
 
 def test_units_that_all_fit_get_no_pool():
@@ -108,8 +129,8 @@ def test_memory_for_no_two_units_means_one_job():
 
 
 def test_an_out_of_memory_retry_lowers_the_heavy_units_first():
-    peaks, seconds = fa3_v283_unsplit()
-    plan = _pools.plan(peaks, 16, 124 * GIB, seconds)
+    peaks, seconds = fa2_full_set()
+    plan = _pools.plan(peaks, 16, 64 * GIB, seconds)
     lowered = _pools.lower(peaks, plan)
     before = {c.gib: c.depth for c in plan.capped}
     after = {c.gib: c.depth for c in lowered.capped}
@@ -118,25 +139,27 @@ def test_an_out_of_memory_retry_lowers_the_heavy_units_first():
     heaviest = next(g for g in sorted(before, reverse=True) if before[g] > 1)
     assert after == {**before, heaviest: before[heaviest] // 2}
     # a plan with no pool (the model said all fit) caps its heaviest class
-    free = _pools.lower(peaks, _pools.Pools(16))
+    fa3, _ = fa3_v283_unsplit()
+    free = _pools.lower(fa3, _pools.Pools(16))
     assert free.jobs == 16 and [(c.gib, c.depth) for c in free.capped] == [(22, 1)]
     # every class one at a time: then the jobs halve, down to one
     single = _pools.Pools(
         16,
-        tuple(_pools.MemoryClass(g, u, 1) for g, u in _pools.classes(peaks).items() if len(u) > 1),
+        tuple(_pools.MemoryClass(g, u, 1) for g, u in _pools.classes(fa3).items() if len(u) > 1),
     )
-    assert _pools.lower(peaks, single).jobs == 8
-    assert _pools.lower(peaks, _pools.Pools(1)) is None
+    assert _pools.lower(fa3, single).jobs == 8
+    assert _pools.lower(fa3, _pools.Pools(1)) is None
     # without a memory model (no peaks) only the jobs can be lowered, as before
     assert _pools.lower({}, _pools.Pools(2)) == _pools.Pools(1)
 
 
 def test_the_plan_says_what_it_caps():
-    peaks, seconds = fa3_v283_unsplit()
-    plan = _pools.plan(peaks, 16, 124 * GIB, seconds)
+    peaks, seconds = fa2_full_set()
+    plan = _pools.plan(peaks, 16, 64 * GIB, seconds)
     text = _pools.describe(plan)
     assert text.startswith(f"{plan.jobs} job(s), at most ") and text.endswith(
         " at once (ninja pools)"
     )
     for c in plan.capped:
         assert f"{c.depth} of the {len(c.units)} units of {c.gib} GiB" in text
+    assert _pools.describe(_pools.Pools(4)) == "4 job(s), every unit free to run beside every other"
