@@ -7,13 +7,15 @@ The set: flash-attn 2.8.3, head dim 32, bf16, forward + backward, the five DISAB
 two dq/dk/dv kernels, two dot_do_o and one convert_dq). `python -m fa_backend prepare` writes
 build.ninja: every kernel source is compiled as its parts, the wheel keeps the set's label.
 The whole source is compiled with its part's command, and the kernels of the objects compared by
-`nm`; the launchers part 0 calls are the ones the other parts define. About 4 CPU-minutes."""
+`nm`; the launchers part 0 calls are the ones the other parts define; unsplit, the patched
+backward header preprocesses to upstream's. About 4 CPU-minutes."""
 
 from __future__ import annotations
 
 import json
 import re
 import subprocess
+import tarfile
 from pathlib import Path
 
 import pytest
@@ -83,3 +85,29 @@ def test_the_backward_parts_have_the_whole_sources_kernels(prepared, tmp_path):
 def _symbols(obj: Path, which: str) -> set[str]:
     out = subprocess.run(["nm", which, obj], capture_output=True, text=True, check=True).stdout
     return {m.group(1) for m in re.finditer(r"(\S+)$", out, re.M)}
+
+
+def test_unsplit_the_patched_backward_source_preprocesses_as_upstreams(prepared, tmp_path):
+    """Without FA_SHIM_TU_PARTS the patch is inert: nvcc -E of the whole backward source in the
+    patched tree and in the pristine sdist give the same code (line markers and blank lines
+    dropped: the patch's inactive blocks leave blank lines)."""
+    command = next(
+        c["args"]
+        for c in prepared["compile_commands"]
+        if Path(c["file"]).name.startswith("flash_bwd")
+    )
+    source = Path(prepared["source"])
+    with tarfile.open(SHARED_SDISTS / "flash_attn-2.8.3.tar.gz") as tar:
+        tar.extractall(tmp_path / "u", filter="data")
+    pristine = tmp_path / "u" / "flash_attn-2.8.3"
+    codes = []
+    for root in (source, pristine):
+        args = [a.replace(str(source), str(root)) for a in command]
+        args = command_for(args, root / _tu_parts.KERNEL_DIR / SOURCE, tmp_path / "x.o")
+        i = args.index("-o")
+        args = [a for a in args[:i] + args[i + 2 :] if a != "-c"] + ["-E", "-o", tmp_path / "x.ii"]
+        subprocess.run(args, capture_output=True, text=True, check=True)
+        lines = (tmp_path / "x.ii").read_text().replace(str(root), "<src>").splitlines()
+        code = "\n".join(x for x in lines if x.strip() and not x.startswith("#"))
+        codes.append(re.sub(r"__func__, static_cast<uint32_t>\(\d+\)", "__func__, __LINE__", code))
+    assert codes[0] == codes[1]
