@@ -1,63 +1,222 @@
 #!/usr/bin/env python3
-"""The full FlashAttention-3 build (every head dim, dtype and feature, sm_90a: 73 units) modelled
-from the units a partial run compiled (bench/fa3_device.sh tests/poll keep the launcher's
-compile-stats.jsonl). A full build takes hours on one machine, longer than a lent GPU machine is
-held, so the measured units stand in for their kind:
+"""The full FlashAttention-3 v2.8.3 set (every head dim, dtype and feature, sm_90a) modelled on
+one 16-core, 128 GiB machine and on N such machines through sccache-dist (issue 24). A full
+build takes longer than a GPU machine is lent, so per-unit times and peaks measured on the H100
+stand in for each kind of unit; the result is a model, never a measurement.
 
-    python bench/fa3_full_model.py docs/gpu-runs/2026-11-23-h100-fa3/full-compile-stats.jsonl
+    python bench/fa3_full_model.py [--stats SLICE.jsonl ...] [--json OUT.json]
+    python bench/fa3_full_model.py --aggregates \
+        docs/gpu-runs/2026-11-23-h100-fa3/full-compile-stats.jsonl
 
-Kinds: backward units (10), forward `hdimall` units (30: bf16, fp16, e4m3 x 10 feature variants)
-and forward `hdimdiff` units (30, the same variants for unequal q/v head dims). A kind without a
-finished unit takes the slowest measured forward time (an upper bound). Memory decides the jobs:
-each forward unit peaks at 17-22 GiB, so `jobs` (default 5: 124 GiB / 22 GiB) run at once.
-Prints the per-kind times and the makespan of a longest-first schedule."""
+Units, as fa-shim compiles the set (flavours/fa3/_units): 220 forward per-head-dim units (bf16,
+fp16, e4m3 x 5 head dims + the head-dim pairs x 10 feature variants), 10 backward units,
+flash_api.cpp, the combine kernel, the scheduler: 233. A unit's time and peak, first found:
+  1. the unit itself in a --stats file (a compile-stats.jsonl: bench/speed_device.sh fa3-slice);
+  2. a measured unit of the same dtype and head dim(s), times its feature variant's factor;
+  3. issue 24's H100 slice (16 units at once): forward units 181-234 s, 5.2-7.0 GiB; the
+     central estimate takes the middle of the range, the high one its top and the largest
+     variant factor. Variant factors: each variant's hdimall aggregate against the plain one
+     (2026-11-23 full run; 1.0 where the run did not reach it).
+Backward units: that run's records (235-275 s, 5.7-6.3 GiB, 16 at once); flash_api.cpp, the
+scheduler and the combine unit: 60, 60 and 120 s at 2 GiB (assumed: minutes at most).
+One machine: fa-shim's own plan (toolchain/_pools on 124 GiB, 16 jobs; toolchain/_schedule's
+order), simulated, plus 90 s of serial steps (prepare, link, repack, verify; assumed).
+N machines: as bench/dist_model.py, longest first over N x 16 slots, each unit's client-side
+part (0.11 of it) bounded by the 16 client cores, plus the same serial steps.
+--aggregates: v2.8.3 as upstream cuts it (60 aggregates of 17-22 GiB), the 3.3 h of before.
+"""
 
 from __future__ import annotations
 
 import argparse
-import heapq
+import itertools
 import json
 import re
 import statistics
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from fa_backend.pipeline import _stats  # noqa: E402
+from fa_backend.toolchain import _pools, _schedule  # noqa: E402
+
+GIB = 1024**3
+FULL_RUN = ROOT / "docs/gpu-runs/2026-11-23-h100-fa3/full-compile-stats.jsonl"
+SLICE_SECONDS = (181.0, 234.0)  # issue 24: 16 units at once on the H100
+SLICE_PEAK_GIB = 7.04  # the largest per-head-dim peak measured (5.2-7.04 GiB)
+LIGHT = {"flash_api.cpp": 60.0, "flash_prepare_scheduler.cu": 60.0, "flash_fwd_combine.cu": 120.0}
+SERIAL_SECONDS = 90.0
+MEMORY = 124 * GIB  # what the 128 GiB machine had available
+CORES = 16
+LOCAL_FRACTION = 0.11  # bench/dist_model.py, measured on loopback
+HDIMS = ("64", "96", "128", "192", "256")
+PAIRS = {"bf16": ("64_256", "64_512", "192_128"), "fp16": ("64_256", "64_512", "192_128")}
+PAIRS["e4m3"] = ("192_128",)
+_UNIT = re.compile(r"flash_fwd_hdim(\d+(?:_\d+)?|all|diff)_(bf16|fp16|e4m3)(\w*)_sm90\.cu$")
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("stats")
-    ap.add_argument("--jobs", type=int, default=5)
-    args = ap.parse_args()
-    with open(args.stats) as f:
-        done = [json.loads(line) for line in f if line.strip()]
-    done = [r for r in done if r["source"] != "?" and r["exit"] == 0]
-    kinds: dict[str, list[float]] = {"bwd": [], "fwd_hdimall": [], "fwd_hdimdiff": []}
+def variants() -> list[str]:
+    """hopper/setup.py's feature suffixes: paged, split, softcap, packgqa (no packgqa with paged
+    or split)."""
+    out = []
+    for paged, split, softcap, packgqa in itertools.product(
+        ("", "_paged"), ("", "_split"), ("", "_softcap"), ("", "_packgqa")
+    ):
+        if not (packgqa and (paged or split)):
+            out.append(f"{paged}{split}{softcap}{packgqa}")
+    return out
+
+
+def full_set() -> list[str]:
+    forward = [
+        f"flash_fwd_hdim{h}_{dtype}{v}_sm90.cu"
+        for dtype in ("bf16", "fp16", "e4m3")
+        for h in (*HDIMS, *PAIRS[dtype])
+        for v in variants()
+    ]
+    backward = [
+        f"flash_bwd_hdim{h}_{dtype}_softcapall_sm90.cu" for h in HDIMS for dtype in ("bf16", "fp16")
+    ]
+    return [*forward, *backward, *LIGHT]
+
+
+def records(paths: list[Path]) -> dict[str, dict]:
+    found = {}
+    for path in paths:
+        for r in _stats.compiled(path):
+            found[r["source"]] = r
+    return found
+
+
+def variant_factors() -> dict[str, float]:
+    """Each feature variant's aggregate time against the plain aggregate's (bf16 and e4m3 of the
+    2026-11-23 full run, averaged)."""
+    done = records([FULL_RUN])
+    factors: dict[str, list[float]] = {}
+    for dtype in ("bf16", "e4m3"):
+        plain = done.get(f"flash_fwd_hdimall_{dtype}_sm90.cu")
+        for v in variants():
+            unit = done.get(f"flash_fwd_hdimall_{dtype}{v}_sm90.cu")
+            if plain and unit:
+                factors.setdefault(v, []).append(unit["seconds"] / plain["seconds"])
+    return {v: statistics.mean(f) for v, f in factors.items()}
+
+
+def unit_figures(units: list[str], measured: dict[str, dict], high: bool) -> tuple[dict, dict]:
+    """(seconds, peak bytes) of each unit by the rules of the module docstring."""
+    factors = variant_factors()
+    top = max(factors.values(), default=1.0)
+    backward = records([FULL_RUN])
+    by_kind: dict[tuple[str, str], list[dict]] = {}
+    for name, r in measured.items():
+        m = _UNIT.search(name)
+        if m:
+            by_kind.setdefault((m[1], m[2]), []).append({**r, "variant": m[3]})
+    seconds, peaks = {}, {}
+    for name in units:
+        m = _UNIT.search(name)
+        if name in measured:
+            r = measured[name]
+            seconds[name], peaks[name] = r["seconds"], r["peak_rss_mib"] * 2**20
+        elif name.startswith("flash_bwd_"):
+            r = backward[name]
+            seconds[name], peaks[name] = r["seconds"], r["peak_rss_mib"] * 2**20
+        elif name in LIGHT:
+            seconds[name], peaks[name] = LIGHT[name], 2 * GIB
+        elif m and (m[1], m[2]) in by_kind:
+            same = by_kind[(m[1], m[2])]
+            base = statistics.mean(r["seconds"] / factors.get(r["variant"], 1.0) for r in same)
+            seconds[name] = base * (top if high else factors.get(m[3], 1.0))
+            peaks[name] = max(r["peak_rss_mib"] for r in same) * 2**20
+        else:
+            each = SLICE_SECONDS[1] if high else statistics.mean(SLICE_SECONDS)
+            seconds[name] = each * (max(top, 1.0) if high else factors.get(m[3], 1.0))
+            peaks[name] = int(SLICE_PEAK_GIB * GIB)
+    return seconds, peaks
+
+
+def one_machine(seconds: dict, peaks: dict) -> dict:
+    plan = _pools.plan(peaks, CORES, MEMORY, seconds)
+    order = _schedule.best_order(seconds, plan.jobs, plan.pool_of, plan.depths)
+    compile_s = _schedule.simulate(order, seconds, plan.jobs, plan.pool_of, plan.depths)
+    return {
+        "plan": _pools.describe(plan),
+        "compile_s": round(compile_s),
+        "wall_s": round(compile_s + SERIAL_SECONDS),
+        "bound_s": round(max(max(seconds.values()), sum(seconds.values()) / CORES)),
+    }
+
+
+def machines(seconds: dict, n: int) -> dict:
+    slots = n * CORES
+    makespan = _schedule.makespan(seconds.values(), slots)
+    client = sum(seconds.values()) * LOCAL_FRACTION / CORES
+    return {"machines": n, "compile_s": round(max(makespan, client)),
+            "wall_s": round(max(makespan, client) + SERIAL_SECONDS)}  # fmt: skip
+
+
+def aggregates(stats: Path) -> None:
+    """v2.8.3 as upstream cuts it: the measured aggregates stand in for their kind."""
+    done = _stats.compiled(stats)
+    kinds: dict[str, list[dict]] = {"bwd": [], "hdimall": [], "hdimdiff": []}
     for r in done:
         m = re.match(r"flash_(bwd|fwd)_hdim(all|diff|\d+)", r["source"])
         if m:
-            kind = "bwd" if m.group(1) == "bwd" else f"fwd_hdim{m.group(2)}"
-            kinds[kind].append(float(r["seconds"]))
-    counts = {"bwd": 10, "fwd_hdimall": 30, "fwd_hdimdiff": 30}
-    worst_fwd = max(kinds["fwd_hdimall"] or [0.0])
-    units = []
-    for kind, n in counts.items():
-        measured = kinds[kind]
-        each = statistics.median(measured) if measured else worst_fwd
-        peak = max(
-            (r.get("peak_rss_mib", 0) for r in done if kind.split("_")[0] in r["source"]), default=0
+            kinds["bwd" if m[1] == "bwd" else f"hdim{m[2]}"].append(r)
+    worst = max((r["seconds"] for r in kinds["hdimall"]), default=0.0)
+    seconds, peaks = {}, {}
+    for kind, n in (("bwd", 10), ("hdimall", 30), ("hdimdiff", 30)):
+        rows = kinds[kind]
+        each = statistics.median(r["seconds"] for r in rows) if rows else worst
+        peak = max((r["peak_rss_mib"] for r in rows), default=22 * 1024) * 2**20
+        print(f"{kind:9} {n:3} units, {len(rows):2} measured, {each:5.0f} s, {peak / GIB:.0f} GiB")
+        for i in range(n):
+            seconds[f"{kind}_{i}"], peaks[f"{kind}_{i}"] = each, peak
+    for name, s in LIGHT.items():
+        seconds[name], peaks[name] = s, 2 * GIB
+    five = _schedule.makespan(seconds.values(), 5)
+    print(f"one figure per unit (22 GiB: 5 jobs): {five:.0f} s ({five / 3600:.1f} h)")
+    pooled = one_machine(seconds, peaks)
+    print(f"per-unit peaks ({pooled['plan']}): {pooled['compile_s'] / 3600:.1f} h compiling")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--stats", type=Path, nargs="*", default=[])
+    parser.add_argument("--aggregates", type=Path)
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    if args.aggregates:
+        aggregates(args.aggregates)
+        return 0
+    units = full_set()
+    measured = {k: v for k, v in records(args.stats).items() if k in units}
+    result = {"units": len(units), "measured_units": len(measured), "estimates": {}}
+    for label, high in (("central", False), ("high", True)):
+        seconds, peaks = unit_figures(units, measured, high)
+        one = one_machine(seconds, peaks)
+        dist = [machines(seconds, n) for n in (1, 2, 4, 8)]
+        result["estimates"][label] = {
+            "sum_s": round(sum(seconds.values())),
+            "largest_peak_gib": round(max(peaks.values()) / GIB, 2),
+            "one_machine": one,
+            "sccache_dist": dist,
+        }
+        print(
+            f"{label:7}: {len(units)} units ({len(measured)} measured), sum "
+            f"{sum(seconds.values()):.0f} s, largest peak {max(peaks.values()) / GIB:.1f} GiB"
         )
         print(
-            f"{kind:13} {n:3} units, {len(measured):2} measured, {each:6.0f} s each"
-            + ("" if measured else " (not measured: the slowest forward time)")
-            + f", peak {peak / 1024:.0f} GiB"
+            f"  one 16-core 128 GiB machine: {one['plan']}; compile {one['compile_s']} s "
+            f"(bound {one['bound_s']} s), wall {one['wall_s']} s = {one['wall_s'] / 60:.0f} min"
         )
-        units += [each] * n
-    units += [60.0, 60.0, 120.0]  # flash_api.cpp, the scheduler and the combine unit: minutes
-    finish = [0.0] * args.jobs
-    heapq.heapify(finish)
-    for seconds in sorted(units, reverse=True):
-        heapq.heappush(finish, heapq.heappop(finish) + seconds)
-    total = max(finish)
-    print(f"model: {len(units)} units on {args.jobs} jobs: {total:.0f} s ({total / 3600:.1f} h)")
+        for d in dist:
+            print(f"  {d['machines']} x 16 through sccache-dist: wall {d['wall_s'] / 60:.1f} min")
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=1) + "\n")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -38,7 +38,7 @@ def test_parts_fill_the_idle_jobs():
 def test_sources_counted_with_their_parts():
     kernels = [*sorted(INFERENCE_KERNELS), "flash_bwd_hdim128_bf16_sm80.cu"]
     assert _tu_parts.count_sources(kernels, 1) == 5
-    assert _tu_parts.count_sources(kernels, 4) == 4 * 5 + 1  # backward sources are not split
+    assert _tu_parts.count_sources(kernels, 4) == 5 * 5  # backward sources split too (issue 24)
 
 
 def _commands(names):
@@ -72,7 +72,7 @@ def kernel_dir(tmp_path_factory) -> Path:
 
 def test_part_files_include_the_source_with_the_patchs_macros(kernel_dir):
     split = _tu_parts.write(kernel_dir, 3)
-    assert len(split) == 48  # fwd and split-KV x 6 head dims x 2 dtypes x causal or not
+    assert len(split) == 72  # fwd, split-KV and bwd x 6 head dims x 2 dtypes x causal or not
     assert all(_tu_parts.splittable(name) for name in split)
     assert split[f"{SPLIT}.cu"] == [f"{SPLIT}.part{k}of3.cu" for k in range(4)]
     part0 = (kernel_dir / f"{SPLIT}.part0of3.cu").read_text()
@@ -96,7 +96,9 @@ def t211(request) -> Path:
 @pytest.mark.slow
 def test_prepare_compiles_the_parts_instead_of_the_sources(t211, tmp_path):
     summary = prepare(
-        t211, tmp_path, "head-dims=128", "dtypes=bf16", "forward-only=true", "tu-parts=3"
+        t211,
+        tmp_path,
+        *("head-dims=128", "dtypes=bf16", "forward-only=true", "tu-parts=3", "max-jobs=16"),
     )
     assert _basenames(summary, "nvcc") == sorted(
         p for k in INFERENCE_KERNELS for p in _tu_parts.part_names(k, 3)
@@ -107,8 +109,8 @@ def test_prepare_compiles_the_parts_instead_of_the_sources(t211, tmp_path):
     assert "30-tu-parts.patch" in [p["name"] for p in prov["patches"]]
     # the same wheel name as unsplit: the parts change how objects are cut, not a kernel
     assert ".hdim128.bf16.fwd-" in summary["wheel"]
-    # ninja starts edges in file order: the kernel parts first, the light files after (part 0
-    # of split-KV sources, with the combine kernels, before the rest)
+    # ninja starts edges in file order: the kernel parts first, the light files after, longest
+    # first by the cost model (flash_api.cpp, part 0 of split-KV sources with the combine kernels)
     built = [
         line.split(":", 1)[0].rsplit("/", 1)[-1]
         for line in Path(summary["ninja_file"]).read_text().splitlines()
@@ -116,7 +118,8 @@ def test_prepare_compiles_the_parts_instead_of_the_sources(t211, tmp_path):
     ]
     assert len(built) == 17
     assert all(re.search(r"\.part[1-3]of3\.o$", b) for b in built[:12])
-    assert all(b.startswith("flash_fwd_split_") for b in built[12:14])
+    assert built[12] == "flash_api.o"
+    assert all(b.startswith("flash_fwd_split_") for b in built[13:15])
 
 
 @pytest.mark.slow

@@ -47,7 +47,7 @@ def _machine_and_gpus(
     if tools is not None:  # the build's own decision for this configuration
         jobs, threads, parts = tools.jobs, tools.nvcc_threads, tools.tu_parts
         sized = "the build's own sizing for this configuration" + (
-            f", each forward kernel source in {parts} parts" if parts > 1 else ""
+            f", each kernel source in {parts} parts" if parts > 1 else ""
         )
     else:  # no build could start here: what a full build would get
         jobs, threads = _jobs.plan_jobs(

@@ -67,7 +67,7 @@ class Plan:
 
 @dataclasses.dataclass(frozen=True)
 class Sizing:
-    """How a flavour sizes its compile: jobs, nvcc threads, parts per forward source, and why
+    """How a flavour sizes its compile: jobs, nvcc threads, parts per kernel source, and why
     the jobs are fewer than the machine's plan ("not 16: ..."; None: they are not)."""
 
     jobs: int
@@ -86,7 +86,7 @@ class Tools:
     jobs: int
     nvcc_threads: int | None
     compiler_cache: str | None
-    tu_parts: int = 1  # forward kernel sources compiled as this many parts (fa2's _tu_parts)
+    tu_parts: int = 1  # kernel sources compiled as this many parts (fa2's _tu_parts)
 
 
 class Flavour(abc.ABC):

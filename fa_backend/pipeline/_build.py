@@ -6,6 +6,7 @@ plan's flavour (flavours/_interface) for what differs between flavours, never wh
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import difflib
 import shutil
 import tempfile
@@ -31,7 +32,7 @@ from ..toolchain import (
 )
 from ..verify import _verify
 from ..wheel._wheelfile import publish
-from . import _progress, _runner, _stats, _upstream
+from . import _compile_plan, _estimate, _progress, _runner, _stats, _upstream
 from ._prepared import Prepared
 from ._provenance import fingerprint, provenance
 from ._repack import repack
@@ -149,29 +150,34 @@ def prepare(plan: Plan, scratch: Path, tools: Tools | None = None) -> Prepared:
     plan.flavour.check(plan, tools, commands)
     # the launcher's records, where the upstream run keeps them (Prepared.stats_file)
     _preflight.check(commands, ninja_file.parent, stats=_stats.stats_file(source.parent))
-    return Prepared(source, tools, ninja_file, commands, report, log)
+    sources = _estimate.build_sources(commands)
+    units = _compile_plan.make(
+        plan, tools, sources, _jobs.available_cores(), _jobs.available_memory()
+    )
+    _compile_plan.apply(ninja_file, units)
+    tools = dataclasses.replace(tools, jobs=units.jobs)
+    return Prepared(source, tools, ninja_file, commands, report, log, units)
 
 
 def run_upstream_build(plan: Plan, prep: Prepared) -> Path:
-    """Run upstream's bdist_wheel; on an out-of-memory kill, again with half the jobs (ninja
-    keeps the objects already compiled). Returns upstream's wheel, in the scratch."""
+    """Run upstream's bdist_wheel; on an out-of-memory kill, again with fewer heavy units at
+    once, else half the jobs (ninja keeps the objects already compiled). Returns upstream's
+    wheel, in the scratch."""
     dist = prep.source.parent / "dist"
-    jobs = prep.tools.jobs
+    units = prep.compile_plan or _compile_plan.CompilePlan.jobs_only(prep.tools.jobs)
     started = time.monotonic()
     while True:
         code, output, report = _upstream.run_setup(
-            plan, prep.tools, prep.source, dist, "wheel", prep.log, jobs
+            plan, prep.tools, prep.source, dist, "wheel", prep.log, units.jobs, units.driver_spec()
         )
         if code == 0:
             break
-        if not (_runner.killed_for_memory(output) and jobs > 1):
+        lowered = units.lowered() if _runner.killed_for_memory(output) else None
+        if lowered is None:
             raise _upstream.failure(code, report, prep.log, output)
         done = len(_stats.compiled(prep.stats_file))
-        jobs = max(1, jobs // 2)
-        _log.warn(
-            f"a compiler was killed for lack of memory; retrying with {jobs} job(s), "
-            f"keeping the {done} object(s) already compiled (set -C max-jobs to choose)"
-        )
+        _log.warn(_compile_plan.retry_message(units, lowered, done))
+        units = lowered
     stats = _stats.compiled(prep.stats_file)
     _log.info(
         f"upstream build: {time.monotonic() - started:.0f} s, of which "

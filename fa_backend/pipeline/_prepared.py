@@ -9,6 +9,7 @@ from pathlib import Path
 from ..flavours._interface import Tools
 from ..toolchain._compile_commands import Command
 from . import _stats
+from ._compile_plan import CompilePlan
 
 
 @dataclasses.dataclass
@@ -19,6 +20,7 @@ class Prepared:
     commands: list[Command]
     report: dict  # the upstream driver's (resources/upstream_driver)
     log: Path
+    compile_plan: CompilePlan | None = None  # order and pools (None: the jobs alone)
 
     @property
     def stats_file(self) -> Path:

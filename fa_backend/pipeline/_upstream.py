@@ -91,8 +91,10 @@ def run_setup(
     mode: str,
     log: Path,
     jobs: int | None = None,
+    schedule: dict | None = None,
 ) -> tuple[int, str, dict]:
-    """Run upstream setup.py bdist_wheel ("wheel") or stop once build.ninja exists ("prepare")."""
+    """Run upstream setup.py bdist_wheel ("wheel") or stop once build.ninja exists ("prepare");
+    `schedule` is the compile plan's part of the driver's spec (the units' order, the pool)."""
     scratch = source.parent
     spec_path = scratch / f"fa-shim-{mode}.json"
     report_path = scratch / f"fa-shim-{mode}-report.json"
@@ -105,6 +107,7 @@ def run_setup(
         "cxx_std": plan.torch.cxx_std,
         "extra_sys_path": plan.torch.extra_sys_path,
         **plan.flavour.driver_spec(plan, tools, source),
+        **(schedule or {}),
     }
     spec_path.write_text(json.dumps(spec))
     _log.info(f"running upstream setup.py ({mode}); full log: {log}")

@@ -83,27 +83,91 @@ def _tailor_sources(ext):
     REPORT.setdefault("excluded_sources", []).extend(
         os.path.basename(str(s)) for s in ext.sources if s not in kept
     )
-    # a forward source split into parts (fa-shim's _tu_parts) is compiled as its parts
+    # a source compiled as other files (FA2's parts, FA3's per-head-dim units) is compiled as
+    # those; an empty list drops it (an FA3 aggregate whose every file the set leaves out)
     split = SPEC.get("split_sources") or {}
     expanded = []
     for source in kept:
         directory, name = os.path.split(str(source))
-        expanded += [os.path.join(directory, p) for p in split.get(name, [])] or [source]
+        if name in split:
+            expanded += [os.path.join(directory, p) for p in split[name]]
+        else:
+            expanded.append(source)
     ext.sources = expanded
 
 
-def _heaviest_first(sources, objects):
-    """Reorder build.ninja's compile edges (ninja starts them in file order; setuptools hands
-    torch the sources sorted by name): the slowest TUs must not start last, or the build ends
-    with one core busy and the rest idle."""
-    first = SPEC.get("heavy_sources_first") or []
+# a compile edge as torch writes it: `build OBJ: RULE SRC` ($ escapes ninja's specials)
+_EDGE = re.compile(
+    r"^build (?:[^$:\n]|\$.)+: (?P<rule>\S+) (?P<src>(?:[^$ \n]|\$.)+\.(?:cu|cpp|cc|cxx|c))$"
+)
 
-    def weight(pair):
-        name = os.path.basename(str(pair[0]))
-        return next((i for i, p in enumerate(first) if fnmatch.fnmatch(name, p)), len(first))
 
-    pairs = sorted(zip(sources, objects), key=weight)
-    return [s for s, _ in pairs], [o for _, o in pairs]
+def _unescape(path):
+    return re.sub(r"\$(.)", r"\1", path)
+
+
+def schedule_ninja(text, spec):
+    """build.ninja's compile edges in the order fa-shim planned, with its pools.
+
+    ninja starts edges in file order, and setuptools hands torch the sources sorted by name: the
+    slowest units must not start last, or the build ends with one core busy. spec["unit_order"]
+    (basenames, the pipeline's schedule) orders them, else spec["heavy_sources_first"] (name
+    patterns); the link line keeps upstream's object order, so the module does not depend on
+    the schedule. spec["pools"] ({pool: depth}) and spec["unit_pools"] ({basename: pool}) cap
+    how many units of a memory class run at once (ninja pools)."""
+    items: list = []  # plain lines; each compile edge with the indented lines that follow it
+    in_pool = False  # a pool of an earlier pass, declared again below
+    for line in text.split("\n"):
+        indented = line.startswith((" ", "\t"))
+        in_pool = line.startswith("pool ") or (in_pool and indented)
+        if in_pool:
+            continue
+        if _EDGE.match(line):
+            items.append([line])
+        elif indented and items and isinstance(items[-1], list):
+            items[-1].append(line)
+        else:
+            items.append(line)
+    edges = [item for item in items if isinstance(item, list)]
+    if not edges:
+        return text
+    order = {name: i for i, name in enumerate(spec.get("unit_order") or [])}
+    first = spec.get("heavy_sources_first") or []
+    pools = spec.get("pools") or {}
+    unit_pools = {k: v for k, v in (spec.get("unit_pools") or {}).items() if v in pools}
+
+    def name(edge):
+        return os.path.basename(_unescape(_EDGE.match(edge[0])["src"]))
+
+    def weight(k):
+        n = name(edges[k])
+        pattern = next((i for i, p in enumerate(first) if fnmatch.fnmatch(n, p)), len(first))
+        return (order.get(n, len(order)), pattern, k)
+
+    placed = iter(sorted(range(len(edges)), key=weight))
+    out, declared = [], False
+    for item in items:
+        if not isinstance(item, list):
+            out.append(item)
+            continue
+        if not declared:  # ninja needs a pool declared before an edge names it
+            for pool, depth in sorted(pools.items()):
+                out += [f"pool {pool}", f"  depth = {depth}"]
+            declared = True
+        edge = edges[next(placed)]
+        pool = unit_pools.get(name(edge))
+        out += [edge[0], *(v for v in edge[1:] if not v.strip().startswith("pool ="))]
+        out += [f"  pool = {pool}"] if pool else []
+    return "\n".join(out)
+
+
+def _schedule_file(path):
+    with open(path) as f:
+        text = f.read()
+    scheduled = schedule_ninja(text, SPEC)
+    if scheduled != text:
+        with open(path, "w") as f:
+            f.write(scheduled)
 
 
 def _inject(ext):
@@ -150,11 +214,9 @@ def _install_hooks():
             path = kwargs.get("path", args[0] if args else None)
             REPORT["ninja_files"].append(os.path.abspath(path))
             _write_report()
-            if "sources" in kwargs and "objects" in kwargs:  # torch passes both by name
-                kwargs["sources"], kwargs["objects"] = _heaviest_first(
-                    kwargs["sources"], kwargs["objects"]
-                )
-            return original_write(*args, **kwargs)
+            written = original_write(*args, **kwargs)
+            _schedule_file(path)
+            return written
 
         write_ninja_file._fa_shim = True
         cpp_extension._write_ninja_file = write_ninja_file

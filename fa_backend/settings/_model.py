@@ -77,9 +77,9 @@ class Settings:
     tu_parts: int | None = _setting(
         None,
         "int",
-        "Compile each forward kernel source as this many parts in parallel (default: as many "
-        "as the idle compile jobs allow, e.g. 4 for a 4-source tailored set on 16 cores; "
-        "1 = never split; 2.8.3+ only).",
+        "Compile each forward and backward kernel source as this many parts in parallel "
+        "(default: the count the build-time model finds fastest for the set and the compile "
+        "jobs, e.g. 4 for a 4-source tailored set on 16 cores; 1 = never split; 2.8.3+ only).",
     )
     head_dims: tuple[str, ...] = _setting(
         (), "list", "Tailored build: only these head dims, e.g. `64;128` (default: all)."

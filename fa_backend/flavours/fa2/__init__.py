@@ -1,2 +1,2 @@
 """FlashAttention-2 (flash-attn) from the upstream sdist: the release registry
-(vendored_patches/<version>/), the sdist, tailored kernel sets, forward sources in parts."""
+(vendored_patches/<version>/), the sdist, tailored kernel sets, kernel sources in parts."""

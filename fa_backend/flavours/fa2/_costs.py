@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
+from ...resources import VENDORED
 from ...toolchain import _jobs, _schedule
+from .. import _unit_table
 from . import _kernels, _releases, _tu_parts
 
 # (kind, head dim, causal) -> seconds for one arch (run3's full-tus.jsonl, fp16/bf16 mean)
@@ -37,9 +39,11 @@ KERNEL_SECONDS = {
     ("fwd_split", 256, False): 343, ("fwd_split", 256, True): 207,
 }  # fmt: skip
 OTHER_SECONDS = 36  # flash_api.cpp (36.5 s in run3) and any source the table does not name
-# A source compiled in n parts (_tu_parts): part 0 keeps the dispatch, parts 1..n each re-parse
-# the headers (tailored run3: part 0 20-28 s, a part ~50 s + its share of the kernels).
-PART0_SECONDS = 23
+# A source compiled in n parts (_tu_parts): part 0 keeps the dispatch (and a split-KV source's
+# combine kernels), parts 1..n each re-parse the headers (tailored run3: part 0 17-22 s, 23-28 s
+# with the combine kernels, a part ~50 s + its share of the kernels).
+PART0_SECONDS = {"fwd_split": 26}
+PART0_OTHER_SECONDS = 20
 PART_OVERHEAD_SECONDS = 50
 # All five FLASHATTENTION_DISABLE_* switches: kernel work x 0.45 (tailored run3: 939 s against
 # 1880 s of TU time); fewer switches are interpolated geometrically (not measured).
@@ -61,7 +65,7 @@ def source_seconds(name: str, disabled: int = 0) -> float:
     seconds = KERNEL_SECONDS[(m["kind"], hdim, bool(m["causal"]))]
     if m["n"]:
         if int(m["k"]) == 0:
-            return PART0_SECONDS
+            return PART0_SECONDS.get(m["kind"], PART0_OTHER_SECONDS)
         seconds = PART_OVERHEAD_SECONDS + seconds / int(m["n"])
     return seconds * DISABLE_ALL_FACTOR ** (min(disabled, N_SWITCHES) / N_SWITCHES)
 
@@ -71,10 +75,52 @@ def model(disabled: int) -> _schedule.Cost:
     return lambda name: source_seconds(name, disabled)
 
 
+def memory_model(version: str, pinned: bool) -> Callable[[str], int] | None:
+    """Each source's peak bytes (one arch) from the release's measured table (flavours/
+    _unit_table: vendored_patches/<version>/units.json); a part as its whole source where the
+    table lacks it (a part never holds more), a source it lacks as the one figure per unit of
+    toolchain/_jobs. None: no table for this release."""
+    table = _unit_table.load(VENDORED / version) if pinned else None
+    if table is None:
+        return None
+
+    def peak(name: str) -> int:
+        found = table.peak_bytes(name, _tu_parts.source_of(name))
+        return found or _jobs.JOB_BYTES_ONE_ARCH
+
+    return peak
+
+
 # --------------------------------------------------------------- sets a long build could take
 SUGGEST_ABOVE_SECONDS = 30 * 60
 INFERENCE_SET = {"head_dims": ("128",), "dtypes": ("bf16",), "forward_only": True}
 ALL_SWITCHES = "dropout,alibi,softcap,local,uneven_k"
+
+
+NEAR_TIE = 1.03  # model differences this small are noise: keep the idle-jobs rule's count
+
+
+def best_parts(
+    setting: int | None, jobs: int, cores: int, kernels, patched: bool, disabled: int
+) -> int:
+    """Parts per kernel source: the setting, else the count (1.._tu_parts.MAX_PARTS) whose
+    modelled build on `jobs` jobs ends first; within NEAR_TIE of the idle-jobs rule's count
+    (as many parts as idle jobs allow), that count. Each part re-parses the source's headers,
+    so more parts are not always faster: a forward + backward set on 16 jobs is fastest in 4
+    parts by the model, where the rule gives 2 (6 sources)."""
+    rule = _tu_parts.choose(setting, jobs, kernels, patched)
+    if setting is not None or not patched or not kernels:
+        return rule
+    machine = _schedule.Machine(jobs, 1, cores, 1)
+    cost = model(disabled)
+
+    def predicted(parts: int) -> float:
+        names = [*_tu_parts.split_names(sorted(kernels), parts), "flash_api.cpp"]
+        return _schedule.predict(names, machine, cost)
+
+    times = {n: predicted(n) for n in range(1, _tu_parts.MAX_PARTS + 1)}
+    best = min(times, key=lambda n: (times[n], n))
+    return rule if times[rule] <= times[best] * NEAR_TIE else best
 
 
 def planned_sources(source, tu_parts: int) -> list[str] | None:
@@ -85,11 +131,7 @@ def planned_sources(source, tu_parts: int) -> list[str] | None:
     if not release.kernels:
         return None
     kernels = sorted(_kernels.expected_kernels(source.tailoring, source.sdist.version))
-    names = []
-    for kernel in kernels:
-        split = tu_parts > 1 and _tu_parts.splittable(kernel)
-        names += _tu_parts.part_names(kernel, tu_parts) if split else [kernel]
-    return [*names, "flash_api.cpp"]
+    return [*_tu_parts.split_names(kernels, tu_parts), "flash_api.cpp"]
 
 
 def _one_arch(plan, machine: _schedule.Machine, n_sources: int) -> _schedule.Machine:
@@ -123,8 +165,15 @@ def faster_options(
             settings = dataclasses.replace(plan.settings, **INFERENCE_SET)
             tailored = _kernels.tailoring(settings, source.sdist.version)
             kernels = sorted(_kernels.expected_kernels(tailored, source.sdist.version))
-            # another set: as many parts as its idle jobs allow
-            parts = _tu_parts.choose(settings.tu_parts, tools.jobs, kernels, release.tu_parts)
+            # another set: the parts the model finds fastest for its idle jobs
+            parts = best_parts(
+                settings.tu_parts,
+                tools.jobs,
+                machine.cores,
+                kernels,
+                release.tu_parts,
+                len(tailored.disabled),
+            )
             alt = planned_sources(dataclasses.replace(source, tailoring=tailored), parts)
             options.append(
                 (

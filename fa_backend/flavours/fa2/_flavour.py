@@ -80,16 +80,17 @@ class Fa2(Flavour):
             if release.kernels
             else None
         )
-        # idle job slots become parts of the forward sources, and the parts more jobs
+        # idle job slots become parts of the kernel sources, and the parts more jobs
         idle = _jobs.plan_jobs(cores, memory, n_archs, s.max_jobs, s.nvcc_threads)[0]
-        parts = _tu_parts.choose(s.tu_parts, idle, kernels, release.tu_parts)
+        disabled = len(source.tailoring.disabled)
+        parts = _costs.best_parts(s.tu_parts, idle, cores, kernels, release.tu_parts, disabled)
         # the kernel TUs and flash_api.cpp, all compiled at once when cores and memory allow
         n_sources = _tu_parts.count_sources(kernels, parts) + 1 if kernels else None
         jobs, threads = _jobs.plan_jobs(
             cores, memory, n_archs, s.max_jobs, s.nvcc_threads, n_sources
         )
         if parts > 1:
-            _log.info(f"compiling each forward kernel source as {parts} parts (-C tu-parts)")
+            _log.info(f"compiling each kernel source as {parts} parts (-C tu-parts)")
         return Sizing(jobs, threads, parts)
 
     # ------------------------------------------------------------------------------ prepare
@@ -123,6 +124,9 @@ class Fa2(Flavour):
 
     def cost_model(self, plan: Plan):
         return _costs.model(len(plan.source.tailoring.disabled))
+
+    def memory_model(self, plan: Plan):
+        return _costs.memory_model(plan.source.sdist.version, plan.source.sdist.pinned)
 
     def faster_options(self, plan: Plan, tools: Tools, sources, machine):
         return _costs.faster_options(plan, tools, sources, machine)

@@ -2,7 +2,7 @@
 
 `vendored_patches/<version>/` holds the release: `release.toml` (the sdist's file name and
 sha256, how its setup.py takes CUDA architectures, the kernel space tailored sets are cut from,
-whether its forward sources compile in parts) and the `*.patch` files applied to it, in name
+whether its kernel sources compile in parts) and the `*.patch` files applied to it, in name
 order. Facts many releases share (an arch mechanism, a kernel space, the source file naming)
 are defined once below and named in the toml. Adding a release is adding its directory; every
 other module asks `release(version)`.
@@ -109,7 +109,7 @@ class Release:
     sha256: str | None
     archs: Mechanism
     kernels: KernelSpace | None  # None: no tailored kernel sets
-    tu_parts: bool  # forward kernel sources can be compiled in parts (_tu_parts)
+    tu_parts: bool  # kernel sources can be compiled in parts (_tu_parts)
     patches: tuple[Path, ...]
     naming: Naming = FA2_NAMING
 
@@ -129,7 +129,7 @@ _KEYS = {
         "optional, one of " + ", ".join(KERNEL_SPACES) + ": tailored sets",
         False,
     ),
-    "tu-parts": (bool, "optional, true or false: forward sources compiled in parts", False),
+    "tu-parts": (bool, "optional, true or false: kernel sources compiled in parts", False),
 }
 
 

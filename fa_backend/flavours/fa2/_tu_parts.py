@@ -1,12 +1,14 @@
-"""Forward kernel sources compiled as several translation units (vendored 30-tu-parts.patch).
+"""Kernel sources compiled as several translation units (vendored 30-tu-parts.patch).
 
 A tailored build has a handful of kernel sources and many idle cores; its wall time is its
-slowest source (an hdim128 split-KV source instantiates ~50 kernels and takes minutes alone).
-Each forward source `X.cu` is replaced by `X.part0ofN.cu` ... `X.partNofN.cu`, small files that
-set FA_SHIM_TU_PARTS/FA_SHIM_TU_PART and include X.cu: part 0 keeps the runtime dispatch, parts
-1..N each compile a share of the kernels (the patch assigns them by a hash of their template
-arguments). The objects link into the same module; nothing changes at run time. Parts other than
-0 rename the source's entry point so that each part's copy is a distinct symbol.
+slowest source (an hdim128 split-KV source instantiates ~50 kernels and takes minutes alone; in
+a forward + backward set the backward sources are the slowest). Each forward and backward source
+`X.cu` is replaced by `X.part0ofN.cu` ... `X.partNofN.cu`, small files that set
+FA_SHIM_TU_PARTS/FA_SHIM_TU_PART and include X.cu: part 0 keeps the runtime dispatch (and the
+small split-KV combine or backward pre/post-processing kernels), parts 1..N each compile a share
+of the kernels (the patch assigns them by a hash of their template arguments). The objects link
+into the same module; nothing changes at run time. Parts other than 0 rename the source's entry
+point so that each part's copy is a distinct symbol.
 """
 
 from __future__ import annotations
@@ -18,8 +20,9 @@ from pathlib import Path
 
 PATCH = "30-tu-parts.patch"
 KERNEL_DIR = Path("csrc/flash_attn/src")
-SPLITTABLE = ("flash_fwd_hdim*.cu", "flash_fwd_split_hdim*.cu")  # the launchers the patch splits
-ENTRY_POINTS = ("run_mha_fwd_", "run_mha_fwd_splitkv_dispatch")
+# the launchers the patch splits: forward, split-KV forward, backward
+SPLITTABLE = ("flash_fwd_hdim*.cu", "flash_fwd_split_hdim*.cu", "flash_bwd_hdim*.cu")
+ENTRY_POINTS = ("run_mha_fwd_", "run_mha_fwd_splitkv_dispatch", "run_mha_bwd_")
 MAX_PARTS = 8  # beyond this the per-part fixed cost (headers, host code) outweighs the gain
 _PART = re.compile(r"^(?P<source>.+)\.part(?P<k>\d+)of(?P<n>\d+)\.cu$")
 
@@ -44,6 +47,14 @@ def count_sources(kernels: Sequence[str], parts: int) -> int:
     return sum(parts + 1 if splittable(k) else 1 for k in kernels)
 
 
+def split_names(kernels: Sequence[str], parts: int) -> list[str]:
+    """The translation units of these kernel sources compiled in `parts` parts each."""
+    names = []
+    for kernel in kernels:
+        names += part_names(kernel, parts) if parts > 1 and splittable(kernel) else [kernel]
+    return names
+
+
 def part_names(name: str, parts: int) -> list[str]:
     stem = name[: -len(".cu")]
     return [f"{stem}.part{k}of{parts}.cu" for k in range(parts + 1)]
@@ -61,18 +72,18 @@ def _wrapper(name: str, k: int, parts: int) -> str:
 
 
 def layout(kernel_dir: Path, parts: int) -> dict[str, list[str]]:
-    """{forward source name: its part names} for this source tree; {} when not splitting."""
+    """{kernel source name: its part names} for this source tree; {} when not splitting."""
     if parts < 2:
         return {}
     return {
         source.name: part_names(source.name, parts)
-        for source in sorted(kernel_dir.glob("flash_fwd_*.cu"))
+        for source in sorted(kernel_dir.glob("flash_*.cu"))
         if splittable(source.name) and not _PART.match(source.name)
     }
 
 
 def write(kernel_dir: Path, parts: int) -> dict[str, list[str]]:
-    """Write the part files next to every forward source (see `layout`)."""
+    """Write the part files next to every kernel source (see `layout`)."""
     split = layout(kernel_dir, parts)
     for source, names in split.items():
         for k, part in enumerate(names):

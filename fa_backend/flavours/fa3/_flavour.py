@@ -246,7 +246,11 @@ class Fa3(Flavour):
         return env
 
     def driver_spec(self, plan: Plan, tools: Tools, source: Path) -> dict:
-        return {"heavy_sources_first": list(HEAVY_FIRST)}
+        spec: dict = {"heavy_sources_first": list(HEAVY_FIRST)}
+        if plan.source.release.split_aggregates:  # the per-head-dim files, not the aggregates
+            off = _units.switches_on(plan.source.tailoring.env, _kernels.ENV_PREFIX)
+            spec["split_sources"] = _units.split_sources(source, off)
+        return spec
 
     def check(self, plan: Plan, tools: Tools, commands: Sequence) -> None:
         """build.ninja compiles what the set says: exactly the planned units (the API unit of

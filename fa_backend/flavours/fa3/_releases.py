@@ -37,7 +37,7 @@ _COMMIT = r"[0-9a-f]{40}"
 _PIN = r"[0-9a-f]{64}"
 _DATE = r"\d{4}-\d{2}-\d{2}"
 ABIS = ("torch", "stable")
-UNITS = ("aggregate", "per-head-dim")
+UNITS = ("aggregate", "split", "per-head-dim")
 # key: (pattern its value matches, what it holds, required)
 _KEYS = {
     "tag": (r"v\S+", "the flash-attention tag, e.g. v2.8.3 (a branch's commit has none)", True),
@@ -48,7 +48,12 @@ _KEYS = {
     "cutlass-tree": (_PIN, "the content pin of LICENSE.txt + include/, 64 hex digits", True),
     "torch-abi": ("|".join(ABIS), "torch (one torch release's C++ ABI) or stable", False),
     "torch-target": (r"\d+\.\d+\.\d+", "the oldest torch a stable module runs on: 2.9.0", False),
-    "forward-units": ("|".join(UNITS), "aggregate (hdimall/hdimdiff) or per-head-dim", True),
+    "forward-units": (
+        "|".join(UNITS),
+        "aggregate (setup.py's hdimall/hdimdiff units), split (the per-head-dim files those "
+        "include, each a unit: flavours/fa3/_units.py) or per-head-dim (setup.py's own)",
+        True,
+    ),
 }  # fmt: skip
 _BRANCH_DIR = re.compile(r"(?P<branch>[a-z][a-z0-9.]*)-(?P<short>[0-9a-f]{8})")
 
@@ -76,6 +81,11 @@ class Fa3Release:
     def described(self) -> str:
         """v2.8.3, or main at 0251105a2fb1... (a branch's commit)."""
         return self.tag or f"{self.version.split('-')[0]} at {self.commit}"
+
+    @property
+    def split_aggregates(self) -> bool:
+        """setup.py aggregates its forward units and fa-shim compiles what they include."""
+        return self.forward_units == "split"
 
     @property
     def stable(self) -> bool:

@@ -4,15 +4,24 @@ finds build.ninja compiling (a difference is refused: fa-shim's reading of setup
 
 setup.py lists them as products of its switches (a `_split`, `_paged`, `_softcap`, `_packgqa`
 variant per feature left on; PackGQA is never compiled beside paged or split). Its forward units
-come in two forms (release.toml's `forward-units`): `aggregate` (v2.8.3: `hdimall`, every head
-dim of a dtype and variant in one unit, and `hdimdiff`, the unequal Q/K and V head dims) and
-`per-head-dim` (upstream main: one unit per head dim, plus `hdim64_256`, `hdim64_512` for
-bf16/fp16 and `hdim192_128`, each behind its HDIMDIFF switch).
+come in three forms (release.toml's `forward-units`): `aggregate` (v2.8.3's setup.py: `hdimall`,
+every head dim of a dtype and variant in one unit, and `hdimdiff`, the unequal Q/K and V head
+dims), `split` (those aggregates, but fa-shim compiles the per-head-dim files each `#include`s,
+issue 24: an aggregate peaked at 17-22 GiB and took over 15 minutes on the H100, the files it
+includes 6-7 GiB and 2.5-3 minutes each) and `per-head-dim` (upstream main's setup.py: one unit
+per head dim, plus `hdim64_256`, `hdim64_512` for bf16/fp16 and `hdim192_128`, each behind its
+HDIMDIFF switch). A split aggregate's file whose every line sits under
+`#ifndef FLASHATTENTION_DISABLE_X` for a switch the set turns on compiles to nothing and is left
+out: a tailored set keeps the files of its own head dims, as upstream's switches select them.
 """
 
 from __future__ import annotations
 
+import fnmatch
 import itertools
+import re
+from collections.abc import Iterable
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ._kernels import ENV_PREFIX
@@ -24,6 +33,7 @@ if TYPE_CHECKING:
 HEAD_DIMS = ("64", "96", "128", "192", "256")
 DIFF64 = ("64_256", "64_512")  # Q/K head dim 64 with a larger V head dim
 DIFF192 = ("192_128",)
+DIFF_SWITCHES = ("HDIMDIFF64", "HDIMDIFF192")
 SCHEDULER = "flash_prepare_scheduler.cu"
 COMBINE = "flash_fwd_combine.cu"  # the split-KV combine step, with SPLIT
 
@@ -61,8 +71,11 @@ def planned(release: Fa3Release, tailoring: Fa3Tailoring) -> list[str]:
         forward = _forward(["all", "diff"], dtypes, on)
     else:
         forward = _forward(hdims, dtypes, on)
-        forward += _forward(DIFF64, half, on) if on("HDIMDIFF64") else []
-        forward += _forward(DIFF192, dtypes, on) if on("HDIMDIFF192") else []
+        # upstream main lists the pairs by their HDIMDIFF switches; v2.8.3's split aggregates
+        # include them, each file under its Q/K head dim's own switch
+        diff64, diff192 = ("HDIM64", "HDIM192") if release.split_aggregates else DIFF_SWITCHES
+        forward += _forward(DIFF64, half, on) if on(diff64) else []
+        forward += _forward(DIFF192, dtypes, on) if on(diff192) else []
     softcap_all = ["_softcapall"] if on("SOFTCAP") else [""]
     backward = [
         f"flash_bwd_hdim{h}_{d}{c}_sm90.cu"
@@ -71,3 +84,52 @@ def planned(release: Fa3Release, tailoring: Fa3Tailoring) -> list[str]:
     ]
     helpers = ([COMBINE] if on("SPLIT") else []) + [SCHEDULER]
     return [api_source(release), *forward, *backward, *helpers]
+
+
+# ------------------------------------------------------------------ split aggregates
+
+INSTANTIATIONS = "instantiations"  # hopper/'s kernel files
+AGGREGATES = ("flash_fwd_hdimall_*_sm90.cu", "flash_fwd_hdimdiff_*_sm90.cu")
+_INCLUDE = re.compile(r'^\s*#include\s+"([^"/]+\.cu)"\s*$', re.M)
+_GUARD = re.compile(r"^\s*#ifndef\s+FLASHATTENTION_DISABLE_(\w+)\s*$", re.M)
+# a line outside every #if block that is not a comment, an include or blank: real code
+_CODE = re.compile(r"^(?!\s*(//|#include|$))", re.M)
+
+
+def is_aggregate(name: str) -> bool:
+    return any(fnmatch.fnmatch(name, p) for p in AGGREGATES)
+
+
+def _compiled_away(text: str, off: set[str]) -> bool:
+    """Whether a per-head-dim file is empty under these switches: all its code within one
+    `#ifndef FLASHATTENTION_DISABLE_<X>` ... `#endif` whose X is on."""
+    guards = _GUARD.findall(text)
+    if len(guards) != 1 or guards[0] not in off:
+        return False
+    head, _, rest = text.partition(f"#ifndef FLASHATTENTION_DISABLE_{guards[0]}")
+    _, _, tail = rest.rpartition("#endif")
+    return not (_CODE.search(head) or _CODE.search(tail))
+
+
+def split_sources(hopper: Path, off: Iterable[str]) -> dict[str, list[str]]:
+    """{aggregate: the files it includes that this set compiles} for every aggregate of the
+    tree (the driver expands those setup.py lists; an empty list drops the aggregate)."""
+    off = set(off)
+    directory = hopper / INSTANTIATIONS
+    split = {}
+    for path in sorted(directory.glob("flash_fwd_hdim*_sm90.cu")):
+        if not is_aggregate(path.name):
+            continue
+        included = _INCLUDE.findall(path.read_text(encoding="utf-8"))
+        if included:
+            split[path.name] = [
+                name
+                for name in included
+                if not _compiled_away((directory / name).read_text(encoding="utf-8"), off)
+            ]
+    return split
+
+
+def switches_on(env: Iterable[tuple[str, str]], prefix: str) -> set[str]:
+    """The DISABLE switches a set turns on ({"HDIM64", "FP8", ...}) from its environment."""
+    return {name[len(prefix) :] for name, value in env if value == "TRUE"}

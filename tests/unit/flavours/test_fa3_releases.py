@@ -42,7 +42,7 @@ def test_the_stable_line_is_pinned_by_commit_and_content():
 def test_v2_8_3_is_the_torch_bound_line():
     line = _releases.release("2.8.3")
     assert line.tag == "v2.8.3" and line.source_label == "v2.8.3" and line.ref == "v2.8.3"
-    assert not line.stable and line.forward_units == "aggregate"
+    assert not line.stable and line.forward_units == "split" and line.split_aggregates
     assert line.serves("2.6.0") and line.serves("2.14.1+cu130")
 
 
@@ -136,7 +136,9 @@ def test_new_keys_are_checked(tmp_path):
     with pytest.raises(FaShimError) as info:
         _releases.load(directory)
     cause = info.value.cause
-    assert "forward-units = 'per-hdim' is not aggregate (hdimall/hdimdiff) or per-head-dim" in cause
+    assert (
+        "forward-units = 'per-hdim' is not aggregate (setup.py's hdimall/hdimdiff units)" in cause
+    )
     assert "torch-target = '2.9' is not the oldest torch" in cause
     directory = _line(tmp_path / "b", "nightly", date="2026-13-01")
     with pytest.raises(FaShimError) as info:

@@ -1,0 +1,125 @@
+#!/usr/bin/env bash
+# Issue 24 ("build at the hardware's limit") on the lent H100, in phases of one `device` call
+# each (each under 10 minutes; results under $OUT). From fa-shim's root, with .carry/ holding
+#   sdists/flash_attn-2.8.3.tar.gz, fa3/ (the four tarballs of ../shared/fa3), and whl/ (the
+#   pyelftools and einops wheels; the image lacks them).
+#
+#   bash bench/speed_device.sh tailored     # ~7 min: the FA2 training set (bf16, head dim 128,
+#       # fwd+bwd, dropout/alibi/softcap/local off; its forward and backward sources in parts)
+#       # and the FA3 training set (bf16, head dim 128, fwd+bwd, every feature off but varlen;
+#       # per-head-dim units), each a cold timed `pip wheel` with its per-unit records, then
+#       # both wheels installed and checked against SDPA (bench/fa3_speed.py, one seqlen)
+#   bash bench/speed_device.sh fa3-slice    # ~9 min: the full FA3 set (233 per-head-dim units)
+#       # started as fa-shim plans it, run for 8 minutes and stopped: each unit's time and peak
+#       # (the launcher's records), the machine's memory in use every 5 s, the log's plan; then
+#       # bench/fa3_full_model.py with those units measured
+#   bash bench/speed_device.sh fa2-full-start   # the FA2 full one-arch build in the background
+#   bash bench/speed_device.sh fa2-full-wait    # (repeat) until it ends (~18 min in all), then
+#       # bench/bound_check.py: its compile phase against max(longest, sum/16)
+#
+# Output per build NAME: NAME.json (bench/measure.py: wall, peak RSS of the tree), NAME.log
+# (pip -v), NAME-tus.jsonl (the launcher's records), NAME-fa-shim.log (fa-shim's lines).
+# Afterwards, on the workstation: bench/unit_table.py refreshes the release tables from the
+# *-tus.jsonl files; bench/tu_summary.py DIR --cores 16 tabulates them.
+set -u
+phase=${1:?phase: tailored, fa3-slice, fa2-full-start or fa2-full-wait}
+OUT=${OUT:-/tmp/out}
+ROOT=$PWD
+WORK=/tmp/speed-work
+mkdir -p "$OUT" "$WORK"
+export PYTHONUNBUFFERED=1 XDG_CACHE_HOME=$WORK/xdg
+if [ -d "$ROOT/.carry/whl" ] && [ ! -d "$WORK/site" ]; then
+  python3 -m pip install -q --no-index --no-deps --target "$WORK/site" "$ROOT"/.carry/whl/*.whl
+fi
+[ -d "$WORK/site" ] && export PYTHONPATH=$WORK/site
+{ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; nproc; free -g | head -2
+  git -C "$ROOT" rev-parse HEAD 2>/dev/null; } > "$OUT/machine-$phase.txt" 2>&1
+
+FA3_TRAINING=(-C head-dims=128 -C dtypes=bf16
+  -C disable=fp8,split,paged-kv,appendkv,local,softcap,packgqa,cluster)
+FA2_TRAINING=(-C head-dims=128 -C dtypes=bf16 -C disable=dropout,alibi,softcap,local)
+COMMON=(-C compiler-cache=none -C wheel-cache=false -C keep-build-dir=true -C cache-dir="$WORK/cache")
+
+wheel() {  # NAME PROJECT SETTINGS...: one cold timed pip wheel, its records kept
+  local name=$1 project=$2; shift 2
+  python3 "$ROOT/bench/measure.py" "$OUT/$name.json" -- python3 -m pip wheel -v --no-deps \
+    --no-build-isolation --no-index -w "$WORK/w-$name" "$project" "${COMMON[@]}" "$@" \
+    > "$OUT/$name.log" 2>&1
+  echo "$name: exit $? $(cat "$OUT/$name.json" 2>/dev/null)" | tee -a "$OUT/times.txt"
+  grep -o "fa-shim: .*" "$OUT/$name.log" > "$OUT/$name-fa-shim.log"
+  keep_records "$name"
+}
+
+keep_records() {  # NAME: the kept build directory's launcher records into $OUT
+  local kept
+  kept=$(grep -o "kept the build directory [^ ]*" "$OUT/$1.log" | tail -1 | cut -d' ' -f5)
+  [ -n "$kept" ] || return 0
+  find "$kept" -name compile-stats.jsonl -exec cp {} "$OUT/$1-tus.jsonl" \;
+  rm -rf "$kept"
+}
+
+case $phase in
+tailored)
+  wheel fa2-training "$ROOT" -C sdist-dir="$ROOT/.carry/sdists" -C cuda-archs=90 "${FA2_TRAINING[@]}"
+  wheel fa3-training "$ROOT/flash-attn-3" -C fa3-source-dir="$ROOT/.carry/fa3" "${FA3_TRAINING[@]}"
+  python3 -m pip install -q --no-deps --no-index --force-reinstall \
+    "$WORK"/w-fa2-training/*.whl "$WORK"/w-fa3-training/*.whl > "$OUT/install.log" 2>&1
+  for causal in causal no-causal; do  # both wheels' forward and backward against SDPA
+    flag=$([ $causal = no-causal ] && echo --no-causal)
+    (cd /tmp && python3 "$ROOT/bench/fa3_speed.py" --seqlens 4096 --warmup 2 --repeats 5 $flag \
+      --json "$OUT/training-check-$causal.json" > "$OUT/training-check-$causal.md" \
+      2> "$OUT/training-check-$causal.err")
+    echo "training check ($causal): exit $?" | tee -a "$OUT/times.txt"
+  done
+  ;;
+fa3-slice)
+  # in a session of its own, with SIGINT at its default (a background job's is ignored): the
+  # stop below is fa-shim's own Ctrl-C path, which stops the build's process group too
+  python3 - "$WORK/slice.pid" python3 -m pip wheel -v --no-deps --no-build-isolation --no-index \
+    -w "$WORK/w-full3" "$ROOT/flash-attn-3" -C fa3-source-dir="$ROOT/.carry/fa3" "${COMMON[@]}" \
+    > "$OUT/fa3-slice.log" 2>&1 <<'PY'
+import signal, subprocess, sys
+proc = subprocess.Popen(sys.argv[2:], start_new_session=True, stdin=subprocess.DEVNULL,
+                        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+open(sys.argv[1], "w").write(str(proc.pid))
+PY
+  start=$(date +%s)
+  while [ $(( $(date +%s) - start )) -lt 480 ]; do  # the machine's memory in use, every 5 s
+    echo "$(( $(date +%s) - start )) $(free -b | awk '/^Mem:/ {print $3}')" >> "$OUT/fa3-slice-memory.txt"
+    sleep 5
+  done
+  kill -INT -- -"$(cat "$WORK/slice.pid")" 2>/dev/null
+  sleep 20
+  # whatever of this build is left (ninja and the compilers run in a group of their own)
+  for group in $(ps -eo pgid=,args= | grep "fa-shim-build-" | grep -v grep | awk '{print $1}' | sort -u); do
+    kill -9 -- -"$group" 2>/dev/null
+  done
+  for f in /tmp/fa-shim-build-*/src/compile-stats.jsonl; do
+    [ -f "$f" ] && cp "$f" "$OUT/fa3-slice-tus.jsonl" && cp "$f.started" "$OUT/fa3-slice-started.jsonl"
+  done
+  grep -o "fa-shim: .*" "$OUT/fa3-slice.log" > "$OUT/fa3-slice-fa-shim.log"
+  done_units=$(grep -v '"source": "?"' "$OUT/fa3-slice-tus.jsonl" | grep -c '"exit": 0')
+  echo "fa3-slice: $done_units units finished in 480 s" | tee -a "$OUT/times.txt"
+  python3 "$ROOT/bench/fa3_full_model.py" --stats "$OUT/fa3-slice-tus.jsonl" \
+    --json "$OUT/fa3-model.json" > "$OUT/fa3-model.txt" 2>&1
+  rm -rf /tmp/fa-shim-build-*
+  ;;
+fa2-full-start)
+  (setsid python3 "$ROOT/bench/measure.py" "$WORK/fa2-full.json" -- python3 -m pip wheel -v \
+    --no-deps --no-build-isolation --no-index -w "$WORK/w-fa2-full" "$ROOT" "${COMMON[@]}" \
+    -C sdist-dir="$ROOT/.carry/sdists" > "$OUT/fa2-full.log" 2>&1 < /dev/null &)
+  date +%s > "$WORK/fa2-full.start"
+  ;;
+fa2-full-wait)
+  for _ in $(seq 1 54); do [ -f "$WORK/fa2-full.json" ] && break; sleep 10; done
+  echo "fa2-full: $(( $(date +%s) - $(cat "$WORK/fa2-full.start") )) s; $(grep -o 'compiled [0-9]*/[0-9]*' "$OUT/fa2-full.log" | tail -1)"
+  if [ -f "$WORK/fa2-full.json" ]; then
+    cp "$WORK/fa2-full.json" "$OUT/fa2-full.json"
+    grep -o "fa-shim: .*" "$OUT/fa2-full.log" > "$OUT/fa2-full-fa-shim.log"
+    keep_records fa2-full
+    python3 "$ROOT/bench/bound_check.py" "$OUT/fa2-full-tus.jsonl" --cores 16 \
+      --wall-json "$OUT/fa2-full.json" | tee "$OUT/fa2-full-bound.txt"
+  fi
+  ;;
+*) echo "unknown phase $phase" >&2; exit 2 ;;
+esac

@@ -1,0 +1,105 @@
+"""How one build's compile units run, decided once build.ninja is written: the order ninja
+starts them in (longest first, improved by a search over the cost model's times:
+toolchain/_schedule) and how many of the heavy ones may run at once (a ninja pool over each
+unit's expected peak memory: toolchain/_pools). The upstream driver writes both into build.ninja
+(resources/upstream_driver.schedule_ninja); an out-of-memory kill lowers the pool, else the
+jobs, and the build says which.
+
+Without a memory model the jobs are the toolchain step's (one memory figure per unit); without a
+cost model the flavour's name patterns order the units (its driver spec)."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ..core import _atomic, _log
+from ..resources.upstream_driver import schedule_ninja
+from ..toolchain import _jobs, _pools, _schedule
+
+if TYPE_CHECKING:
+    from ..flavours._interface import Plan, Tools
+
+GIB = 1024**3
+
+
+@dataclasses.dataclass(frozen=True)
+class CompilePlan:
+    pools: _pools.Pools
+    order: tuple[str, ...]  # empty: the flavour's patterns order the units
+    peaks: Mapping[str, int]  # bytes per compile job; empty without a memory model
+
+    @property
+    def jobs(self) -> int:
+        return self.pools.jobs
+
+    @classmethod
+    def jobs_only(cls, jobs: int) -> CompilePlan:
+        return cls(_pools.Pools(jobs), (), {})
+
+    def driver_spec(self) -> dict:
+        """What the upstream driver writes into build.ninja (order, pool)."""
+        return {
+            "unit_order": list(self.order),
+            "pools": self.pools.depths,
+            "unit_pools": self.pools.pool_of,
+        }
+
+    def lowered(self) -> CompilePlan | None:
+        """The plan after an out-of-memory kill (None: one job already)."""
+        pools = _pools.lower(self.peaks, self.pools)
+        return dataclasses.replace(self, pools=pools) if pools else None
+
+
+def make(plan: Plan, tools: Tools, sources: Sequence[str], cores: int, memory: int) -> CompilePlan:
+    flavour, settings = plan.flavour, plan.settings
+    n_archs = len(tools.archs.targets) if tools.archs else 1
+    threads = tools.nvcc_threads or 1
+    machine = _schedule.Machine(tools.jobs, threads, cores, n_archs)
+    cost, memory_model = flavour.cost_model(plan), flavour.memory_model(plan)
+    seconds = {s: machine.scale(cost(s)) for s in sources} if cost else None
+    if memory_model is None:
+        pools = _pools.Pools(tools.jobs)
+        peaks: dict[str, int] = {}
+    else:
+        # a job compiling k architectures at once holds more (toolchain/_jobs' figures)
+        per_job = max(1, min(threads, n_archs))
+        scale = _jobs.job_bytes(per_job) / _jobs.job_bytes(1)
+        peaks = {s: int(memory_model(s) * scale) for s in sources}
+        slots = settings.max_jobs or max(1, cores // per_job)
+        pools = _pools.plan(peaks, slots, memory, seconds)
+        if settings.max_jobs and pools.jobs != settings.max_jobs:
+            pools = _pools.Pools(settings.max_jobs)  # the setting's jobs, as given
+        largest = max(peaks.values(), default=0) / GIB
+        _log.info(
+            f"compile plan: {_pools.describe(pools)}; each unit's expected peak from its "
+            f"release's measurements (largest {largest:.1f} GiB, {memory / GIB:.1f} GiB "
+            "available)"
+        )
+    order = (
+        _schedule.best_order(seconds, pools.jobs, pools.pool_of, pools.depths) if seconds else []
+    )
+    return CompilePlan(pools, tuple(order), peaks)
+
+
+def apply(ninja_file: Path, compile_plan: CompilePlan) -> None:
+    """The prepared build.ninja as the build will run it (prepare's output shows the plan)."""
+    text = ninja_file.read_text()
+    scheduled = schedule_ninja(text, compile_plan.driver_spec())
+    if scheduled != text:
+        _atomic.write(ninja_file, scheduled.encode())
+
+
+def retry_message(before: CompilePlan, after: CompilePlan, done: int) -> str:
+    """What the build says when it retries after an out-of-memory kill."""
+    old = {c.gib: c.depth for c in before.pools.capped}
+    changed = [c for c in after.pools.capped if old.get(c.gib) != c.depth]
+    what = "".join(
+        f"at most {c.depth} of the {len(c.units)} units of {c.gib} GiB at once, " for c in changed
+    )
+    return (
+        f"a compiler was killed for lack of memory; retrying with {what}{after.jobs} job(s), "
+        f"keeping the {done} object(s) already compiled (set -C max-jobs to choose)"
+    )

@@ -1,0 +1,82 @@
+"""Each release's table of per-unit peaks and times (flavours/_unit_table, units.json beside
+release.toml): how a refresh folds a build's launcher records in, that FA2 2.8.3's table is what
+its recorded H100 runs make (bench/unit_table.py --check), and FA2's memory model over it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from conftest import REPO
+
+from fa_backend.core._errors import FaShimError
+from fa_backend.flavours import _unit_table
+from fa_backend.flavours.fa2 import _costs
+from fa_backend.toolchain import _jobs
+
+MIB = 1024**2
+RUN3 = REPO / "docs" / "gpu-runs" / "2026-11-22-h100" / "run3"
+
+
+def record(source, peak, seconds=10.0, exit=0):
+    return {"source": source, "seconds": seconds, "peak_rss_mib": peak, "exit": exit}
+
+
+def test_a_refresh_takes_the_new_runs_units_and_keeps_the_others():
+    first = _unit_table.merge(None, [record("a.cu", 100), record("b.cu", 200)], "run A")
+    second = _unit_table.merge(
+        first,
+        [
+            record("b.cu", 150, 5.0),
+            record("?", 15),  # nvcc's probes name no source
+            record("c.cu", 900, exit=137),  # killed: its peak is where it died, not its peak
+            record("d.cu", 300),
+            record("d.cu", 350),  # compiled twice (a retried build): the larger peak
+        ],
+        "run B",
+    )
+    assert second["units"] == {
+        "a.cu": {"peak_mib": 100, "seconds": 10.0},
+        "b.cu": {"peak_mib": 150, "seconds": 5.0},
+        "d.cu": {"peak_mib": 350, "seconds": 10.0},
+    }
+    assert second["measured"] == ["run A: 2 units", "run B: 2 units"]
+    assert json.loads(_unit_table.dumps(second)) == second
+
+
+def test_a_table_reads_back_and_a_broken_one_is_one_error(tmp_path):
+    assert _unit_table.load(tmp_path) is None
+    table = _unit_table.merge(None, [record("x.cu", 2048)], "run")
+    (tmp_path / "units.json").write_text(_unit_table.dumps(table))
+    loaded = _unit_table.load(tmp_path)
+    assert loaded.peak_bytes("y.cu", "x.cu") == 2048 * MIB and loaded.peak_bytes("y.cu") is None
+    (tmp_path / "units.json").write_text('{"units": [1, 2]}')
+    with pytest.raises(FaShimError, match="is not a table of compile units"):
+        _unit_table.load(tmp_path)
+
+
+def test_fa2_283s_table_is_what_its_recorded_runs_make():
+    runs = [RUN3 / f"{n}-tus.jsonl" for n in ("full", "tailored-disable", "tailored")]
+    script, release = REPO / "bench" / "unit_table.py", REPO / "vendored_patches" / "2.8.3"
+    proc = subprocess.run(
+        [sys.executable, script, release, *runs, "--check"],
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_fa2s_memory_model_reads_its_release_table():
+    peak = _costs.memory_model("2.8.3", pinned=True)
+    table = json.loads((REPO / "vendored_patches" / "2.8.3" / "units.json").read_text())["units"]
+    bwd = "flash_bwd_hdim256_bf16_sm80.cu"
+    assert peak(bwd) == table[bwd]["peak_mib"] * MIB  # the largest FA2 unit: 6.6 GiB
+    part = "flash_fwd_split_hdim128_bf16_sm80.part1of4.cu"  # measured as itself
+    assert peak(part) == table[part]["peak_mib"] * MIB
+    # a part the table lacks is its whole source, never more; an unknown unit the one figure
+    assert peak(f"{bwd[:-3]}.part2of3.cu") == peak(bwd)
+    assert peak("flash_something_new.cu") == _jobs.JOB_BYTES_ONE_ARCH
+    assert _costs.memory_model("2.8.3", pinned=False) is None  # another sdist: no table
+    assert _costs.memory_model("2.7.4.post1", pinned=True) is None  # no table for it
