@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from conftest import REPO
 
 from fa_backend.core._errors import FaShimError
 from fa_backend.settings import _settings
@@ -33,8 +34,7 @@ def test_defaults_without_any_source(tmp_path):
 
 
 def test_the_repository_pins_flash_attn_2_8_3():
-    repo = Path(__file__).resolve().parent.parent
-    assert _settings.load(None, {}, repo).flash_attn_version == "2.8.3"
+    assert _settings.load(None, {}, REPO).flash_attn_version == "2.8.3"
 
 
 @pytest.mark.parametrize(
@@ -160,16 +160,3 @@ def test_compiler_cache_can_be_turned_off_in_any_spelling(value):
     from fa_backend.toolchain import _compilers
 
     assert _compilers.compiler_cache(value) is None
-
-
-def test_a_command_line_setting_without_a_value_is_a_usage_error(tmp_path):
-    import subprocess
-    import sys
-
-    proc = subprocess.run(
-        [sys.executable, "-m", "fa_backend", "prepare", "--build-dir", str(tmp_path), "-C", "foo"],
-        capture_output=True,
-        text=True,
-    )
-    assert proc.returncode == 2 and "Traceback" not in proc.stderr
-    assert "'foo' is not KEY=VALUE (e.g. -C max-jobs=8)" in proc.stderr
