@@ -1,23 +1,17 @@
-"""Architecture selection, mapping onto upstream's mechanism, and the -gencode check."""
+"""Architecture selection, mapping onto upstream's mechanism, and the -gencode check, on values
+(`nvcc --list-gpu-arch` as recorded). With this machine's real nvcc and driver:
+tests/integration/test_archs_nvcc.py; through a CUDA torch: tests/e2e/test_archs_cuda_torch.py."""
 
 from __future__ import annotations
 
-import json
-import os
-import shutil
-import subprocess
-from pathlib import Path
-
 import pytest
-from conftest import REPO, SHARED_SDISTS, run
 
 from fa_backend.core._errors import FaShimError
 from fa_backend.flavours.fa2 import _releases
-from fa_backend.toolchain import _archs, _cuda_driver, _torch
+from fa_backend.toolchain import _archs
 from fa_backend.toolchain._archs import Selection, parse_arch_list, select_archs, upstream_targets
 from fa_backend.toolchain._compile_commands import Command
 
-NVCC13 = Path("/usr/local/cuda-13.0/bin/nvcc")
 # `nvcc --list-gpu-arch` of CUDA 13.0 and of 12.4 (no Blackwell)
 CUDA130 = ["75", "80", "86", "87", "88", "89", "90", "100", "110", "103", "120", "121"]
 CUDA124 = ["50", "52", "53", "60", "61", "62", "70", "72", "75", "80", "86", "87", "89", "90"]
@@ -29,8 +23,6 @@ def mechanism(version: str) -> _releases.Mechanism:
 
 FA28 = mechanism("2.8.3")
 DEFAULT = FA28.default
-# A prepared torch 2.11 venv can stand in for the session fixture: TORCH211_PYTHON=/path/python
-TORCH211 = os.environ.get("TORCH211_PYTHON")
 
 
 def pick(setting=(), caps=(), env=None, torch_list=(), nvcc=CUDA130):
@@ -68,21 +60,6 @@ def test_upstream_default_last_and_filtered_by_nvcc():
     assert pick().archs == ("80", "90", "100", "120")
     sel = pick(nvcc=CUDA124)  # CUDA 12.4 cannot compile Blackwell; upstream skips it too
     assert sel.archs == ("80", "90") and sel.dropped == ("100", "120")
-
-
-@pytest.mark.parametrize("typo", ["95", "99", "85", "98", "129", "91"])
-def test_a_compute_capability_the_real_nvcc_does_not_name_is_refused(typo):
-    """95 used to become sm_90, 85 sm_80, 129 sm_120: a typo of 98 for 89 built a wheel with no
-    code for the user's GPU. Only what `nvcc --list-gpu-arch` names is taken; the fix lists it."""
-    if not NVCC13.exists():
-        pytest.skip(f"no CUDA 13.0 nvcc at {NVCC13}")
-    real = _archs.nvcc_arch_list(NVCC13)
-    with pytest.raises(FaShimError) as exc:
-        select_archs((typo,), (), None, (), real, DEFAULT)
-    assert f"{typo}: not a compute capability the chosen nvcc compiles" in exc.value.cause
-    assert "80, 86, 87, 88, 89, 90, 100, 103, 110, 120, 121" in exc.value.fix
-    for good in ("89", "90", "90a", "121"):  # what it names, with or without a suffix
-        assert select_archs((good,), (), None, (), real, DEFAULT).archs == (good,)
 
 
 @pytest.mark.parametrize(
@@ -229,59 +206,3 @@ def test_check_gencodes_accepts_exact_and_rejects_extra_or_missing():
     assert "flash_fwd_hdim128_bf16_sm80.cu: compute_80:sm_80, compute_90:sm_90" in exc.value.details
     with pytest.raises(FaShimError):
         _archs.check_gencodes([nvcc_cmd()], ["90"])  # torch added nothing, upstream nothing
-
-
-# ------------------------------------------------------------------------------- real tools
-
-
-@pytest.mark.skipif(not NVCC13.exists(), reason="needs CUDA 13.0 at /usr/local/cuda-13.0")
-def test_nvcc_arch_list_of_real_nvcc():
-    archs = _archs.nvcc_arch_list(NVCC13)
-    assert {"80", "90", "100", "120"} <= set(archs) and "70" not in archs
-
-
-@pytest.fixture(scope="module")
-def t211(request) -> Path:
-    return Path(TORCH211) if TORCH211 else request.getfixturevalue("torch211_python")
-
-
-@pytest.mark.slow
-def test_torch_probe_reports_the_archs_torch_was_compiled_for(t211):
-    info = _torch.probe(t211)
-    # this machine has no GPU; torch 2.11 cu130 still reports the archs it was compiled for
-    assert {"80", "90", "100", "120"} <= set(parse_arch_list(" ".join(info.arch_list)))
-
-
-def test_gpu_capabilities_come_from_the_driver_without_torch():
-    """Without a GPU or driver: an empty answer, not an exception. With one: what nvidia-smi,
-    the driver's own tool, reports (the GPU acceptance run also compares it with torch)."""
-    smi = shutil.which("nvidia-smi")
-    query = ["--query-gpu=compute_cap", "--format=csv,noheader"]
-    proc = subprocess.run([smi, *query], capture_output=True, text=True) if smi else None
-    if proc is None or proc.returncode != 0:
-        assert _cuda_driver.capabilities() == ()
-        return
-    expected = {tuple(map(int, line.split("."))) for line in proc.stdout.split()}
-    assert set(_cuda_driver.capabilities()) == expected
-
-
-def prepare(python: Path, build_dir: Path, *options: str, env=None) -> dict:
-    args = [python, "-m", "fa_backend", "prepare", "--build-dir", build_dir]
-    args += ["-C", f"sdist-dir={SHARED_SDISTS}"]
-    for option in options:
-        args += ["-C", option]
-    proc = run(args, cwd=REPO, env=env)
-    return json.loads(proc.stdout)
-
-
-@pytest.mark.slow
-@pytest.mark.skipif(not NVCC13.exists(), reason="needs CUDA 13.0 at /usr/local/cuda-13.0")
-def test_prepare_maps_an_ampere_gpu_arch_onto_sm80(t211, tmp_path):
-    """cuda-archs=86 through upstream 2.8.3 (FLASH_ATTN_CUDA_ARCHS=86 alone compiles nothing)."""
-    env = {**os.environ, "CUDA_HOME": "/usr/local/cuda-13.0"}
-    summary = prepare(t211, tmp_path, "cuda-archs=86", env=env)
-    nvcc = [c for c in summary["compile_commands"] if c["kind"] == "nvcc"]
-    assert len(nvcc) == 72
-    for c in nvcc:
-        assert _archs.gencodes(Command("nvcc", c["file"], tuple(c["args"]))) == {"compute_80:sm_80"}
-    assert summary["provenance"]["cuda_archs"] == ["80"]
