@@ -1,7 +1,8 @@
 """The registry of upstream releases (fa_backend/flavours/fa2/_releases.py): a release is added
 by adding its directory under vendored_patches/ and nothing else, and a malformed description is
 one readable error. The synthetic release 9.9.9 is the sample project packed like an upstream
-sdist, in a copy of this checkout."""
+sdist, in a copy of this checkout. This checkout's own releases: tests/unit/flavours/fa2/
+test_fa2_releases.py."""
 
 from __future__ import annotations
 
@@ -12,8 +13,6 @@ from pathlib import Path
 
 import pytest
 from conftest import PY, REPO, copy_repo, pack_sample, pip_wheel_cmd, run
-
-from fa_backend.flavours.fa2 import _releases
 
 SYNTHETIC = "9.9.9"
 NVCC13 = Path("/usr/local/cuda-13.0/bin/nvcc")
@@ -235,15 +234,3 @@ def test_the_cli_shows_a_malformed_release_as_one_error(malformed):
     assert "Traceback" not in stderr
     assert stderr.count("fa-shim: error: ") == 1 and stderr.count("fa-shim: fix: ") == 1
     assert "unknown key 'kernel-spaces' (did you mean 'kernel-space'?)" in stderr
-
-
-def test_every_release_of_this_checkout_is_well_formed():
-    for version in _releases.known():
-        release = _releases.release(version)
-        assert release.pinned and release.sdist == f"flash_attn-{version}.tar.gz"
-
-
-def test_the_readme_shows_a_real_release_toml():
-    readme = (REPO / "README.md").read_text()
-    shown = readme.split("`release.toml` (a test keeps this copy equal to it):\n\n```toml\n")[1]
-    assert shown.split("```")[0] == (REPO / "vendored_patches/2.8.3/release.toml").read_text()

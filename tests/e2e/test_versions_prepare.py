@@ -1,9 +1,12 @@
 """Every supported upstream release, prepared for real: the pinned sdist (fetched from a local
-directory), the vendored patches, fa-shim's injected flags, and the build.ninja torch writes.
+directory), the vendored patches, fa-shim's injected flags, and the build.ninja torch writes,
+under the CUDA torch venvs of the session (2.11, and 2.6 with the old ABI); the sample under
+each torch, this interpreter's CPU 2.13 included.
 
 `python -m fa_backend prepare` runs the pipeline up to the point where torch has written
 build.ninja (nothing is compiled), through the interpreter of a venv with a real torch; the
-compile commands it prints are what ninja would run. See docs/upstream-versions.md.
+compile commands it prints are what ninja would run. See docs/upstream-versions.md. The pins:
+tests/unit/flavours/fa2/test_versions.py; the patches: tests/integration/test_patches_apply.py.
 """
 
 from __future__ import annotations
@@ -16,66 +19,11 @@ import stat
 from pathlib import Path
 
 import pytest
-from conftest import PY, REPO, SAMPLE_VERSION, run, sample_settings
+from conftest import PY, REPO, SAMPLE_VERSION, SUPPORTED, run, sample_settings
 
-from fa_backend.flavours.fa2 import _releases, _sdist
-from fa_backend.sources import _patches
+from fa_backend.flavours.fa2 import _releases
 
-# Every flash-attn release on PyPI from 2.6.3 to 2.8.3.post2 (see docs/upstream-versions.md).
-SUPPORTED = [
-    "2.6.3",
-    "2.7.0.post2",
-    "2.7.1.post4",
-    "2.7.2.post1",
-    "2.7.3",
-    "2.7.4.post1",
-    "2.8.0.post2",
-    "2.8.1",
-    "2.8.2",
-    "2.8.3",
-    "2.8.3.post1",
-    "2.8.3.post2",
-]
 ABI = "-D_GLIBCXX_USE_CXX11_ABI="
-CUDA13_NVCC = Path("/usr/local/cuda-13.0/bin/nvcc")
-
-
-# ----------------------------------------------------------------------------- the pins
-
-
-def test_supported_versions_are_exactly_the_pinned_ones():
-    assert _releases.known() == SUPPORTED
-
-
-@pytest.mark.parametrize("version", SUPPORTED)
-def test_pin_is_a_sha256_naming_the_upstream_file(version):
-    release = _releases.release(version)
-    assert re.fullmatch(r"[0-9a-f]{64}", release.sha256)
-    assert release.sdist == f"flash_attn-{version}.tar.gz"
-
-
-@pytest.mark.parametrize("version", SUPPORTED)
-def test_vendored_patches_apply_strictly(version, upstream_sdists, tmp_path):
-    from fa_backend.settings import _settings
-
-    settings = _settings.load(
-        {"flash-attn-version": version, "sdist-dir": str(upstream_sdists), "offline": "true"}
-    )
-    sdist = _sdist.locate(settings)
-    assert sdist.pinned
-    source = _sdist.extract(sdist, tmp_path)
-    patches = _releases.patches(version)  # each states its Reason
-    _patches.apply_all(patches, source)
-    setup = (source / "setup.py").read_text()
-    # after patching, every release runs `git submodule update` only inside a git clone
-    assert 'os.path.isdir(".git")' in setup
-    if any(p.name == "02-cuda-archs.patch" for p in patches):
-        assert 'os.getenv("FLASH_ATTN_CUDA_ARCHS", "80;90")' in setup
-    if version == "2.8.1":
-        assert 'bare_metal_version >= Version("12.8")' in setup
-
-
-# ------------------------------------------------------------------- the build description
 
 
 def _prepare(python: Path, tmp_path: Path, *config: str, check: bool = True):
@@ -148,9 +96,6 @@ def test_prepare_under_torch_2_11(version, torch211_python, upstream_sdists, tmp
 
 def _log_path(stderr: str) -> str:
     return re.search(r"full log: (\S+\.log)", stderr).group(1)
-
-
-# ------------------------------------------------------------------------ the torch range
 
 
 def _nvcc_12_4_version_stand_in(tmp_path: Path) -> Path:
