@@ -1,4 +1,7 @@
-"""`python -m fa_backend verify` against real torch libraries, real compilers and real wheels."""
+"""`python -m fa_backend verify` against real torch libraries, real compilers and real wheels. The
+symbol rules and ELF reading in-process: tests/unit/toolchain/test_mangling.py and
+tests/unit/verify/test_elf.py; upstream's flash_api.cpp against a CUDA torch:
+tests/e2e/test_verify_cuda_torch.py."""
 
 from __future__ import annotations
 
@@ -13,10 +16,18 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from conftest import PY, REPO, SAMPLE, SHARED_SDISTS, TOOLS, run, sample_settings
+from conftest import (
+    CHECK_FAIL_OLD,
+    PY,
+    REPO,
+    SAMPLE,
+    SHARED_SDISTS,
+    TOOLS,
+    run,
+    sample_settings,
+)
 
 from fa_backend.core._errors import FaShimError
-from fa_backend.toolchain import _mangling
 from fa_backend.verify import _checks, _elf, _targets, _verify
 
 OLD_ABI_CXX = str(TOOLS / "oldabi-g++")
@@ -25,57 +36,11 @@ OLD_ABI_SENTENCE = (
     "built for the old C++ ABI (_GLIBCXX_USE_CXX11_ABI=0), torch uses the new one "
     "(_GLIBCXX_USE_CXX11_ABI=1)"
 )
-CHECK_FAIL_NEW = (
-    "_ZN3c106detail14torchCheckFailEPKcS2_jRKNSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEE"
-)
-CHECK_FAIL_OLD = "_ZN3c106detail14torchCheckFailEPKcS2_jRKSs"
 
 
 def verify(*args, python=PY) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     return run([python, "-m", "fa_backend", "verify", *args], check=False, env=env)
-
-
-def system_torch_lib() -> Path:
-    import torch
-
-    return Path(torch.__file__).parent / "lib"
-
-
-# ------------------------------------------------------------------------- symbol rules (fast)
-
-
-@pytest.mark.parametrize(
-    "name, torch_owned, abi",
-    [
-        (CHECK_FAIL_OLD, True, 0),
-        (CHECK_FAIL_NEW, True, 1),
-        ("_ZNK2at10TensorBase4sizeEl", True, None),  # const member of at::
-        ("_ZTVN5torch8autograd4NodeE", True, None),  # vtable of a torch:: class
-        ("_ZThn16_N3c1010TensorImplD1Ev", True, None),  # this-adjusting thunk
-        ("_Z16THPVariable_WrapRKN2at10TensorBaseE", True, None),  # torch's Python glue
-        ("THPVariableClass", True, None),
-        ("_ZNSt6vectorIiSaIiEE9push_backEOi", False, None),  # std::, libstdc++'s to export
-        ("_ZN8pybind116detail13get_internalsEv", False, None),
-        ("_ZN3foo6ClassSsEv", False, None),  # "Ss" inside an identifier is not std::string
-        ("_ZN3c1013MessageLoggerC1EPKcii", True, None),
-        ("cudaLaunchKernel", False, None),
-    ],
-)
-def test_torch_symbol_and_string_abi_rules(name, torch_owned, abi):
-    assert _mangling.is_torch_symbol(name) is torch_owned
-    assert _mangling.string_abi(name) == abi
-
-
-def test_resolution_uses_torchs_hash_tables():
-    """The new-ABI torchCheckFail is exported by this torch's libc10; the old-ABI one is not."""
-    with _elf.TorchExports(system_torch_lib()) as exports:
-        assert "libc10.so" in exports.libs and "libtorch_cpu.so" in exports.libs
-        assert exports.provider(CHECK_FAIL_NEW) == "libc10.so"
-        assert exports.provider(CHECK_FAIL_OLD) is None
-        assert exports.provider("_ZN3c1017no_such_function_Ev") is None
-        # Undefined in libtorch_cpu (it imports it from libc10): only definitions count.
-        assert exports.provider("strlen") is None
 
 
 def test_missing_path_is_one_readable_error(tmp_path):
@@ -84,13 +49,6 @@ def test_missing_path_is_one_readable_error(tmp_path):
     assert "fa-shim: error:" in proc.stderr and "does not exist" in proc.stderr
     assert "Traceback" not in proc.stderr
     assert proc.stdout == ""
-
-
-def test_not_an_elf_file(tmp_path):
-    bogus = tmp_path / "flash_attn_2_cuda.cpython-311-x86_64-linux-gnu.so"
-    bogus.write_text("not an ELF file\n")
-    with pytest.raises(FaShimError, match="not a readable ELF shared object"):
-        _verify.verify_path(bogus)
 
 
 def _some_other_extension() -> Path:
@@ -268,72 +226,3 @@ def test_pure_python_upstream_wheel_is_refused_with_the_reason(tmp_path):
     assert "FLASH_ATTENTION_SKIP_CUDA_BUILD=TRUE" in text
     assert "No module named 'flash_attn_2_cuda'" in text
     assert "FAIL module" in text
-
-
-# ------------------------------------------------- real flash_api.cpp against a real CUDA torch
-
-
-@pytest.fixture(scope="module")
-def cuda_torch_python(request) -> Path:
-    """torch 2.11.0+cu130: TEST_TORCH211_PYTHON names a ready venv, else conftest makes one."""
-    local = os.environ.get("TEST_TORCH211_PYTHON")
-    return Path(local) if local else request.getfixturevalue("torch211_python")
-
-
-_BUILD_INFO = r"""
-import importlib.machinery, json, os, sysconfig, torch
-from torch.utils import cpp_extension as ext
-try:
-    inc = ext.include_paths(device_type="cuda")
-except TypeError:
-    inc = ext.include_paths(cuda=True)
-print(json.dumps({"include": inc + [sysconfig.get_paths()["include"]],
-                  "lib": os.path.join(os.path.dirname(torch.__file__), "lib"),
-                  "suffix": importlib.machinery.EXTENSION_SUFFIXES[0]}))
-"""
-
-
-def _compile_flash_api(python: Path, cxx: str, out_dir: Path) -> Path:
-    """upstream csrc/flash_attn/flash_api.cpp as a module (its kernels left undefined)."""
-    sdist = out_dir / "sdist"
-    with tarfile.open(SHARED_SDISTS / "flash_attn-2.8.3.tar.gz") as tar:
-        wanted = ("/csrc/flash_attn/", "/csrc/cutlass/include/")
-        tar.extractall(
-            sdist, members=[m for m in tar.getmembers() if any(w in m.name for w in wanted)]
-        )
-    src = sdist / "flash_attn-2.8.3" / "csrc"
-    env = {**os.environ, "CUDA_HOME": str(NVCC.parent.parent)}
-    info = json.loads(run([python, "-c", _BUILD_INFO], env=env).stdout.splitlines()[-1])
-    module = out_dir / f"flash_attn_2_cuda{info['suffix']}"
-    run(
-        [cxx, "-w", "-std=c++17", "-fPIC", "-shared", "-O0",
-         *(f"-I{p}" for p in info["include"]), f"-I{NVCC.parent.parent / 'include'}",
-         f"-I{src / 'flash_attn'}", f"-I{src / 'flash_attn' / 'src'}",
-         f"-I{src / 'cutlass' / 'include'}",
-         "-DTORCH_EXTENSION_NAME=flash_attn_2_cuda", "-DTORCH_API_INCLUDE_EXTENSION_H",
-         src / "flash_attn" / "flash_api.cpp", "-o", module, f"-L{info['lib']}",
-         "-lc10", "-ltorch", "-ltorch_cpu", "-ltorch_python", "-lc10_cuda", "-ltorch_cuda"]
-    )  # fmt: skip
-    return module
-
-
-@pytest.mark.slow
-@pytest.mark.skipif(not NVCC.is_file(), reason="needs the CUDA 13.0 headers")
-@pytest.mark.parametrize("cxx", ["g++", OLD_ABI_CXX], ids=["torch-abi", "old-abi"])
-def test_real_flash_api_against_cuda_torch(cuda_torch_python, tmp_path, cxx):
-    module = _compile_flash_api(cuda_torch_python, cxx, tmp_path)
-    proc = verify(module, "--python", cuda_torch_python)
-    text = " ".join(proc.stdout.split())
-    assert "against torch 2.11.0+cu130 (CUDA 13.0, _GLIBCXX_USE_CXX11_ABI=1)" in proc.stdout
-    if cxx == "g++":
-        assert proc.returncode == 0, proc.stdout
-        assert "PASS  symbols       all" in proc.stdout
-        assert "libtorch_cuda.so" in proc.stdout  # the CUDA libraries were searched too
-        assert "PASS  abi" in proc.stdout
-    else:
-        assert proc.returncode == 1, proc.stdout
-        assert "FAIL  symbols" in proc.stdout and OLD_ABI_SENTENCE in text
-        assert "c10::detail::torchCheckFail" in proc.stdout or CHECK_FAIL_OLD in proc.stdout
-        assert (
-            "c10::Error::Error(c10::SourceLocation" in proc.stdout or "_ZN3c105Error" in proc.stdout
-        )
