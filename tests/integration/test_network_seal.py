@@ -1,6 +1,7 @@
 """The network seal around upstream's setup.py: a sample setup.py tries every way out (curl,
 wget, a child python's urlopen, a UDP datagram, a name lookup, a ctypes connect, in-process
-Python) against listeners on this machine's loopback."""
+Python) against listeners on this machine's loopback. The fallback's proxy in-process:
+tests/unit/pipeline/test_seal.py."""
 
 from __future__ import annotations
 
@@ -192,17 +193,3 @@ def test_doctor_names_the_seal_in_force():
     assert seal["kind"] == _seal.PROXY and seal["why"] == f"{_seal.FORCE_ENV}=proxy"
     proc = run([PY, "-m", "fa_backend", "doctor"], check=False, cwd=REPO)
     assert f"seal        {_seal.choose().kind}" in proc.stdout
-
-
-def test_the_fallback_gives_children_a_refusing_proxy(monkeypatch):
-    monkeypatch.setenv(_seal.FORCE_ENV, "proxy")
-    _seal.choose.cache_clear()
-    monkeypatch.setattr(_seal, "choose", _seal.choose)  # cleared again after the test
-    with _seal.sealed([PY], {"NO_PROXY": "*", "HTTPS_PROXY": "http://corp:3128"}) as (_, env):
-        proxy = env["https_proxy"]
-        assert env["HTTPS_PROXY"] == env["ALL_PROXY"] == env["http_proxy"] == proxy
-        assert "NO_PROXY" not in env and "no_proxy" not in env
-        port = int(proxy.rsplit(":", 1)[1])
-        with pytest.raises(ConnectionRefusedError):
-            socket.create_connection(("127.0.0.1", port), timeout=5)
-    _seal.choose.cache_clear()
