@@ -1,19 +1,19 @@
 """The wheel declares the torch release it was built against (`Requires-Dist: torch==2.13.0`),
-and real pip and uv act on it: a forced reinstall keeps the user's torch, `pip check` reports a
-different torch, uv refuses to resolve the wheel with another torch, and fa-shim's wheel cache
-still serves it. The wheel is the sample project built through fa-shim against the machine's
-torch 2.13.0+cpu; the "other torch" is the CUDA 13.0 torch 2.11.0 of the session's venv."""
+and real pip and uv act on it: a forced reinstall keeps the user's torch, uv refuses to resolve
+the wheel with another torch, and fa-shim's wheel cache still serves it. The wheel is the sample
+project built through fa-shim against the machine's torch 2.13.0+cpu (conftest's sample_wheel).
+`pip check` against another torch, the CUDA torch 2.11 venv's:
+tests/e2e/test_torch_requirement_other_torch.py."""
 
 from __future__ import annotations
 
 import json
-import os
 import sys
 import zipfile
 from pathlib import Path
 
 import pytest
-from conftest import REPO, make_venv, pip_wheel_cmd, run, sample_settings
+from conftest import REPO, pip_wheel_cmd, run
 from packaging.metadata import Metadata
 from packaging.version import Version
 
@@ -24,22 +24,15 @@ pytestmark = pytest.mark.slow
 REQUIREMENT = "torch==2.13.0"  # the machine's torch 2.13.0+cpu, without its local label
 
 
+@pytest.fixture
+def built(sample_wheel) -> dict:
+    return sample_wheel
+
+
 def _metadata(wheel: Path) -> str:
     with zipfile.ZipFile(wheel) as zf:
         name = next(n for n in zf.namelist() if n.endswith(".dist-info/METADATA"))
         return zf.read(name).decode()
-
-
-@pytest.fixture(scope="module")
-def built(sample_sdist_dir, tmp_path_factory) -> dict:
-    """The sample wheel, built once with pip through fa-shim into a wheel cache of its own."""
-    tmp = tmp_path_factory.mktemp("torch-requirement")
-    cache = tmp / "fa-shim-cache"
-    settings = [*sample_settings(sample_sdist_dir), "-C", f"cache-dir={cache}"]
-    env = {**os.environ, "PIP_NO_CACHE_DIR": "1"}
-    run([*pip_wheel_cmd(sys.executable, tmp / "w", *settings), "-v"], env=env)
-    (wheel,) = (tmp / "w").glob("*.whl")
-    return {"wheel": wheel, "settings": settings, "env": env, "tmp": tmp}
 
 
 def test_metadata_requires_the_torch_release_it_was_built_against(built, tmp_path, monkeypatch):
@@ -73,29 +66,6 @@ def test_force_reinstall_keeps_the_users_torch(built, host_venv):
 
 def _installs(report: Path) -> list[dict]:
     return json.loads(report.read_text())["install"]
-
-
-def test_pip_check_reports_a_different_torch(built, host_venv, torch211_python, tmp_path):
-    def broken(python) -> list[str]:
-        proc = run([python, "-m", "pip", "check"], check=False)
-        return [line for line in proc.stdout.splitlines() if line.startswith("flash-attn")]
-
-    # the torch it was built for (the system's 2.13.0+cpu, seen through the venv): not broken
-    run([host_venv, "-m", "pip", "install", "-q", "--no-deps", built["wheel"]])
-    assert broken(host_venv) == []
-
-    # a venv whose torch is 2.11.0 (the session's torch venv, seen through a .pth file)
-    other = make_venv(tmp_path / "t211", [])
-    site = run(
-        [torch211_python, "-c", "import os, torch; print(os.path.dirname(torch.__path__[0]))"]
-    ).stdout.strip()
-    purelib = run([other, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"])
-    Path(purelib.stdout.strip(), "torch211.pth").write_text(site + "\n")
-    run([other, "-m", "pip", "install", "-q", "--no-deps", built["wheel"]])
-    assert broken(other) == [
-        "flash-attn 0.1.0+cputorch2.13cxx11abitrue has requirement torch==2.13.0, but you have "
-        "torch 2.11.0."
-    ]
 
 
 def test_uv_refuses_the_wheel_with_another_torch(built):

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import PY, REPO, SAMPLE_VERSION
+from conftest import CAN_MOUNT, PY, REPO, SAMPLE_VERSION, hook
 
 SAMPLE = {
     "flash-attn-version": SAMPLE_VERSION,
@@ -20,16 +20,6 @@ SAMPLE = {
 }
 
 
-def _can_mount() -> bool:
-    probe = subprocess.run(
-        ["unshare", "-m", "sh", "-c", "mount -t tmpfs -o size=1m tmpfs /mnt"],
-        capture_output=True,
-        check=False,
-    )
-    return shutil.which("unshare") is not None and probe.returncode == 0
-
-
-CAN_MOUNT = os.geteuid() == 0 and _can_mount()
 needs_mount = pytest.mark.skipif(
     not CAN_MOUNT, reason="needs root and a mount namespace (unshare -m) for a real small disk"
 )
@@ -45,11 +35,6 @@ def mounted(ro: Path | None = None, full: Path | None = None) -> list[str]:
         script.append(f"mount -t tmpfs -o size=64k tmpfs {full}")
         script.append(f"(dd if=/dev/zero of={full}/filler bs=4k 2>/dev/null || true)")
     return ["unshare", "-m", "sh", "-c", " && ".join([*script, 'exec "$@"']), "sh"]
-
-
-def hook(name: str, *args) -> list[str]:
-    args = [a if isinstance(a, dict) else str(a) for a in args]
-    return [PY, "-c", f"import fa_backend; fa_backend.{name}(*{args!r})"]
 
 
 def cli(*args) -> list[str]:
