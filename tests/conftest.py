@@ -396,8 +396,11 @@ def pytest_collection_modifyitems(config, items):
     misplaced = set()
     for item in items:
         tier = tier_of(item.path)
-        if tier:
-            item.add_marker(tier)
+        if tier is None:
+            where = "tests/unit, tests/integration or tests/e2e"
+            misplaced.add(f"{item.path}: in no tier (move it under {where})")
+            continue
+        item.add_marker(tier)
         for fixture in getattr(item, "fixturenames", ()):
             for marker in _MARKED_FIXTURES.get(fixture, ()):
                 item.add_marker(marker)
@@ -407,7 +410,7 @@ def pytest_collection_modifyitems(config, items):
     if misplaced:
         raise pytest.UsageError("\n".join(sorted(misplaced)) + "\n(docs/development.md, Tiers)")
     # the cheap tiers first: a broken unit fails the run in seconds, not after the builds
-    items.sort(key=lambda item: TIERS.index(tier_of(item.path) or TIERS[-1]))
+    items.sort(key=lambda item: TIERS.index(tier_of(item.path)))
 
 
 # A unit test that starts a process or connects off this machine fails, naming what it did:
