@@ -64,7 +64,8 @@ def _wait_for(port: int, proc: subprocess.Popen, what: str, seconds: float = 30)
         time.sleep(0.2)
     proc.kill()
     out = proc.communicate()[0]
-    pytest.skip(f"{what} did not start on 127.0.0.1:{port}: {out[-500:]}")
+    # installed but not serving: a broken service fails its test (only a missing one skips)
+    pytest.fail(f"{what} did not start on 127.0.0.1:{port}: {out[-500:]}", pytrace=False)
 
 
 @pytest.fixture

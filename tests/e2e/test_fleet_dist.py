@@ -46,7 +46,8 @@ def _wait_until(ready, proc: subprocess.Popen, log: Path, what: str, seconds: fl
         if proc.poll() is not None:
             break
         time.sleep(0.2)
-    pytest.skip(f"{what} did not start: {log.read_text()[-800:]}")
+    # installed but not serving: a broken service fails its test (only a missing one skips)
+    pytest.fail(f"{what} did not start: {log.read_text()[-800:]}", pytrace=False)
 
 
 class Cluster:
