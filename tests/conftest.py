@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import importlib.util
 import io
 import json
 import os
@@ -274,6 +275,7 @@ def torch26_python(tmp_path_factory) -> Path:
 
 def pytest_sessionstart(session):
     """Without ../shared, fetch the sdists that tests read by path (once: they are kept)."""
+    _DURATIONS["start"] = (time.time(), time.monotonic(), _load())
     if SHARED_SDISTS == _SHARED:
         return
     from fa_backend.core import _errors
@@ -459,6 +461,76 @@ def pytest_runtest_protocol(item, nextitem):
             _UNIT_RUNNING.clear()
 
 
+# ---------------------------------------------------------------------------- durations
+# `--durations-file=docs/reference/test-durations.json` records every test's setup, call and
+# teardown seconds, its tier and markers, the machine and the whole run's wall time, and writes
+# the page docs/reference/test-durations.md from it (docs/generate.py keeps the two equal;
+# docs/development.md, "Durations"). A session fixture's setup (a venv, the quick start's build)
+# counts in the setup of the first test that uses it.
+DURATIONS_TABLE = REPO / "docs" / "generate.py"
+_DURATIONS: dict = {"tests": {}}
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--durations-file",
+        metavar="PATH",
+        help="write every test's durations, tier and markers as JSON to PATH "
+        "(docs/reference/test-durations.json: also regenerates its page, test-durations.md)",
+    )
+
+
+def _load() -> float | None:
+    return round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None
+
+
+def pytest_runtest_logreport(report):
+    entry = _DURATIONS["tests"].setdefault(report.nodeid, {"outcome": "passed"})
+    entry[report.when] = round(report.duration, 3)
+    if report.failed or (report.skipped and entry["outcome"] == "passed"):
+        entry["outcome"] = report.outcome
+
+
+def pytest_sessionfinish(session, exitstatus):
+    target = session.config.getoption("--durations-file", None)
+    if not target or "start" not in _DURATIONS:
+        return
+    started, monotonic, load = _DURATIONS["start"]
+    markers = ("slow", "realbuild", "cuda_torch", "network")
+    tests = []
+    for item in session.items:
+        entry = _DURATIONS["tests"].get(item.nodeid)
+        if entry:  # deselected or not run (-x): no entry
+            tier = tier_of(item.path)
+            marks = [m for m in markers if item.get_closest_marker(m)]
+            tests.append({"id": item.nodeid, "tier": tier, "markers": marks, **entry})
+    commit = subprocess.run(
+        ["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+    ).stdout.strip()
+    record = {
+        "recorded": time.strftime("%Y-%m-%d %H:%M", time.gmtime(started)) + " UTC",
+        "commit": commit or None,
+        "command": "python3 -m pytest " + " ".join(session.config.invocation_params.args),
+        "collected": session.testscollected,
+        "exit_status": int(exitstatus),
+        "wall_seconds": round(time.monotonic() - monotonic, 1),
+        "machine": {
+            "cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+            "load_average_before": load,
+            "load_average_after": _load(),
+        },
+        "tests": tests,
+    }
+    path = Path(target)
+    path.write_text(json.dumps(record, indent=1) + "\n")
+    if path.resolve() == (REPO / "docs" / "reference" / "test-durations.json").resolve():
+        spec = importlib.util.spec_from_file_location("docs_generate", DURATIONS_TABLE)
+        generate = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(generate)
+        page = REPO / "docs" / generate.DURATIONS_PAGE
+        page.write_text(generate.durations_page(), encoding="utf-8")
+
+
 README = REPO / "README.md"
 # The kernel set the quick start builds, through FA_SHIM_* variables (the README's environment
 # spelling of -C): the real 2.8.3 sdist tailored to 4 forward kernel sources (hdim 128, bf16,
@@ -501,8 +573,8 @@ class QuickStart:
 def quick_start(tmp_path_factory) -> QuickStart:
     """The README's main-job line, verbatim, run once by bash in a fresh `python3 -m venv` (no
     system site-packages: the venv's own pip and setuptools 65.5) from a copy of this checkout,
-    as a newcomer runs it. The torch download (~7 GB) is part of it. tests/test_quickstart.py
-    checks the newcomer's view; tests/test_real_build.py the wheel it built and installed: the
+    as a newcomer runs it. The torch download (~7 GB) is part of it. tests/e2e/test_quickstart.py
+    checks the newcomer's view; tests/e2e/test_real_build.py the wheel it built and installed: the
     suite's one real build of upstream's forward kernels (CI has 90 minutes on 2 cores)."""
     tmp = tmp_path_factory.mktemp("quick-start")
     command = quick_start_command()
