@@ -1,7 +1,7 @@
 """The real thing on a CPU box: upstream flash-attn 2.8.3 compiled through fa-shim, for real.
 
 The wheel checked here is the one the README's quick start built and installed in a fresh venv
-(conftest's `quick_start`; tests/test_quickstart.py checks the newcomer's view of it): one
+(conftest's `quick_start`; tests/e2e/test_quickstart.py checks the newcomer's view of it): one
 real build of upstream's forward kernels serves both, as CI has 90 minutes on 2 cores. Its set
 (conftest.QUICK_START_SET): head dim 128, bf16, forward only, sm_80, upstream's five DISABLE
 switches, so 4 forward kernel sources (fwd and split-KV fwd, causal and not), each compiled in
