@@ -810,7 +810,7 @@ def build_wheel_error(python, tmp_path, config, env=None, prefix=()) -> str:
 
 
 # ------------------------------------------------------------------ hooks on a small real disk
-# (tests/integration/test_failures.py, test_space.py; tests/e2e/test_space_real_sdist.py)
+# (tests/integration/test_failures.py, test_full_disk.py; tests/e2e/test_space_real_sdist.py)
 
 
 def _can_mount() -> bool:

@@ -1,6 +1,6 @@
 """Disk space on the real 2.8.3 sdist, built under the CUDA 13.0 torch 2.11 venv (the session's)
 on a real small filesystem (a tmpfs in a private mount namespace): a build that cannot fit stops
-before it extracts anything. The sample's full disks: tests/integration/test_space.py."""
+before it extracts anything. The sample's full disks: tests/integration/test_full_disk.py."""
 
 from __future__ import annotations
 

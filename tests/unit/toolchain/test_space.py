@@ -1,7 +1,7 @@
 """Disk space before a build (fa_backend/toolchain/_space.py), in-process on real directories:
 what a build of a kernel set needs (from the recorded builds), what an sdist extracts to, and
 the one error when a filesystem has less than the needs on it together. Full disks for real
-(tmpfs in a mount namespace): tests/integration/test_space.py and
+(tmpfs in a mount namespace): tests/integration/test_full_disk.py and
 tests/e2e/test_space_real_sdist.py."""
 
 from __future__ import annotations
