@@ -288,8 +288,9 @@ def durations_page() -> str:
         "test proves what).",
         "",
         f"Recorded {run['recorded']} on commit `{run['commit']}`: `{run['command']}`, "
-        f"{len(tests)} of the {run['collected']} collected tests run, exit status "
-        f"{run['exit_status']}, **{_s(run['wall_seconds'])} s** wall on {machine['cores']} "
+        f"{len(tests)} tests run of the {run['collected']} collected ({run['deselected']} "
+        f"deselected), exit status {run['exit_status']}, **{_s(run['wall_seconds'])} s** wall "
+        f"on {machine['cores']} "
         f"core(s), load average {machine['load_average_before']} before and "
         f"{machine['load_average_after']} after (other work on the machine slows every test).",
         "",

@@ -9,6 +9,7 @@ import io
 import json
 import os
 import re
+import shlex
 import shutil
 import site
 import subprocess
@@ -276,6 +277,9 @@ def torch26_python(tmp_path_factory) -> Path:
 def pytest_sessionstart(session):
     """Without ../shared, fetch the sdists that tests read by path (once: they are kept)."""
     _DURATIONS["start"] = (time.time(), time.monotonic(), _load())
+    _DURATIONS["commit"] = subprocess.run(
+        ["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+    ).stdout.strip()
     if SHARED_SDISTS == _SHARED:
         return
     from fa_backend.core import _errors
@@ -484,6 +488,10 @@ def _load() -> float | None:
     return round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None
 
 
+def pytest_deselected(items):
+    _DURATIONS["deselected"] = _DURATIONS.get("deselected", 0) + len(items)
+
+
 def pytest_runtest_logreport(report):
     entry = _DURATIONS["tests"].setdefault(report.nodeid, {"outcome": "passed"})
     entry[report.when] = round(report.duration, 3)
@@ -504,14 +512,12 @@ def pytest_sessionfinish(session, exitstatus):
             tier = tier_of(item.path)
             marks = [m for m in markers if item.get_closest_marker(m)]
             tests.append({"id": item.nodeid, "tier": tier, "markers": marks, **entry})
-    commit = subprocess.run(
-        ["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
-    ).stdout.strip()
     record = {
         "recorded": time.strftime("%Y-%m-%d %H:%M", time.gmtime(started)) + " UTC",
-        "commit": commit or None,
-        "command": "python3 -m pytest " + " ".join(session.config.invocation_params.args),
-        "collected": session.testscollected,
+        "commit": _DURATIONS.get("commit") or None,  # what ran: HEAD when the run started
+        "command": shlex.join(["python3", "-m", "pytest", *session.config.invocation_params.args]),
+        "collected": session.testscollected + _DURATIONS.get("deselected", 0),
+        "deselected": _DURATIONS.get("deselected", 0),
         "exit_status": int(exitstatus),
         "wall_seconds": round(time.monotonic() - monotonic, 1),
         "machine": {
