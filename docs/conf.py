@@ -1,10 +1,11 @@
 """Sphinx configuration of fa-shim's documentation (Sphinx + MyST, as scikit-build-core's).
 
-Build: `python3 -m sphinx -W --keep-going -n -b html docs docs/_build/html` (tests/test_docs.py
-runs it so). The pages are Markdown that also reads on GitHub: links between pages are relative
-`page.md#anchor` links, which MyST checks (`myst_heading_anchors`), and diagrams are ```mermaid
-blocks, which GitHub draws and sphinxcontrib-mermaid leaves to the browser (no network at build
-time). Generated pages: `python3 docs/generate.py`; pictures: `python3 bench/plots.py`.
+Build: `python3 -m sphinx -W --keep-going -n -b html docs docs/_build/html`
+(tests/integration/test_docs_build.py runs it so). The pages are Markdown that also reads on
+GitHub: links between pages are relative `page.md#anchor` links, which MyST checks
+(`myst_heading_anchors`), and diagrams are ```mermaid blocks, which GitHub draws and
+sphinxcontrib-mermaid leaves to the browser (no network at build time). Generated pages:
+`python3 docs/generate.py`; pictures: `python3 bench/plots.py`.
 """
 
 from __future__ import annotations

@@ -8,16 +8,20 @@ The pages, and what each is generated from:
 - reference/settings.md: the settings model, through `python -m fa_backend settings`;
 - reference/cli.md: the argument parser of `python -m fa_backend` (`fa_backend.cli._main.parser()`);
 - reference/versions.md: the release registry, `vendored_patches/<version>/release.toml` and
-  `vendored_patches/fa3/<version>/release.toml` with the patches beside them.
+  `vendored_patches/fa3/<version>/release.toml` with the patches beside them;
+- reference/test-durations.md: reference/test-durations.json, the durations a run of the suite
+  recorded (`python3 -m pytest --durations-file=docs/reference/test-durations.json`, which
+  writes this page too).
 
-tests/test_docs.py runs the check, so a changed setting, option or release fails the suite until
-the pages are regenerated.
+tests/integration/test_docs_build.py runs the check, so a changed setting, option, release or
+recorded durations file fails the suite until the pages are regenerated.
 """
 
 from __future__ import annotations
 
 import argparse
 import difflib
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -267,12 +271,93 @@ def versions_page() -> str:
     return "\n".join(lines) + "\n"
 
 
+# ------------------------------------------------------------------------------ test durations
+
+DURATIONS_PAGE = "reference/test-durations.md"
+DURATIONS = DOCS / "reference" / "test-durations.json"
+TIERS = ("unit", "integration", "e2e")
+
+
+def _seconds(test: dict) -> float:
+    return sum(test.get(phase, 0.0) for phase in ("setup", "call", "teardown"))
+
+
+def _s(seconds: float) -> str:
+    return f"{seconds:,.1f}" if seconds < 100 else f"{seconds:,.0f}"
+
+
+def durations_page() -> str:
+    run = json.loads(DURATIONS.read_text(encoding="utf-8"))
+    tests, machine = run["tests"], run["machine"]
+    total = sum(_seconds(t) for t in tests)
+    lines = [
+        HEADER.format(source="test-durations.json (pytest --durations-file)"),
+        "# Test durations",
+        "",
+        "One recorded run of the suite, so that the next change can be budgeted from data: CI "
+        "has 5,400 s, and a fresh-clone `bash .ci/run` on the idle 2-core box must stay within "
+        "3,300 s ([development](../development.md#durations) says how to record a run and which "
+        "test proves what).",
+        "",
+        f"Recorded {run['recorded']} on commit `{run['commit']}`: `{run['command']}`, "
+        f"{len(tests)} tests run of the {run['collected']} collected ({run['deselected']} "
+        f"deselected), exit status {run['exit_status']}, **{_s(run['wall_seconds'])} s** wall "
+        f"on {machine['cores']} "
+        f"core(s), load average {machine['load_average_before']} before and "
+        f"{machine['load_average_after']} after (other work on the machine slows every test).",
+        "",
+        "## By tier",
+        "",
+        "| tier | tests | passed | skipped | failed | seconds | share |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for tier in TIERS:
+        mine = [t for t in tests if t["tier"] == tier]
+        seconds = sum(_seconds(t) for t in mine)
+        counts = [sum(t["outcome"] == o for t in mine) for o in ("passed", "skipped", "failed")]
+        share = f"{100 * seconds / total:.0f}%" if total else "-"
+        lines.append(
+            f"| {tier} | {len(mine)} | {' | '.join(map(str, counts))} | {_s(seconds)} | {share} |"
+        )
+    lines += [
+        "",
+        "The seconds are each test's setup, call and teardown; a session fixture's setup (a CUDA "
+        "torch venv, the quick start's build) counts in the first test that uses it.",
+        "",
+        "## By file",
+        "",
+        "| file | tests | seconds |",
+        "|---|---:|---:|",
+    ]
+    files: dict[str, list[dict]] = {}
+    for test in tests:
+        files.setdefault(test["id"].split("::", 1)[0], []).append(test)
+    ranked = sorted(files.items(), key=lambda kv: -sum(_seconds(t) for t in kv[1]))
+    for name, mine in ranked:
+        lines.append(f"| `{name}` | {len(mine)} | {_s(sum(_seconds(t) for t in mine))} |")
+    lines += [
+        "",
+        "## The 40 slowest tests",
+        "",
+        "| seconds | setup | call | test | markers |",
+        "|---:|---:|---:|---|---|",
+    ]
+    for test in sorted(tests, key=lambda t: -_seconds(t))[:40]:
+        marks = ", ".join(test["markers"]) or "-"
+        lines.append(
+            f"| {_s(_seconds(test))} | {_s(test.get('setup', 0.0))} | "
+            f"{_s(test.get('call', 0.0))} | `{test['id']}` | {marks} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
 # ------------------------------------------------------------------------------------ the tool
 
 PAGES = {
     "reference/settings.md": settings_page,
     "reference/cli.md": cli_page,
     "reference/versions.md": versions_page,
+    DURATIONS_PAGE: durations_page,
 }
 
 

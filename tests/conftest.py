@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import importlib.util
 import io
+import json
 import os
 import re
+import shlex
 import shutil
 import site
 import subprocess
@@ -30,9 +34,38 @@ SHARED_SDISTS = (
     else Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "fa-shim-test-sdists"
 )
 SDISTS_READ_BY_PATH = ("2.6.3", "2.7.4.post1", "2.8.3", "2.8.3.post2")
+# Every flash-attn release on PyPI from 2.6.3 to 2.8.3.post2 (see docs/upstream-versions.md).
+SUPPORTED = [
+    "2.6.3",
+    "2.7.0.post2",
+    "2.7.1.post4",
+    "2.7.2.post1",
+    "2.7.3",
+    "2.7.4.post1",
+    "2.8.0.post2",
+    "2.8.1",
+    "2.8.2",
+    "2.8.3",
+    "2.8.3.post1",
+    "2.8.3.post2",
+]
+# The suite's own overrides, FA_SHIM_TEST_* (docs/development.md, "Overrides", lists them):
+# read once here and taken out of the environment, because fa-shim refuses an FA_SHIM_*
+# variable it does not know and every process the suite starts inherits the environment.
+OVERRIDES = {
+    name: os.environ.pop(name) for name in list(os.environ) if name.startswith("FA_SHIM_TEST_")
+}
 # FA_SHIM_TEST_SDIST_SEED: a directory of verified upstream sdists to copy instead of
 # downloading ("" or "none": download everything from the package index)
 SDIST_SEED_VARIABLE = "FA_SHIM_TEST_SDIST_SEED"
+# The spellings of one override that came before FA_SHIM_TEST_<VENV>_PYTHON: refused, naming it.
+RETIRED_VARIABLES = {
+    "TORCH211_PYTHON": "FA_SHIM_TEST_TORCH211_PYTHON",
+    "TEST_TORCH211_PYTHON": "FA_SHIM_TEST_TORCH211_PYTHON",
+    "TEST_REUSE_VENV_TORCH211": "FA_SHIM_TEST_TORCH211_PYTHON",
+    "TEST_REUSE_VENV_TORCH2141": "FA_SHIM_TEST_TORCH2141_PYTHON",
+    "TEST_REUSE_VENV_TORCH26": "FA_SHIM_TEST_TORCH26_PYTHON",
+}
 SAMPLE = TESTS / "packages" / "sample-flash-attn"
 SAMPLE_CUDA = TESTS / "packages" / "sample-cuda"  # added to the sample by pack_sample(cuda=True)
 TOOLS = TESTS / "tools"
@@ -84,6 +117,56 @@ def _private_cache(tmp_path, monkeypatch):
     for name in list(os.environ):
         if name.startswith("FA_SHIM_"):
             monkeypatch.delenv(name)
+
+
+def torch_info(version: str, cuda: str | None, abi: int = 1, cxx_std: str = "c++17"):
+    """A torch as fa-shim's probe describes one (toolchain/_torch.TorchInfo), given as values: for
+    tests that plan or decide without a torch venv (no process, nothing installed)."""
+    from fa_backend.toolchain._torch import TorchInfo
+
+    return TorchInfo(
+        version=version,
+        cuda=cuda,
+        abi=abi,
+        cuda_home=None,
+        package_dir="/t",
+        cxx_std=cxx_std,
+        python=sys.executable,
+        isolated=False,
+    )
+
+
+def planned(flavour, config: dict, project_dir: Path = REPO, torch=None):
+    """flavour.plan() of these -C settings, as pipeline/_build.plan makes it but against a torch
+    given as values (this machine's CPU torch 2.13 unless `torch`): a real Plan, in-process."""
+    from fa_backend.settings import _settings
+
+    settings = _settings.load(config, environ={}, project_dir=project_dir)
+    return flavour.plan(settings, torch or torch_info("2.13.0+cpu", None, cxx_std="c++20"))
+
+
+def fa2_plan(sdist_dir: Path, version: str = SAMPLE_VERSION, **config: str):
+    """The FA2 flavour's plan of the sdist of `version` in sdist_dir (the sample by default)."""
+    from fa_backend.flavours.fa2._flavour import FLAVOUR
+
+    config = {
+        "flash-attn-version": version,
+        "sdist-dir": str(sdist_dir),
+        **({"allow-unknown-version": "true"} if version == SAMPLE_VERSION else {}),
+        **{k.replace("_", "-"): v for k, v in config.items()},
+    }
+    return planned(FLAVOUR, config)
+
+
+@pytest.fixture
+def demo_flavour(monkeypatch):
+    """The third flavour of tests/packages/demo-flavour, on the import path as an installed
+    plug-in would be (its dist-info declares the `fa_shim.flavours` entry point `demo`)."""
+    monkeypatch.syspath_prepend(str(TESTS / "packages" / "demo-flavour"))
+    import fa_shim_demo_flavour
+
+    yield fa_shim_demo_flavour.FLAVOUR
+    sys.modules.pop("fa_shim_demo_flavour", None)
 
 
 def pack_sample(dest: Path, version: str = SAMPLE_VERSION, cuda: bool = False) -> Path:
@@ -155,12 +238,21 @@ def host_venv(tmp_path) -> Path:
     return python
 
 
+def torch_venv_variable(name: str) -> str:
+    """The override naming a ready interpreter for the session's venv `name`."""
+    return f"FA_SHIM_TEST_{name.upper()}_PYTHON"
+
+
 def _torch_venv(tmp_path_factory, name: str, packages: list[str]) -> Path:
-    """Created once per test run (never reused between runs, so CI always starts clean).
-    For local iteration only, TEST_REUSE_VENV_<NAME>=/path/to/venv skips the download."""
-    reuse = os.environ.get(f"TEST_REUSE_VENV_{name.upper()}")
-    if reuse:
-        return Path(reuse) / "bin" / "python"
+    """Created once per test run and shared by every test that needs this torch (never reused
+    between runs, so CI always starts clean; no test makes a CUDA torch venv of its own).
+    For local iteration only, FA_SHIM_TEST_<NAME>_PYTHON=/path/to/venv/bin/python uses a venv
+    made before (with these packages and BUILD_TOOLS) instead."""
+    given = OVERRIDES.get(torch_venv_variable(name))
+    if given:
+        if not Path(given).is_file():
+            pytest.fail(f"{torch_venv_variable(name)}={given}: no such interpreter", pytrace=False)
+        return Path(given)
     return make_venv(tmp_path_factory.mktemp(f"venv-{name}") / "v", [*packages, *BUILD_TOOLS])
 
 
@@ -184,6 +276,10 @@ def torch26_python(tmp_path_factory) -> Path:
 
 def pytest_sessionstart(session):
     """Without ../shared, fetch the sdists that tests read by path (once: they are kept)."""
+    _DURATIONS["start"] = (time.time(), time.monotonic(), _load())
+    _DURATIONS["commit"] = subprocess.run(
+        ["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+    ).stdout.strip()
     if SHARED_SDISTS == _SHARED:
         return
     from fa_backend.core import _errors
@@ -203,7 +299,7 @@ def pytest_sessionstart(session):
 
 
 def sdist_seed() -> Path | None:
-    value = os.environ.get(SDIST_SEED_VARIABLE)
+    value = OVERRIDES.get(SDIST_SEED_VARIABLE)
     if value is None:
         return SHARED_SDISTS
     return None if value.strip().lower() in ("", "none") else Path(value)
@@ -269,22 +365,176 @@ def fa3_trees(fa3_tarballs, tmp_path_factory) -> dict[str, Path]:
     return roots
 
 
-# Markers by what a test needs, so a tier can be chosen with -m: see README "Tests".
+# ------------------------------------------------------------------------------------ tiers
+# Each test file sits in the directory of its tier, and the directory marks it (-m unit,
+# -m integration, -m e2e); docs/development.md, "Tiers", says what each tier may do:
+# - unit: in-process only (no child process, no connection off this machine); never slow;
+# - integration: real programs (pip, build, uv, g++, nvcc, ninja, patch, sphinx) on the sample
+#   sdist and small inputs, against this interpreter's CPU torch;
+# - e2e: the multi-GB CUDA torch venvs, real flash-attn and FlashAttention-3 builds, the
+#   toolkit from the index, and the fleet's services (Redis, S3, sccache-dist).
+TIERS = ("unit", "integration", "e2e")
+# markers by what a test needs, beside its tier's
 _MARKED_FIXTURES = {
     "upstream_sdists": ["network"],
-    "torch211_python": ["cuda_torch"],
-    "torch26_python": ["cuda_torch"],
-    # modules' own wrappers that reach torch211_python through request.getfixturevalue
-    "t211": ["cuda_torch"],
-    "cuda_torch_python": ["cuda_torch"],
+    "torch211_python": ["cuda_torch", "slow"],
+    "torch2141_python": ["cuda_torch", "slow"],
+    "torch26_python": ["cuda_torch", "slow"],
 }
+_NEVER_IN_UNIT = ("slow", "realbuild", "cuda_torch", "network")
+
+
+def tier_of(path: Path) -> str | None:
+    parts = Path(path).resolve().relative_to(TESTS).parts
+    return parts[0] if len(parts) > 1 and parts[0] in TIERS else None
+
+
+def pytest_configure(config):
+    retired = [f"{old} is now {new}" for old, new in RETIRED_VARIABLES.items() if old in os.environ]
+    if retired:
+        raise pytest.UsageError(
+            "; ".join(retired) + " (=/path/to/venv/bin/python; docs/development.md, Overrides)"
+        )
+    sys.addaudithook(_unit_tripwire)
 
 
 def pytest_collection_modifyitems(config, items):
+    misplaced = set()
     for item in items:
+        tier = tier_of(item.path)
+        if tier is None:
+            where = "tests/unit, tests/integration or tests/e2e"
+            misplaced.add(f"{item.path}: in no tier (move it under {where})")
+            continue
+        item.add_marker(tier)
         for fixture in getattr(item, "fixturenames", ()):
             for marker in _MARKED_FIXTURES.get(fixture, ()):
                 item.add_marker(marker)
+        wrong = [m for m in _NEVER_IN_UNIT if tier == "unit" and item.get_closest_marker(m)]
+        if wrong:
+            misplaced.add(f"{item.nodeid}: a unit test is never {'/'.join(wrong)}")
+    if misplaced:
+        raise pytest.UsageError("\n".join(sorted(misplaced)) + "\n(docs/development.md, Tiers)")
+    # the cheap tiers first: a broken unit fails the run in seconds, not after the builds
+    items.sort(key=lambda item: TIERS.index(tier_of(item.path)))
+
+
+# A unit test that starts a process or connects off this machine fails, naming what it did:
+# CPython's audit events see every way (subprocess, os.system/exec/spawn/fork, sockets),
+# whichever module makes the call. Nothing is replaced: the call is refused before it happens.
+_UNIT_RUNNING: list[str] = []  # the node id of the unit test running now (setup to teardown)
+_PROCESS_EVENTS = {
+    "subprocess.Popen",
+    "os.system",
+    "os.exec",
+    "os.posix_spawn",
+    "os.spawn",
+    "os.fork",
+    "os.forkpty",
+}
+_LOOPBACK = {"127.0.0.1", "::1", "localhost"}
+
+
+def _unit_tripwire(event: str, args: tuple) -> None:
+    if not _UNIT_RUNNING:
+        return
+    what = None
+    if event in _PROCESS_EVENTS:
+        command = args[1] if event == "subprocess.Popen" else args[0]
+        what = f"started a process ({event}: {str(command)[:200]})"
+    elif event == "socket.connect" and isinstance(args[1], tuple) and args[1][0] not in _LOOPBACK:
+        what = f"connected to {args[1]}"
+    elif event == "socket.getaddrinfo" and args[0] not in _LOOPBACK and args[0] is not None:
+        what = f"looked up {args[0]!r}"
+    if what:
+        raise RuntimeError(
+            f"{_UNIT_RUNNING[0]}: a unit test {what}; unit tests run in-process only: "
+            "move it to tests/integration (docs/development.md, Tiers)"
+        )
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    unit = tier_of(item.path) == "unit"
+    if unit:
+        _UNIT_RUNNING.append(item.nodeid)
+    try:
+        yield
+    finally:
+        if unit:
+            _UNIT_RUNNING.clear()
+
+
+# ---------------------------------------------------------------------------- durations
+# `--durations-file=docs/reference/test-durations.json` records every test's setup, call and
+# teardown seconds, its tier and markers, the machine and the whole run's wall time, and writes
+# the page docs/reference/test-durations.md from it (docs/generate.py keeps the two equal;
+# docs/development.md, "Durations"). A session fixture's setup (a venv, the quick start's build)
+# counts in the setup of the first test that uses it.
+DURATIONS_TABLE = REPO / "docs" / "generate.py"
+_DURATIONS: dict = {"tests": {}}
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--durations-file",
+        metavar="PATH",
+        help="write every test's durations, tier and markers as JSON to PATH "
+        "(docs/reference/test-durations.json: also regenerates its page, test-durations.md)",
+    )
+
+
+def _load() -> float | None:
+    return round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None
+
+
+def pytest_deselected(items):
+    _DURATIONS["deselected"] = _DURATIONS.get("deselected", 0) + len(items)
+
+
+def pytest_runtest_logreport(report):
+    entry = _DURATIONS["tests"].setdefault(report.nodeid, {"outcome": "passed"})
+    entry[report.when] = round(report.duration, 3)
+    if report.failed or (report.skipped and entry["outcome"] == "passed"):
+        entry["outcome"] = report.outcome
+
+
+def pytest_sessionfinish(session, exitstatus):
+    target = session.config.getoption("--durations-file", None)
+    if not target or "start" not in _DURATIONS:
+        return
+    started, monotonic, load = _DURATIONS["start"]
+    markers = ("slow", "realbuild", "cuda_torch", "network")
+    tests = []
+    for item in session.items:
+        entry = _DURATIONS["tests"].get(item.nodeid)
+        if entry:  # deselected or not run (-x): no entry
+            tier = tier_of(item.path)
+            marks = [m for m in markers if item.get_closest_marker(m)]
+            tests.append({"id": item.nodeid, "tier": tier, "markers": marks, **entry})
+    record = {
+        "recorded": time.strftime("%Y-%m-%d %H:%M", time.gmtime(started)) + " UTC",
+        "commit": _DURATIONS.get("commit") or None,  # what ran: HEAD when the run started
+        "command": shlex.join(["python3", "-m", "pytest", *session.config.invocation_params.args]),
+        "collected": session.testscollected + _DURATIONS.get("deselected", 0),
+        "deselected": _DURATIONS.get("deselected", 0),
+        "exit_status": int(exitstatus),
+        "wall_seconds": round(time.monotonic() - monotonic, 1),
+        "machine": {
+            "cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+            "load_average_before": load,
+            "load_average_after": _load(),
+        },
+        "tests": tests,
+    }
+    path = Path(target)
+    path.write_text(json.dumps(record, indent=1) + "\n")
+    if path.resolve() == (REPO / "docs" / "reference" / "test-durations.json").resolve():
+        spec = importlib.util.spec_from_file_location("docs_generate", DURATIONS_TABLE)
+        generate = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(generate)
+        page = REPO / "docs" / generate.DURATIONS_PAGE
+        page.write_text(generate.durations_page(), encoding="utf-8")
 
 
 README = REPO / "README.md"
@@ -329,8 +579,8 @@ class QuickStart:
 def quick_start(tmp_path_factory) -> QuickStart:
     """The README's main-job line, verbatim, run once by bash in a fresh `python3 -m venv` (no
     system site-packages: the venv's own pip and setuptools 65.5) from a copy of this checkout,
-    as a newcomer runs it. The torch download (~7 GB) is part of it. tests/test_quickstart.py
-    checks the newcomer's view; tests/test_real_build.py the wheel it built and installed: the
+    as a newcomer runs it. The torch download (~7 GB) is part of it. tests/e2e/test_quickstart.py
+    checks the newcomer's view; tests/e2e/test_real_build.py the wheel it built and installed: the
     suite's one real build of upstream's forward kernels (CI has 90 minutes on 2 cores)."""
     tmp = tmp_path_factory.mktemp("quick-start")
     command = quick_start_command()
@@ -352,6 +602,180 @@ def quick_start(tmp_path_factory) -> QuickStart:
     return QuickStart(command, tmp, checkout, python, env, fresh, proc, time.monotonic() - start)
 
 
+# ------------------------------------------------------------------------- FA2 kernel sets
+# the inference set (hdim 128, bf16, forward only) and its kernel sources, for the kernel-set
+# tests of every tier (flavours/fa2/_kernels, _tu_parts)
+
+INFERENCE = {"head_dims": ("128",), "dtypes": ("bf16",), "forward_only": True}
+INFERENCE_KERNELS = {
+    "flash_fwd_hdim128_bf16_sm80.cu",
+    "flash_fwd_hdim128_bf16_causal_sm80.cu",
+    "flash_fwd_split_hdim128_bf16_sm80.cu",
+    "flash_fwd_split_hdim128_bf16_causal_sm80.cu",
+}
+
+
+def tailor(version="2.8.3", **settings):
+    """The FA2 kernel set (flavours/fa2/_kernels.Tailoring) these settings make of `version`."""
+    from fa_backend.flavours.fa2 import _kernels
+    from fa_backend.settings._settings import Settings
+
+    return _kernels.tailoring(Settings(**settings), version)
+
+
+# -------------------------------------------------------------------------------- frontends
+# fa-shim as a dependency through pip and uv (tests/integration/test_frontends.py, and with the
+# torch 2.11 venv as "a new torch" tests/e2e/test_frontends_new_torch.py)
+
+HOST_LABEL = "cputorch2.13cxx11abiTRUE"  # the machine's torch 2.13.0+cpu
+T211_LABEL = "cu130torch2.11cxx11abiTRUE"  # torch 2.11.0 from PyPI (CUDA 13.0)
+SAMPLE_RUNS = """
+import importlib.metadata as m, json
+import flash_attn, flash_attn_2_cuda, torch
+assert flash_attn.check_head_dim(64) == 64
+print(json.dumps({"version": m.version("flash-attn"), "abi": flash_attn_2_cuda.cxx11_abi(),
+                  "torch": torch.__version__, "torch_file": torch.__file__}))
+"""
+
+
+def run_sample(python) -> dict:
+    """Run the installed sample in `python`: its version, ABI and the torch it runs with."""
+    return json.loads(run([python, "-c", SAMPLE_RUNS]).stdout.strip().splitlines()[-1])
+
+
+def flash_attn_version(python) -> str:
+    code = "import importlib.metadata as m; print(m.version('flash-attn'))"
+    return run([python, "-c", code]).stdout.strip()
+
+
+def sample_env(sdist_dir: Path) -> dict[str, str]:
+    """sample_settings as FA_SHIM_* variables (how a frontend without -C passes them)."""
+    return {
+        "FA_SHIM_FLASH_ATTN_VERSION": SAMPLE_VERSION,
+        "FA_SHIM_SDIST_DIR": str(sdist_dir),
+        "FA_SHIM_ALLOW_UNKNOWN_VERSION": "true",
+    }
+
+
+@pytest.fixture(scope="session")
+def uv_cache(tmp_path_factory) -> Path:
+    """One uv cache for the frontend tests, never the user's: no wheel from elsewhere is served."""
+    if not shutil.which("uv"):
+        pytest.skip("uv is not installed")
+    return tmp_path_factory.mktemp("uv-cache")
+
+
+@pytest.fixture
+def frontend_env(tmp_path, uv_cache):
+    """Private pip cache per test, the session's uv cache, no Python downloads."""
+    return {
+        **os.environ,
+        "PIP_CACHE_DIR": str(tmp_path / "pip-cache"),
+        "UV_CACHE_DIR": str(uv_cache),
+        "UV_PYTHON_DOWNLOADS": "never",
+        "UV_NO_PROGRESS": "1",
+    }
+
+
+@pytest.fixture
+def fa_shim(tmp_path) -> Path:
+    """A copy of the checkout, named like a clone (pip's wheel cache looks at the name)."""
+    return copy_repo(tmp_path / "fa-shim")
+
+
+@pytest.fixture(scope="session")
+def cpu_torch_wheel() -> Path:
+    """The wheel file of the machine's torch 2.13.0+cpu, so uv environments get it offline."""
+    import torch
+
+    dirs = [*os.environ.get("PIP_FIND_LINKS", "").split(), "/opt/wheels"]
+    for directory in dirs:
+        found = sorted(Path(directory).glob(f"torch-{torch.__version__}-*.whl"))
+        if found:
+            return found[0]
+    pytest.skip(f"no wheel of torch {torch.__version__} on this machine (looked in {dirs})")
+
+
+@pytest.fixture(scope="session")
+def torch_index(cpu_torch_wheel, tmp_path_factory) -> str:
+    """A PEP 503 index serving only that torch wheel, for uv projects ([[tool.uv.index]])."""
+    root = tmp_path_factory.mktemp("torch-index")
+    page = root / "torch" / "index.html"
+    page.parent.mkdir()
+    digest = hashlib.sha256(cpu_torch_wheel.read_bytes()).hexdigest()
+    page.write_text(
+        f'<html><body><a href="{cpu_torch_wheel.as_uri()}#sha256={digest}">'
+        f"{cpu_torch_wheel.name}</a></body></html>\n"
+    )
+    return root.as_uri()
+
+
+def uv_project(
+    path: Path, fa_shim: Path, torch_index: str, *, no_build_isolation: bool, extra: str = ""
+) -> Path:
+    """A uv project with torch from `torch_index` and flash-attn from the fa-shim checkout.
+
+    fa-shim's metadata is dynamic (its version carries the torch label), so uv would have to
+    build it just to resolve; `dependency-metadata` gives uv the static part instead. Without
+    build isolation, fa-shim's build requirements are project dependencies, which uv installs
+    (with torch) before it builds flash-attn in the project's environment.
+    """
+    import torch
+
+    path.mkdir(parents=True)
+    py = f"{sys.version_info[0]}.{sys.version_info[1]}"
+    deps = [f"torch=={torch.__version__}", "flash-attn"]
+    uv = [
+        "package = false",
+        "environments = [\"sys_platform == 'linux' and platform_machine == 'x86_64'\"]",
+    ]
+    if no_build_isolation:
+        deps += BUILD_TOOLS
+        uv.append('no-build-isolation-package = ["flash-attn"]')
+    (path / "pyproject.toml").write_text(
+        "[project]\n"
+        'name = "app"\n'
+        'version = "1.0"\n'
+        f'requires-python = "=={py}.*"\n'
+        f"dependencies = {json.dumps(deps)}\n\n"
+        "[tool.uv]\n" + "\n".join(uv) + "\n\n"
+        "[[tool.uv.index]]\n"
+        'name = "local-torch"\n'
+        f'url = "{torch_index}"\n'
+        "explicit = true\n\n"
+        "[tool.uv.sources]\n"
+        'torch = { index = "local-torch" }\n'
+        f'flash-attn = {{ path = "{fa_shim}" }}\n\n'
+        "[[tool.uv.dependency-metadata]]\n"
+        'name = "flash-attn"\n'
+        f'version = "{SAMPLE_VERSION}"\n'
+        'requires-dist = ["torch"]\n\n' + extra
+    )
+    return path
+
+
+@pytest.fixture(scope="session")
+def sample_wheel(sample_sdist_dir, tmp_path_factory) -> dict:
+    """The sample wheel, built once with pip through fa-shim (against this interpreter's torch
+    2.13.0+cpu) into a wheel cache of its own (tests/integration/test_torch_requirement.py, and
+    tests/e2e/test_torch_requirement_other_torch.py)."""
+    tmp = tmp_path_factory.mktemp("torch-requirement")
+    cache = tmp / "fa-shim-cache"
+    settings = [*sample_settings(sample_sdist_dir), "-C", f"cache-dir={cache}"]
+    env = {**os.environ, "PIP_NO_CACHE_DIR": "1"}
+    run([*pip_wheel_cmd(sys.executable, tmp / "w", *settings), "-v"], env=env)
+    (wheel,) = (tmp / "w").glob("*.whl")
+    return {"wheel": wheel, "settings": settings, "env": env, "tmp": tmp}
+
+
+# torch's c10::detail::torchCheckFail as the new and the old C++ string ABI mangle it: what
+# verify tells the two ABIs apart by (toolchain/_mangling, verify/)
+CHECK_FAIL_NEW = (
+    "_ZN3c106detail14torchCheckFailEPKcS2_jRKNSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEE"
+)
+CHECK_FAIL_OLD = "_ZN3c106detail14torchCheckFailEPKcS2_jRKSs"
+
+
 def slow_cxx(tmp_path: Path, command: str) -> dict[str, str]:
     """CXX as a script that runs `command` (a shell line seeing the compiler's arguments as $*)
     before g++: a compile that takes as long as a test needs."""
@@ -369,6 +793,77 @@ def clean_env(**extra: str) -> dict[str, str]:
     env.pop("FLASH_ATTN_IGNORE_TORCH_MISMATCH", None)
     env.update(extra)
     return env
+
+
+def build_wheel_error(python, tmp_path, config, env=None, prefix=()) -> str:
+    """Call the build_wheel hook as a frontend does (a fresh interpreter, cwd = the project), for
+    a build that must fail: one fa-shim error with its fix on stderr, exit status 1, nothing
+    written. Returns stderr."""
+    out = tmp_path / "out"
+    code = f"import fa_backend; fa_backend.build_wheel({str(out)!r}, {config!r})"
+    proc = subprocess.run(
+        [*prefix, str(python), "-c", code],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        env={**os.environ, **(env or {})},
+    )
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr, proc.stderr
+    assert not out.exists() or not list(out.iterdir()), "something was written"
+    assert "fa-shim: error:" in proc.stderr and "fa-shim: fix:" in proc.stderr
+    return proc.stderr
+
+
+# ------------------------------------------------------------------ hooks on a small real disk
+# (tests/integration/test_failures.py, test_full_disk.py; tests/e2e/test_space_real_sdist.py)
+
+
+def _can_mount() -> bool:
+    if shutil.which("unshare") is None:
+        return False
+    probe = subprocess.run(
+        ["unshare", "-m", "sh", "-c", "mount -t tmpfs -o size=1m tmpfs /mnt"],
+        capture_output=True,
+        check=False,
+    )
+    return probe.returncode == 0
+
+
+# root and a mount namespace: a real small disk (read-only, full) for one command
+CAN_MOUNT = os.geteuid() == 0 and _can_mount()
+
+
+def hook(name: str, *args) -> list[str]:
+    """A fresh interpreter calling the PEP 517 hook `name` of fa_backend with these arguments."""
+    args = [a if isinstance(a, dict) else str(a) for a in args]
+    return [PY, "-c", f"import fa_backend; fa_backend.{name}(*{args!r})"]
+
+
+def on_small_disk(
+    tmp_path: Path, command: list, options: str, **env
+) -> subprocess.CompletedProcess:
+    """Run command with TMPDIR (the build's scratch) on a tmpfs mounted with `options`."""
+    disk = tmp_path / "disk"
+    disk.mkdir(exist_ok=True)
+    mount = f'mount -t tmpfs -o {options} tmpfs {disk} && exec "$@"'
+    environ = {**os.environ, "TMPDIR": str(disk), "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    return subprocess.run(
+        ["unshare", "-m", "sh", "-c", mount, "sh", *map(str, command)],
+        cwd=REPO,
+        env={**environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+
+
+def assert_one_error_nothing_left(proc, out: Path) -> str:
+    text = proc.stdout + proc.stderr
+    assert proc.returncode == 1 and "Traceback" not in text, text
+    assert text.count("fa-shim: error:") == 1, text
+    assert not out.exists() or not list(out.iterdir())
+    return text
 
 
 def overlay_venv(base_python: Path, path: Path) -> tuple[Path, Path]:

@@ -17,7 +17,7 @@ credentials, each file checked against the sha256 the index lists for it):
 
 That is the `nvcc` and `cccl` extras of NVIDIA's `cuda-toolkit` metapackage. flash-attn includes
 no cuBLAS/cuSPARSE header, so nothing else is needed (a real 2.8.3 build proves it: see
-tests/test_toolkit_build.py). The wheels of CUDA 13 put everything under nvidia/cu13/, itself a
+tests/e2e/test_toolkit_build.py). The wheels of CUDA 13 put everything under nvidia/cu13/, itself a
 CUDA_HOME layout (bin/, include/, lib/, nvvm/); fa-shim copies that tree into
 <cache-dir>/toolkits/<major.minor>/ and adds what torch's cpp_extension and the linker look for:
 lib64 -> lib and libcudart.so -> libcudart.so.<major>. The directory is assembled beside its final

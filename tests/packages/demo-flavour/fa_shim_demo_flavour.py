@@ -1,7 +1,8 @@
-"""A third flavour, written against fa-shim's flavour interface alone (tests/test_flavours.py):
-it builds the sample sdist as the distribution `fa-shim-demo`. It is found through its
-`fa_shim.flavours` entry point (fa_shim_demo_flavour-0.1.dist-info/entry_points.txt) once this
-directory is on the build's import path, as any installed plug-in would be."""
+"""A third flavour, written against fa-shim's flavour interface alone
+(tests/integration/test_flavours.py): it builds the sample sdist as the distribution
+`fa-shim-demo`. It is found through its `fa_shim.flavours` entry point
+(fa_shim_demo_flavour-0.1.dist-info/entry_points.txt) once this directory is on the build's
+import path, as any installed plug-in would be."""
 
 from __future__ import annotations
 

@@ -1,9 +1,10 @@
 """Every way a setup.py can reach the network, tried against the test's loopback listeners.
 
-SAMPLE_NETWORK_PROBE=TCP_PORT:UDP_PORT:REPORT[:inprocess] (set by tests/test_seal.py). Each
-attempt appends one JSON line to REPORT saying whether it failed; the listeners record what
-arrived. The child-process and ctypes attempts come first; with `inprocess`, upstream's own
-Python then tries too, which fa-shim's audit hook turns into a failed build.
+SAMPLE_NETWORK_PROBE=TCP_PORT:UDP_PORT:REPORT[:inprocess] (set by
+tests/integration/test_network_seal.py). Each attempt appends one JSON line to REPORT saying
+whether it failed; the listeners record what arrived. The child-process and ctypes attempts come
+first; with `inprocess`, upstream's own Python then tries too, which fa-shim's audit hook turns
+into a failed build.
 """
 
 import ctypes

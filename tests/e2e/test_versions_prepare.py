@@ -1,0 +1,200 @@
+"""Every supported upstream release, prepared for real: the pinned sdist (fetched from a local
+directory), the vendored patches, fa-shim's injected flags, and the build.ninja torch writes,
+under the CUDA torch venvs of the session (2.11, and 2.6 with the old ABI); the sample under
+each torch, this interpreter's CPU 2.13 included.
+
+`python -m fa_backend prepare` runs the pipeline up to the point where torch has written
+build.ninja (nothing is compiled), through the interpreter of a venv with a real torch; the
+compile commands it prints are what ninja would run. See docs/upstream-versions.md. The pins:
+tests/unit/flavours/fa2/test_versions.py; the patches: tests/integration/test_patches_apply.py.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import shutil
+import stat
+from pathlib import Path
+
+import pytest
+from conftest import PY, REPO, SAMPLE_VERSION, SUPPORTED, run, sample_settings
+
+from fa_backend.flavours.fa2 import _releases
+
+ABI = "-D_GLIBCXX_USE_CXX11_ABI="
+
+
+def _prepare(python: Path, tmp_path: Path, *config: str, check: bool = True):
+    args = [python, "-m", "fa_backend", "prepare", "--build-dir", tmp_path / "build"]
+    for item in config:
+        args += ["-C", item]
+    proc = run(args, cwd=REPO, check=check)
+    return proc if not check else (json.loads(proc.stdout), proc.stderr)
+
+
+def _upstream_sources(source: Path) -> list[str]:
+    """The CUDA extension's sources as upstream's setup.py lists them (the oracle)."""
+    setup = (source / "setup.py").read_text()
+    cuda_part = setup.split("elif not SKIP_CUDA_BUILD and IS_ROCM")[0]
+    return re.findall(r'"(csrc/flash_attn/(?:src/)?[\w.]+\.(?:cu|cpp))"', cuda_part)
+
+
+def _check_commands(commands: list[dict], abi: int, std: str) -> None:
+    assert commands
+    for c in commands:
+        name = c["file"].rsplit("/", 1)[-1]
+        abis = [a for a in c["args"] if a.startswith(ABI)]
+        assert abis and abis[-1] == f"{ABI}{abi}", (name, abis)
+        stds = [a for a in c["args"] if re.fullmatch(r"-std=(c|gnu)\+\+\d+", a)]
+        assert stds == [f"-std={std}"], (name, stds)
+        # fa-shim's flags come after every flag of upstream's own (they win)
+        assert c["args"].index(stds[0]) > max(
+            (i for i, a in enumerate(c["args"]) if a in ("-O3", "--use_fast_math")), default=-1
+        ), name
+
+
+def _gencodes(command: dict) -> list[str]:
+    args = command["args"]
+    return [args[i + 1] for i, a in enumerate(args[:-1]) if a == "-gencode"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("version", SUPPORTED)
+def test_prepare_under_torch_2_11(version, torch211_python, upstream_sdists, tmp_path):
+    summary, log = _prepare(
+        torch211_python,
+        tmp_path,
+        f"flash-attn-version={version}",
+        f"sdist-dir={upstream_sdists}",
+        "offline=true",
+        "cuda-archs=90",
+    )
+    prov = summary["provenance"]
+    assert prov["sdist"]["pinned"] is True
+    assert prov["sdist"]["sha256"] == _releases.release(version).sha256
+    assert [p["name"] for p in prov["patches"]] == [p.name for p in _releases.patches(version)]
+    assert prov["torch"]["version"].startswith("2.11.0")
+    assert summary["wheel"].startswith(f"flash_attn-{version}+cu130torch2.11cxx11abiTRUE-cp")
+
+    commands = summary["compile_commands"]
+    expected = _upstream_sources(Path(summary["source"]))
+    assert sorted(c["file"].split(Path(summary["source"]).name + "/", 1)[1] for c in commands) == (
+        sorted(expected)
+    )
+    assert [c["kind"] for c in commands].count("cxx") == 1  # flash_api.cpp
+    _check_commands(commands, abi=1, std="c++17")
+    for c in commands:
+        if c["kind"] == "nvcc":
+            assert _gencodes(c) == ["arch=compute_90,code=sm_90"], c["file"]
+    nvcc_args = next(c["args"] for c in commands if c["kind"] == "nvcc")
+    if version == "2.8.1":  # 01-compress-mode.patch keeps them for nvcc >= 12.8 (13.0 here)
+        assert "-compress-mode=size" in nvcc_args
+    assert "fatal: not a git repository" not in Path(_log_path(log)).read_text()
+
+
+def _log_path(stderr: str) -> str:
+    return re.search(r"full log: (\S+\.log)", stderr).group(1)
+
+
+def _nvcc_12_4_version_stand_in(tmp_path: Path) -> Path:
+    """A CUDA 12.4 nvcc for torch 2.6 (cu124): a real one if installed, else a stand-in.
+
+    Preparing compiles no kernel: nvcc is asked its version (upstream's setup.py, torch's
+    CUDA-major check) and its architecture list (fa-shim), and compiles the preflight probe
+    (`#include <string>` and two symbols, no CUDA or torch header) with the build's exact command
+    line. PyPI's nvidia-cuda-nvcc-cu12 wheels carry no nvcc binary, so where no CUDA 12 toolkit is
+    installed, a script answers the two questions (and names its toolkit root in a dry run) as
+    nvcc 12.4 does and hands the probe to the machine's real nvcc: what its object shows (the
+    old string ABI, C++17) is what the build's flags asked for.
+    """
+    for real in sorted(Path("/usr/local").glob("cuda-12*/bin/nvcc")):
+        return real
+    compiler = shutil.which("nvcc") or next(
+        iter(sorted(Path("/usr/local").glob("cuda*/bin/nvcc"))), None
+    )
+    if compiler is None:
+        pytest.skip("no nvcc on this machine to compile the preflight probe")
+    nvcc = tmp_path / "cuda-12.4" / "bin" / "nvcc"
+    nvcc.parent.mkdir(parents=True)
+    archs = ["50", "52", "53", "60", "61", "62", "70", "72", "75", "80", "86", "87", "89", "90"]
+    nvcc.write_text(
+        "#!/bin/sh\n"
+        'case " $* " in\n'
+        "  *\" --list-gpu-arch \"*) printf '%s\\n' "
+        + " ".join(f"compute_{a}" for a in archs)
+        + " ;;\n"
+        '  *" -V "*|*" --version "*) printf \'%s\\n\' '
+        "'nvcc: NVIDIA (R) Cuda compiler driver' "
+        "'Copyright (c) 2005-2024 NVIDIA Corporation' "
+        "'Built on Thu_Mar_28_02:18:24_PDT_2024' "
+        "'Cuda compilation tools, release 12.4, V12.4.131' "
+        "'Build cuda_12.4.r12.4/compiler.34097967_0' ;;\n"
+        # the toolkit root, as nvcc's dry run names it (fa-shim's CUDA_HOME)
+        f"  *\" --dryrun \"*) echo '#$ TOP={nvcc.parent.parent}' >&2 ;;\n"
+        f'  *) exec {shlex.quote(str(compiler))} "$@" ;;\n'
+        "esac\n"
+    )
+    nvcc.chmod(nvcc.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+    return nvcc
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("version", ["2.8.3", "2.8.1"])
+def test_prepare_under_torch_2_6_old_abi(version, torch26_python, upstream_sdists, tmp_path):
+    """torch 2.6 is built with _GLIBCXX_USE_CXX11_ABI=0 and C++17: every command follows it."""
+    summary, _ = _prepare(
+        torch26_python,
+        tmp_path,
+        f"flash-attn-version={version}",
+        f"sdist-dir={upstream_sdists}",
+        "offline=true",
+        "cuda-archs=90",
+        f"nvcc={_nvcc_12_4_version_stand_in(tmp_path)}",
+    )
+    assert summary["wheel"].startswith(f"flash_attn-{version}+cu124torch2.6cxx11abiFALSE-cp")
+    commands = summary["compile_commands"]
+    _check_commands(commands, abi=0, std="c++17")
+    for c in commands:
+        if c["kind"] == "nvcc":
+            assert _gencodes(c) == ["arch=compute_90,code=sm_90"], c["file"]
+            # 2.8.1's -compress-mode=size is unknown to nvcc 12.4 (01-compress-mode.patch)
+            assert "-compress-mode=size" not in c["args"]
+
+
+# The -std each torch's cpp_extension compiles extensions with (read off torch/utils/
+# cpp_extension.py of each release by hand; fa-shim reads it from torch at build time).
+TORCH_STD = {"2.6": "c++17", "2.11": "c++17", "2.13": "c++20"}
+
+
+@pytest.mark.parametrize(
+    ("torch_fixture", "abi", "std"),
+    [
+        pytest.param(None, 1, TORCH_STD["2.13"], id="torch-2.13-cpu"),
+        pytest.param(
+            "torch211_python",
+            1,
+            TORCH_STD["2.11"],
+            id="torch-2.11",
+            marks=[pytest.mark.slow, pytest.mark.cuda_torch],
+        ),
+        pytest.param(
+            "torch26_python",
+            0,
+            TORCH_STD["2.6"],
+            id="torch-2.6",
+            marks=[pytest.mark.slow, pytest.mark.cuda_torch],
+        ),
+    ],
+)
+def test_sample_follows_torch_std_and_abi(
+    torch_fixture, abi, std, request, sample_sdist_dir, tmp_path
+):
+    """The sample asks for -std=c++17 itself: fa-shim raises it to what torch needs (C++20 for
+    torch 2.13's headers) and never lowers it; the ABI define is torch's."""
+    python = request.getfixturevalue(torch_fixture) if torch_fixture else PY
+    summary, _ = _prepare(python, tmp_path, *sample_settings(sample_sdist_dir)[1::2])
+    assert summary["wheel"].startswith(f"flash_attn-{SAMPLE_VERSION}+")
+    assert summary["provenance"]["torch"]["cxx_std"] == std
+    _check_commands(summary["compile_commands"], abi=abi, std=std)

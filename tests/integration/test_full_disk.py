@@ -1,0 +1,47 @@
+"""Disk space, on real small filesystems (a tmpfs in a private mount namespace): a full disk is
+named as such, never blamed on the archive. A build that cannot fit stops before it starts:
+tests/e2e/test_space_real_sdist.py (the real sdist under a CUDA torch)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from conftest import CAN_MOUNT, SAMPLE_VERSION, assert_one_error_nothing_left, hook, on_small_disk
+
+from fa_backend.flavours.fa2 import _sdist
+
+pytestmark = pytest.mark.skipif(
+    not CAN_MOUNT, reason="needs root and a mount namespace (unshare -m) for a real small disk"
+)
+
+
+def sample(sdists: Path) -> dict:
+    return {
+        "flash-attn-version": SAMPLE_VERSION,
+        "allow-unknown-version": "true",
+        "sdist-dir": str(sdists),
+    }
+
+
+def test_extracting_onto_a_full_disk_names_the_disk_not_the_archive(tmp_path, sample_sdist_dir):
+    """Enough bytes, too few inodes: the space check passes, extraction hits a real ENOSPC."""
+    sdist = sample_sdist_dir / f"flash_attn-{SAMPLE_VERSION}.tar.gz"
+    digest = _sdist.sha256_of(sdist)
+    out = tmp_path / "out"
+    proc = on_small_disk(
+        tmp_path, hook("build_wheel", out, sample(sample_sdist_dir)), "size=20m,nr_inodes=5"
+    )
+    text = assert_one_error_nothing_left(proc, out)
+    assert f"no space left on {tmp_path / 'disk'}" in text
+    assert "while extracting the sdist" in text
+    assert "corrupt" not in text and "delete" not in text
+    assert _sdist.sha256_of(sdist) == digest  # the verified file is untouched
+
+
+def test_a_compile_that_fills_the_disk_is_no_space_not_a_compiler_error(tmp_path, sample_sdist_dir):
+    out = tmp_path / "out"
+    proc = on_small_disk(tmp_path, hook("build_wheel", out, sample(sample_sdist_dir)), "size=256k")
+    text = assert_one_error_nothing_left(proc, out)
+    assert f"no space left on {tmp_path / 'disk'}" in text and "while compiling" in text
+    assert "the upstream build failed" not in text

@@ -1,0 +1,34 @@
+"""Every supported upstream release's vendored patches on its real pinned sdist (from
+FA_SHIM_TEST_SDIST_SEED, else the package index: marked network), applied by GNU patch as a
+build does: strictly, and with what fa-shim relies on afterwards. The pins themselves:
+tests/unit/flavours/fa2/test_versions.py; prepared under the CUDA torches:
+tests/e2e/test_versions_prepare.py."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import SUPPORTED
+
+from fa_backend.flavours.fa2 import _releases, _sdist
+from fa_backend.sources import _patches
+
+
+@pytest.mark.parametrize("version", SUPPORTED)
+def test_vendored_patches_apply_strictly(version, upstream_sdists, tmp_path):
+    from fa_backend.settings import _settings
+
+    settings = _settings.load(
+        {"flash-attn-version": version, "sdist-dir": str(upstream_sdists), "offline": "true"}
+    )
+    sdist = _sdist.locate(settings)
+    assert sdist.pinned
+    source = _sdist.extract(sdist, tmp_path)
+    patches = _releases.patches(version)  # each states its Reason
+    _patches.apply_all(patches, source)
+    setup = (source / "setup.py").read_text()
+    # after patching, every release runs `git submodule update` only inside a git clone
+    assert 'os.path.isdir(".git")' in setup
+    if any(p.name == "02-cuda-archs.patch" for p in patches):
+        assert 'os.getenv("FLASH_ATTN_CUDA_ARCHS", "80;90")' in setup
+    if version == "2.8.1":
+        assert 'bare_metal_version >= Version("12.8")' in setup

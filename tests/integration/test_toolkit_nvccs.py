@@ -1,0 +1,78 @@
+"""The `cuda-toolkit` decision (auto / system / index) against this machine's real nvccs, with
+torch facts given as values (a CUDA 12 torch venv is ~3 GB for one error message). The refusals
+that ask no nvcc: tests/unit/toolchain/test_toolkit.py; provisioning from the index:
+tests/e2e/test_toolkit_provision.py."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import TESTS, torch_info
+
+from fa_backend.core._errors import FaShimError
+from fa_backend.settings import _settings
+from fa_backend.toolchain import _compilers, _toolkit
+
+
+def _torch(version: str, cuda: str | None):
+    return torch_info(version, cuda)
+
+
+def _settings_for(tmp_path, **values) -> _settings.Settings:
+    return _settings.Settings(cache_dir=tmp_path / "cache", **values)
+
+
+SYSTEM_13 = [n for n in _compilers.find_nvccs() if n.version and n.version.major == 13]
+needs_system_13 = pytest.mark.skipif(not SYSTEM_13, reason="no CUDA 13 nvcc on this machine")
+
+
+@needs_system_13
+def test_auto_uses_a_system_nvcc_that_fits(tmp_path):
+    decision = _toolkit.decide(_torch("2.11.0+cu130", "13.0"), _settings_for(tmp_path))
+    assert decision.error is None and decision.provision is None
+    assert decision.nvcc.version.major == 13
+
+
+@needs_system_13
+def test_index_provisions_even_where_a_system_nvcc_fits(tmp_path):
+    settings = _settings_for(tmp_path, cuda_toolkit="index")
+    decision = _toolkit.decide(_torch("2.11.0+cu130", "13.0"), settings)
+    assert (decision.nvcc, decision.provision, decision.error) == (None, "13.0", None)
+
+
+@needs_system_13
+def test_auto_provisions_when_no_system_nvcc_fits_and_system_refuses(tmp_path):
+    """A CUDA 14.0 torch: the machine's CUDA 13 nvcc does not fit its major."""
+    torch = _torch("2.20.0+cu140", "14.0")
+    assert _toolkit.decide(torch, _settings_for(tmp_path)).provision == "14.0"
+    refused = _toolkit.decide(torch, _settings_for(tmp_path, cuda_toolkit="system"))
+    assert refused.provision is None and refused.nvcc is None
+    assert "no nvcc found matches torch 2.20.0+cu140" in refused.error.cause
+    assert "install CUDA toolkit 14.x" in refused.error.fix
+
+
+@needs_system_13
+def test_auto_never_swaps_an_nvcc_the_user_named(tmp_path):
+    named = TESTS / "tools" / "nvcc-11.5"
+    settings = _settings_for(tmp_path, nvcc=named)
+    decision = _toolkit.decide(_torch("2.11.0+cu130", "13.0"), settings)
+    assert decision.provision is None
+    assert "the nvcc named by setting nvcc" in decision.error.cause
+
+
+@pytest.mark.parametrize("mode", ["auto", "index"])
+def test_cuda_12_torch_gets_the_no_compiler_on_the_index_error(tmp_path, mode):
+    """torch 2.6.0+cu124's facts (the values its probe reports), on a machine whose nvcc is 13."""
+    decision = _toolkit.decide(
+        _torch("2.6.0+cu124", "12.4"), _settings_for(tmp_path, cuda_toolkit=mode)
+    )
+    assert decision.provision is None and decision.nvcc is None
+    error = decision.error
+    assert "torch 2.6.0+cu124 is built with CUDA 12.4" in error.cause
+    assert "the package index has no CUDA 12 compiler" in error.cause
+    assert "nvidia-cuda-nvcc-cu12 wheels carry ptxas and headers but no bin/nvcc" in error.cause
+    assert "install the CUDA toolkit 12.4" in error.fix
+    assert "cuda-toolkit-12-4" in error.fix and "cuda-toolkit=12.4" in error.fix
+    with pytest.raises(FaShimError) as raised:
+        _toolkit.choose(_torch("2.6.0+cu124", "12.4"), _settings_for(tmp_path, cuda_toolkit=mode))
+    assert raised.value.cause == error.cause
+    assert not (tmp_path / "cache" / "toolkits").exists()  # nothing was fetched

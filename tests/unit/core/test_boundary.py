@@ -1,0 +1,101 @@
+"""The one boundary (fa_backend/core/_boundary.py): whatever fails behind a hook or a command
+ends in one readable message on stderr and an exit status: 1 for a FaShimError, an OSError or
+a failed helper program (each named with its fix), 130 for Ctrl-C; what succeeds passes
+through untouched."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import subprocess
+import sys
+
+import pytest
+
+from fa_backend.core import _failures
+from fa_backend.core._boundary import boundary
+from fa_backend.core._errors import FaShimError
+
+
+def _raising(exc: BaseException):
+    @boundary
+    def hook(*args, **kwargs):
+        """A hook's docstring."""
+        raise exc
+
+    return hook
+
+
+def _exit(hook, capsys) -> tuple[int, str]:
+    with pytest.raises(SystemExit) as info:
+        hook()
+    captured = capsys.readouterr()
+    assert captured.out == ""  # stdout is a frontend's (pip's) or a command's JSON
+    return info.value.code, captured.err
+
+
+def test_a_result_passes_through_and_the_hook_keeps_its_name():
+    @boundary
+    def build_wheel(directory, config_settings=None):
+        """The hook."""
+        return f"{directory}:{config_settings}"
+
+    assert build_wheel("out", config_settings={"k": "v"}) == "out:{'k': 'v'}"
+    assert build_wheel.__name__ == "build_wheel" and build_wheel.__doc__ == "The hook."
+
+
+def test_a_fa_shim_error_is_its_message_and_status_1(capsys):
+    error = FaShimError("the cause.", fix="the fix.", details="line 1\nline 2")
+    code, err = _exit(_raising(error), capsys)
+    assert code == 1
+    assert err == "\n" + error.render() + "\n"
+    assert err.count("fa-shim: error:") == 1 and "Traceback" not in err
+
+
+def test_an_oserror_becomes_one_message_naming_the_path(capsys, tmp_path):
+    exc = OSError(errno.EROFS, "Read-only file system", str(tmp_path / "out" / "x.whl"))
+    code, err = _exit(_raising(exc), capsys)
+    assert code == 1
+    assert err.strip() == _failures.from_oserror(exc).render()
+    assert f"cannot write {tmp_path}" in err and "Read-only file system" in err
+
+
+def test_a_full_disk_is_no_space_not_a_write_error(capsys, tmp_path):
+    code, err = _exit(_raising(OSError(errno.ENOSPC, "No space left", str(tmp_path))), capsys)
+    assert code == 1 and f"no space left on {tmp_path}" in err
+
+
+def test_a_failed_helper_program_is_named_with_its_own_words(capsys):
+    exc = subprocess.CalledProcessError(2, ["/usr/bin/ninja", "-t", "compdb"], stderr="bad file")
+    code, err = _exit(_raising(exc), capsys)
+    assert code == 1
+    assert "the helper program ninja failed (exit status 2): `/usr/bin/ninja -t compdb`." in err
+    assert "  bad file" in err  # its output, as details
+
+
+def test_ctrl_c_is_status_130_and_one_line(capsys):
+    code, err = _exit(_raising(KeyboardInterrupt()), capsys)
+    assert code == _failures.INTERRUPTED_STATUS == 130
+    assert err.strip() == f"fa-shim: error: {_failures.INTERRUPTED}"
+
+
+def test_other_exceptions_are_bugs_and_keep_their_traceback():
+    with pytest.raises(ZeroDivisionError):
+        _raising(ZeroDivisionError("a bug"))()
+
+
+def test_a_closed_stderr_still_ends_in_the_exit_status(monkeypatch):
+    """stderr is a pipe whose reader is gone (a frontend killed meanwhile): a real EPIPE."""
+    read, write = os.pipe()
+    os.close(read)
+    closed = os.fdopen(write, "w")
+    monkeypatch.setattr(sys, "stderr", closed)
+    try:
+        with pytest.raises(SystemExit) as info:
+            _raising(FaShimError("the cause."))()
+    finally:
+        monkeypatch.undo()
+        with contextlib.suppress(BrokenPipeError):
+            closed.close()  # what the boundary could not write is still buffered
+    assert info.value.code == 1 and info.value.__suppress_context__

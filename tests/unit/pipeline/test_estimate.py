@@ -1,0 +1,91 @@
+"""The estimate block printed before compiling and by doctor (fa_backend/pipeline/_estimate.py),
+from real plans (the sample and the pinned flash-attn 2.8.3 sdist, planned by the FA2 flavour)
+and real toolchain decisions: what will be compiled, where the architectures come from, the
+jobs, the flavour's cost model through toolchain/_schedule, the faster settings of a long build,
+and the note of a flavour without a model. The block a real prepare prints is checked against
+its build description in tests/e2e/test_estimate_block.py."""
+
+from __future__ import annotations
+
+from conftest import SAMPLE_VERSION, SHARED_SDISTS, fa2_plan, planned
+
+from fa_backend.flavours._interface import Tools
+from fa_backend.pipeline import _estimate
+from fa_backend.toolchain import _schedule
+from fa_backend.toolchain._archs import ArchChoice, Selection
+from fa_backend.toolchain._compile_commands import Command
+
+TWO_ARCHS = ArchChoice(Selection(("80", "90"), "torch's CUDA arch list"), ("80", "90"), (), {})
+ONE_ARCH = ArchChoice(Selection(("86",), "setting cuda-archs"), ("80",), (), {})
+
+
+def _block(preview) -> list[str]:
+    """The block without the load note, which depends on what else this machine runs."""
+    return [line for line in preview.lines if not line.startswith("  note: this machine is busy")]
+
+
+def test_build_sources_are_the_basenames_build_ninja_compiles():
+    commands = [
+        Command("cxx", "/b/csrc/flash_attn/flash_api.cpp", ()),
+        Command("nvcc", "/b/csrc/flash_attn/src/flash_fwd_hdim128_bf16_sm80.cu", ()),
+    ]
+    assert _estimate.build_sources(commands) == [
+        "flash_api.cpp",
+        "flash_fwd_hdim128_bf16_sm80.cu",
+    ]
+
+
+def test_a_short_build_says_what_how_and_how_long(sample_sdist_dir):
+    plan = fa2_plan(sample_sdist_dir)
+    tools = Tools(nvcc=None, archs=ONE_ARCH, jobs=2, nvcc_threads=None, compiler_cache=None)
+    preview = _estimate.preview(plan, tools, ["flash_api.cpp"], cores=2)
+    assert preview.machine == _schedule.Machine(jobs=2, threads=1, cores=2, archs=1)
+    assert preview.seconds == _schedule.predict(
+        ["flash_api.cpp"], preview.machine, plan.flavour.cost_model(plan)
+    )
+    assert _block(preview) == [
+        "about to compile 1 source(s) x 1 architecture (kernel set full)",
+        "  architectures: 86 from setting cuda-archs -> sm_80",
+        "  jobs: 2 compile job(s) x 1 nvcc thread(s) on 2 core(s)",
+        f"  estimate: {_schedule.time_range(preview.seconds)} (a per-source cost model "
+        "calibrated on measured builds: docs/benchmarks.md)",
+    ]
+    assert preview.cost("flash_api.cpp") == plan.flavour.cost_model(plan)("flash_api.cpp")
+
+
+def test_a_long_full_build_suggests_faster_settings():
+    plan = fa2_plan(SHARED_SDISTS, "2.8.3")
+    tools = Tools(nvcc=None, archs=TWO_ARCHS, jobs=2, nvcc_threads=1, compiler_cache=None)
+    sources = plan.flavour.planned_sources(plan, tools)
+    preview = _estimate.preview(plan, tools, sources, cores=2)
+    assert preview.seconds > _estimate.SUGGEST_ABOVE_SECONDS
+    block = _block(preview)
+    assert (
+        block[0] == f"about to compile {len(sources)} source(s) x 2 architectures (kernel set full)"
+    )
+    assert block[1] == (
+        "  architectures: 80, 90 from torch's CUDA arch list -> sm_80, sm_90 "
+        "(set -C cuda-archs=... to build for your GPU only)"
+    )
+    faster = [line for line in block if line.startswith("  faster: ")]
+    assert len(faster) == 3
+    assert any("-C cuda-archs=90" in line for line in faster), faster
+    assert any("-C head-dims=128 -C dtypes=bf16 -C forward-only=true" in f for f in faster)
+    assert block[-len(faster) :] == faster  # after the estimate, fastest first
+    options = plan.flavour.faster_options(plan, tools, sources, preview.machine)
+    assert faster == [f"  faster: {s}: {_schedule.time_range(t)}" for t, s in options]
+
+
+def test_a_flavour_without_a_cost_model_says_so_and_progress_counts_sources(
+    sample_sdist_dir, demo_flavour
+):
+    sdist = sample_sdist_dir / f"flash_attn-{SAMPLE_VERSION}.tar.gz"
+    plan = planned(demo_flavour, {"sdist": str(sdist)})
+    tools = Tools(nvcc=None, archs=None, jobs=1, nvcc_threads=None, compiler_cache=None)
+    preview = _estimate.preview(plan, tools, ["flash_api.cpp"], cores=4)
+    assert preview.seconds is None and preview.cost is _schedule.uniform
+    assert _block(preview) == [
+        "about to compile 1 source(s) x 1 architecture (kernel set sample)",
+        "  jobs: 1 compile job(s) x 1 nvcc thread(s) on 4 core(s)",
+        "  estimate: none for fa-shim-demo (fa-shim has no cost model for its sources)",
+    ]

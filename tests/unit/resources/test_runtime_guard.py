@@ -1,0 +1,66 @@
+"""The import guard fa-shim ships as flash_attn/_fa_shim_guard.py (fa_backend/resources/
+runtime_guard.py): what counts as a different torch, and the rebuild command it names from what
+pip recorded. The guard in an installed wheel and the patches that use it:
+tests/integration/test_import_guard.py."""
+
+from __future__ import annotations
+
+import json
+import sys
+from importlib import metadata
+from pathlib import Path
+
+import pytest
+
+from fa_backend.resources import runtime_guard
+
+BUILT = {"version": "2.11.0+cu130", "cuda": "13.0", "cxx11_abi": 1}
+
+
+@pytest.mark.parametrize(
+    "running, differs",
+    [
+        ({"version": "2.11.0", "cuda": "13.0", "cxx11_abi": 1}, []),  # local label ignored
+        ({"version": "2.11.0+cu130", "cuda": "13.2", "cxx11_abi": 1}, []),  # same CUDA major
+        ({"version": "2.11.1+cu130", "cuda": "13.0", "cxx11_abi": 1}, ["torch version"]),
+        ({"version": "2.12.0+cu130", "cuda": "13.0", "cxx11_abi": 1}, ["torch version"]),
+        ({"version": "2.11.0+cu128", "cuda": "12.8", "cxx11_abi": 1}, ["CUDA 13.0 vs 12.8"]),
+        ({"version": "2.11.0+cpu", "cuda": None, "cxx11_abi": 1}, ["CUDA 13.0 vs none"]),
+        ({"version": "2.11.0+cu130", "cuda": "13.0", "cxx11_abi": 0}, ["C++ ABI"]),
+    ],
+)
+def test_what_counts_as_a_different_torch(running, differs):
+    found = runtime_guard.mismatches(BUILT, running)
+    assert len(found) == len(differs)
+    for text, expected in zip(found, differs):
+        assert expected in text
+
+
+def _dist(tmp_path: Path, direct_url: dict | None) -> metadata.Distribution:
+    info = tmp_path / "flash_attn-2.8.3.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: flash-attn\nVersion: 2.8.3\n")
+    if direct_url is not None:
+        (info / "direct_url.json").write_text(json.dumps(direct_url))
+    return metadata.PathDistribution(info)
+
+
+@pytest.mark.parametrize(
+    "direct_url, source",
+    [
+        ({"url": "file:///srv/fa%20shim", "dir_info": {}}, "/srv/fa shim"),
+        (
+            {"url": "https://github.com/o/fa-shim", "vcs_info": {"vcs": "git", "commit_id": "ab"}},
+            "git+https://github.com/o/fa-shim@ab",
+        ),
+        (
+            {"url": "file:///w/flash_attn-2.8.3-cp311-cp311-linux_x86_64.whl", "archive_info": {}},
+            "/path/to/fa-shim",
+        ),  # reinstalling the same wheel would not help
+        (None, "/path/to/fa-shim"),
+    ],
+)
+def test_rebuild_command_names_the_source_pip_recorded(tmp_path, direct_url, source):
+    command = runtime_guard.rebuild_command(_dist(tmp_path, direct_url))
+    pip = f"{sys.executable} -m pip install --no-build-isolation --no-deps --force-reinstall"
+    assert command == f"{pip} {source}"
