@@ -129,7 +129,7 @@ def cases(tmp: Path, sdists: Path) -> list[Case]:
         Case(
             "cli prepare, build dir on a full disk",
             cli(*prep, full / "b", *sample_c),
-            f"kB on {full}/b, has 0 kB (extracting the sdist",
+            f"kB on {full}/b (--build-dir), has 0 kB (extracting the sdist",
             prefix=mounted(full=full),
             mount=True,
         ),

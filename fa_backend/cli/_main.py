@@ -58,21 +58,16 @@ def _prepare(args: argparse.Namespace) -> int:
     """Extract, patch, inject and let torch write build.ninja, without compiling anything."""
     import json
 
-    from ..core import _log
+    from ..core import _log, _ownership
     from ..pipeline import _build, _estimate
     from ..toolchain import _jobs
 
     config = dict(args.config_setting)
     plan = _build.plan(config)
-    out = Path(args.build_dir).absolute()
-    created = not out.exists()
-    out.mkdir(parents=True, exist_ok=True)
-    try:
+    # only a new, empty or fa-shim-made directory; a failed or interrupted prepare takes back
+    # what it added and nothing else
+    with _ownership.owned(Path(args.build_dir).absolute(), "--build-dir") as out:
         prep = _build.prepare(plan, out)
-    except BaseException:  # a failed or interrupted prepare leaves no half-prepared tree
-        if created:
-            shutil.rmtree(out, ignore_errors=True)
-        raise
     estimate = _estimate.preview(
         plan, prep.tools, _estimate.build_sources(prep.commands), _jobs.available_cores()
     )
