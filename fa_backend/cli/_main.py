@@ -195,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.set_defaults(func=_prebuild)
     args = parser.parse_args(argv)
-    return boundary(args.func)(args)
+    return boundary(args.func, frontend=False)(args)  # a shell, not a frontend, runs it
 
 
 if __name__ == "__main__":

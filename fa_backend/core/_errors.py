@@ -28,19 +28,27 @@ class FaShimError(Exception):
         return "\n".join(lines)
 
 
-def boundary(func: F) -> F:
+def boundary(func: F, *, frontend: bool = True) -> F:
     """Turn FaShimError into one message on stderr and exit status 1 (pip shows it as is); an
-    OSError or a failed helper program becomes one too (_failures), Ctrl-C exit status 130."""
+    OSError or a failed helper program becomes one too (_failures), Ctrl-C exit status 130,
+    SIGTERM/SIGHUP 128 + the signal. With `frontend` (the PEP 517 hooks) the frontend's death
+    stops the call too (_lifeline)."""
 
     @functools.wraps(func)
     def wrapper(*args, **kwargs):
+        from . import _lifeline
+
         try:
-            return func(*args, **kwargs)
+            with _lifeline.guarded(watch_parent=frontend):
+                return func(*args, **kwargs)
         except (FaShimError, OSError, subprocess.CalledProcessError, KeyboardInterrupt) as exc:
             from . import _failures
 
             status = 1
-            if isinstance(exc, KeyboardInterrupt):
+            if isinstance(exc, _lifeline.Terminated):
+                error = FaShimError(f"{exc.describe()}: nothing was published")
+                status = 128 + exc.signum
+            elif isinstance(exc, KeyboardInterrupt):
                 error, status = FaShimError(_failures.INTERRUPTED), _failures.INTERRUPTED_STATUS
             elif isinstance(exc, OSError):
                 error = _failures.from_oserror(exc)
