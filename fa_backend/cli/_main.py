@@ -139,7 +139,17 @@ def _prebuild(args: argparse.Namespace) -> int:
     config = dict(args.config_setting)
     rows = [_prebuild.prebuild_one(python, config) for python in args.python]
     print(_prebuild.render(rows))
+    if args.hashes:  # requirement lines for `pip install --require-hashes`
+        print("\n".join(_prebuild.requirement_lines(rows)))
     return 1 if any(r.result == "failed" for r in rows) else 0
+
+
+def _cache(args: argparse.Namespace) -> int:
+    """Audit a wheel cache, or print its requirement lines with hashes (fleet/_cache_check)."""
+    from ..fleet import _cache_check
+
+    config = dict(args.config_setting)
+    return _cache_check.main(args.action, Path(args.directory), args.rebuild, config)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -191,9 +201,30 @@ def main(argv: list[str] | None = None) -> int:
         help="the interpreter of one environment (repeat for each)",
     )
     p.add_argument(
+        "--hashes",
+        action="store_true",
+        help="then print a requirement line with --hash=sha256 for each wheel",
+    )
+    p.add_argument(
         "-C", "--config-setting", action="append", default=[], metavar="KEY=VALUE", type=_pair
     )
     p.set_defaults(func=_prebuild)
+    p = sub.add_parser(
+        "cache",
+        help="check a wheel cache's entries (sha256, RECORD, verify; --rebuild compares a "
+        "local rebuild), or print requirement lines with --hash for --require-hashes",
+    )
+    p.add_argument("action", choices=["check", "requirements"])
+    p.add_argument("directory", help="the wheel cache (wheel-cache-dir)")
+    p.add_argument(
+        "--rebuild",
+        action="store_true",
+        help="rebuild this environment's entry (same -C settings as its build) and compare bytes",
+    )
+    p.add_argument(
+        "-C", "--config-setting", action="append", default=[], metavar="KEY=VALUE", type=_pair
+    )
+    p.set_defaults(func=_cache)
     args = parser.parse_args(argv)
     return boundary(args.func, frontend=False)(args)  # a shell, not a frontend, runs it
 
