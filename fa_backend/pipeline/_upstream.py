@@ -18,7 +18,7 @@ from ..flavours.fa3 import _fa3_build
 from ..fleet import _sccache
 from ..resources import DRIVER, LAUNCHER
 from ..resources.upstream_driver import BLOCKED_EXIT
-from . import _plan, _runner, _seal
+from . import _plan, _reproducible, _runner, _seal
 
 if TYPE_CHECKING:
     from ._plan import Plan, Tools
@@ -83,6 +83,7 @@ def environment(plan: Plan, tools: Tools, scratch: Path, jobs: int | None) -> di
         env["MAX_JOBS"] = str(jobs)
     if tools.nvcc_threads:
         env["NVCC_THREADS"] = str(tools.nvcc_threads)
+    env[_reproducible.KEEP_ENV] = "1"  # nvcc's files under fixed names (launcher)
     return env
 
 
@@ -117,6 +118,7 @@ def run_setup(
         "split_sources": {}
         if plan.fa3
         else _tu_parts.layout(source / _tu_parts.KERNEL_DIR, tools.tu_parts),
+        "prefix_flags": _reproducible.compile_flags(plan, tools, scratch),
     }
     spec_path.write_text(json.dumps(spec))
     _log.info(f"running upstream setup.py ({mode}); full log: {log}")

@@ -123,7 +123,10 @@ def _inject(ext):
             f"-std=c++{max(stds)}",
             f"-D_GLIBCXX_USE_CXX11_ABI={SPEC['abi']}",
         ]
-        args[key] = [f for f in flags if _std_number(f) is None] + added
+        # prefix maps (fa-shim's _reproducible) before the ABI define, which must stay last;
+        # they name this build's directories, so the provenance does not list them
+        mapped = list((SPEC.get("prefix_flags") or {}).get(key, []))
+        args[key] = [f for f in flags if _std_number(f) is None] + mapped + added
         injected[key] = added
     ext.extra_compile_args = args
     REPORT["extensions"].append(
