@@ -16,8 +16,9 @@ ConfigSettings = Mapping[str, Union[str, list[str]]]
 ENV_PREFIX = "FA_SHIM_"
 
 
-def _setting(default: Any, kind: str, help: str) -> Any:
-    return dataclasses.field(default=default, metadata={"kind": kind, "help": help})
+def _setting(default: Any, kind: str, help: str, maximum: int | None = None) -> Any:
+    metadata = {"kind": kind, "help": help, "max": maximum}
+    return dataclasses.field(default=default, metadata=metadata)
 
 
 def default_cache_dir() -> Path:
@@ -69,7 +70,13 @@ class Settings:
         "for torch's CUDA, kept under <cache-dir>/toolkits; CUDA 13+ torches).",
     )
     max_jobs: int | None = _setting(None, "int", "Parallel compile jobs (ninja -j, MAX_JOBS).")
-    nvcc_threads: int | None = _setting(None, "int", "nvcc --threads per job (NVCC_THREADS).")
+    nvcc_threads: int | None = _setting(
+        None,
+        "int",
+        "nvcc --threads per job (NVCC_THREADS), 1 to 32: more threads than a source's "
+        "architectures do nothing.",
+        maximum=32,
+    )
     tu_parts: int | None = _setting(
         None,
         "int",

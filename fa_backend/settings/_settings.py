@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core._errors import FaShimError
+from . import _places
 from ._convert import convert
 from ._model import (
     ENV_PREFIX,
@@ -66,9 +67,7 @@ def read_pyproject_table(project_dir: Path) -> dict[str, Any]:
     except FileNotFoundError:
         return {}
     except tomllib.TOMLDecodeError as exc:
-        raise FaShimError(
-            f"{path} is not valid TOML: {exc}", fix="correct pyproject.toml."
-        ) from None
+        raise FaShimError(f"{path} is not valid TOML: {exc}", fix=f"correct {path}.") from None
     return data.get("tool", {}).get("fa-shim", {})
 
 
@@ -78,12 +77,12 @@ FLAVOUR_KEY = "flavour"
 FLAVOURS = ("fa2", "fa3")
 
 
-def _check_flavour(flavour: Any) -> str:
+def _check_flavour(flavour: Any, pyproject: Path) -> str:
     if flavour not in FLAVOURS:
         raise FaShimError(
-            f"{FLAVOUR_KEY} = {flavour!r} in [tool.fa-shim] of pyproject.toml is not one of "
+            f"{FLAVOUR_KEY} = {flavour!r} in [tool.fa-shim] of {pyproject} is not one of "
             f"{', '.join(FLAVOURS)}.{_did_you_mean(str(flavour), list(FLAVOURS))}",
-            fix="correct pyproject.toml (fa2: flash-attn, fa3: flash-attn-3).",
+            fix=f"correct {pyproject} (fa2: flash-attn, fa3: flash-attn-3).",
         )
     return flavour
 
@@ -111,12 +110,14 @@ def load(
     known = list(FIELDS)
     layers: list[tuple[str, dict[str, Any]]] = []
 
-    table = dict(read_pyproject_table(project_dir or Path.cwd()))
-    flavour = _check_flavour(table.pop(FLAVOUR_KEY, "fa2"))
+    # the file's full path in every message: a frontend may build from a copy of the project
+    pyproject = (project_dir or Path.cwd()).absolute() / "pyproject.toml"
+    table = dict(read_pyproject_table(pyproject.parent))
+    flavour = _check_flavour(table.pop(FLAVOUR_KEY, "fa2"), pyproject)
     for key in table:
         if key not in FIELDS:
-            raise _unknown(key, "[tool.fa-shim] of pyproject.toml", [*known, FLAVOUR_KEY])
-    layers.append(("[tool.fa-shim]", table))
+            raise _unknown(key, f"[tool.fa-shim] of {pyproject}", [*known, FLAVOUR_KEY])
+    layers.append((f"[tool.fa-shim] of {pyproject}", table))
 
     env_layer = {}
     known_env = {env_name(k): k for k in known}
@@ -149,7 +150,8 @@ def load(
             field = FIELDS[key]
             # name the real source, so the fix says what to change: FA_SHIM_MAX_JOBS
             source = f"environment variable {env_name(key)}" if layer is env_layer else where
-            values[field.name] = convert(key, field.metadata["kind"], value, source)
+            kind, maximum = field.metadata["kind"], field.metadata.get("max")
+            values[field.name] = convert(key, kind, value, source, maximum)
     if values.get("sdist_dir") and not values["sdist_dir"].is_dir():
         raise FaShimError(
             f"the sdist-dir {values['sdist_dir']} does not exist (or is not a directory).",
@@ -163,4 +165,6 @@ def load(
             fix="create it with the two FlashAttention-3 tarballs in it, or correct the "
             "fa3-source-dir setting.",
         )
-    return Settings(**values)
+    settings = Settings(**values)
+    _places.name(settings)
+    return settings
