@@ -57,6 +57,8 @@ def load(directory: Path, wheel_name: str | None = None) -> Entry | None:
         name, digest = record["wheel"], record["sha256"]
     except (OSError, ValueError, KeyError, TypeError):
         return None
+    if not isinstance(name, str) or "/" in name or name.startswith("."):
+        return None  # an entry names a file beside its record, nothing elsewhere
     if wheel_name is not None and name != wheel_name:
         return None
     wheel = directory / name

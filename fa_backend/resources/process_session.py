@@ -10,6 +10,7 @@ The session id survives reparenting to init, so /proc still finds those orphans.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import os
@@ -52,6 +53,9 @@ def end(sid: int, grace: float = 3.0, spare: int | None = None) -> None:
     sig = signal.SIGTERM
     while True:
         left = [p for p in members(sid) if p != spare]
+        if spare is None:  # the leader's group too, where /proc shows nothing (hidepid)
+            with contextlib.suppress(OSError):
+                os.killpg(sid, sig)
         if not left:
             return
         _signal_all(left, sig)
