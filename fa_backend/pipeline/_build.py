@@ -32,6 +32,7 @@ from . import (
     _runner,
     _space,
     _upstream,
+    _verified,
 )
 from ._plan import Plan, Prepared, Tools, stats_file
 from ._provenance import fingerprint, provenance
@@ -124,7 +125,7 @@ def toolchain(plan: Plan) -> Tools:
         jobs = _fa3_build.jobs(plan, int(env["MAX_JOBS"]), _jobs.available_memory())
         return Tools(nvcc, archs, jobs, int(env["NVCC_THREADS"]), cache)
     nvcc = archs = None
-    if _sdist.has_cuda_sources(plan.sdist):
+    if _sdist.has_cuda_sources(plan.sdist, s.resolved_cache_dir / "sdist-facts"):
         nvcc = _toolkit.choose(plan.torch, s)  # the system's, or one from the index
         _log.info(f"using nvcc {nvcc}, CUDA_HOME={nvcc.cuda_home}")
         archs = _archs.resolve(s, plan.torch, nvcc.path, plan.sdist.version, os.environ)
@@ -289,7 +290,9 @@ def build(plan: Plan, wheel_directory: str, metadata_directory: str | None) -> s
                 fingerprint(plan, tools),
                 plan.wheel_name,
                 out_dir,
-                lambda wheel: verify(plan, wheel),
+                lambda wheel: _verified.once(
+                    plan.settings.resolved_cache_dir, wheel, plan.torch, lambda: verify(plan, wheel)
+                ),
                 lambda: fresh_wheel(plan, tools, scratch, how),
                 plan.settings.wheel_cache_lock_timeout,
                 plan.settings.wheel_cache_heartbeat,

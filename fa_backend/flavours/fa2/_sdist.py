@@ -6,15 +6,17 @@ Every source is checked against the sha256 pinned in vendored_patches/<version>/
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
+import json
 import tarfile
 from pathlib import Path
 
 from packaging.utils import InvalidSdistFilename, canonicalize_name, parse_sdist_filename
 from packaging.version import Version
 
-from ...core import _log
+from ...core import _atomic, _log
 from ...core._errors import FaShimError
 from ...settings._settings import Settings
 from ...sources import _archives, _index
@@ -166,11 +168,26 @@ def _corrupt(sdist: Sdist, exc: BaseException) -> FaShimError:
     )
 
 
-def has_cuda_sources(sdist: Sdist) -> bool:
-    """Whether the package compiles CUDA (decides if nvcc is needed), read from the archive."""
+def has_cuda_sources(sdist: Sdist, memo: Path | None = None) -> bool:
+    """Whether the package compiles CUDA (decides if nvcc is needed), read from the archive up
+    to its first CUDA source and remembered under its sha256 in `memo` (a directory): asked on
+    every build, wheel-cache hits included, where listing all 7,533 members of 2.8.3 cost
+    about a second."""
+    known = memo / f"{sdist.sha256}.json" if memo and sdist.sha256 else None
+    if known:
+        with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+            return bool(json.loads(known.read_text())["cuda_sources"])
+    found = _scan(sdist)
+    if known:
+        with contextlib.suppress(OSError):  # an unwritable cache only costs the next scan
+            _atomic.write(known, json.dumps({"cuda_sources": found}).encode())
+    return found
+
+
+def _scan(sdist: Sdist) -> bool:
     try:
         with tarfile.open(sdist.path, "r:gz") as tar:
-            return any(name.endswith(".cu") and "/csrc/" in name for name in tar.getnames())
+            return any(m.name.endswith(".cu") and "/csrc/" in m.name for m in tar)
     except OSError as exc:
         if not isinstance(exc, _archives.BROKEN):
             raise _unreadable(sdist.path, sdist.origin, exc) from None
