@@ -1,5 +1,5 @@
 """`python -m fa_backend COMMAND`: tools around the backend (verify, doctor, prepare, settings,
-fingerprint, prebuild)."""
+fingerprint, prebuild, cache)."""
 
 from __future__ import annotations
 
