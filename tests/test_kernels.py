@@ -312,7 +312,7 @@ def test_prepare_tailored_build_description(t211, tmp_path, version):
 
 @pytest.mark.slow
 def test_prepare_untailored_is_upstreams_build(t211, tmp_path):
-    summary = prepare(t211, tmp_path)
+    summary = prepare(t211, tmp_path / "b")  # a new directory: tmp_path holds the cache
     assert len(_basenames(summary, "nvcc")) == 72
     assert not any("FA_SHIM" in a for c in summary["compile_commands"] for a in c["args"])
     assert summary["provenance"]["kernel_set"]["kernel_set"] == "full"
