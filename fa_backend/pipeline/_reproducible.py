@@ -4,7 +4,7 @@
 - paths the compilers embed (debug info of Python's -g, __FILE__ in torch's headers, the
   working directory): mapped to fixed names under /fa-shim by -ffile-prefix-map, for the host
   compiler and nvcc's host side (-Xcompiler); kernels are compiled as upstream says, no flag
-  here changes code generation;
+  here changes code generation (the scratch tree is under TMPDIR: its map covers both);
 - nvcc's temporary files, named after its pid (tmpxft_<pid>_...) and recorded in the host
   object: the launcher has nvcc keep them under fixed names in a directory per object;
 - CUDA device code records the source path itself (module ids, -lineinfo): CUDA builds
@@ -22,7 +22,6 @@ import os
 import re
 import socket
 import sysconfig
-import tempfile
 import time
 from pathlib import Path
 
@@ -42,9 +41,11 @@ def _variants(path: str | os.PathLike | None) -> list[str]:
 
 
 def prefix_maps(source_root: Path, torch: TorchInfo, cuda_home: Path | None) -> list[list[str]]:
-    """(old, new) pairs, the general ones first: GCC applies the last matching map."""
+    """(old, new) pairs, the general ones first: GCC applies the last matching map. Only
+    directories that are the same on every node of a fleet: the maps are compile arguments,
+    which sccache hashes as they are (TMPDIR, different per node, would cost every hit; the
+    source tree is the fixed /tmp/fa-shim-src-<n> there)."""
     places = [
-        (tempfile.gettempdir(), "tmp"),
         (sysconfig.get_paths().get("include"), "python/include"),
         (torch.site_dir, "site-packages"),
         (torch.package_dir, "site-packages/torch"),
