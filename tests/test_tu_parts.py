@@ -96,7 +96,7 @@ def t211(request) -> Path:
 @pytest.mark.slow
 def test_prepare_compiles_the_parts_instead_of_the_sources(t211, tmp_path):
     summary = prepare(
-        t211, tmp_path, "head-dims=128", "dtypes=bf16", "forward-only=true", "tu-parts=3"
+        t211, tmp_path / "b", "head-dims=128", "dtypes=bf16", "forward-only=true", "tu-parts=3"
     )
     assert _basenames(summary, "nvcc") == sorted(
         p for k in INFERENCE_KERNELS for p in _tu_parts.part_names(k, 3)
@@ -123,6 +123,6 @@ def test_prepare_compiles_the_parts_instead_of_the_sources(t211, tmp_path):
 def test_the_default_parts_follow_the_max_jobs_setting(t211, tmp_path):
     """8 jobs for the 4-source inference set: 2 parts each, whatever this machine's cores."""
     summary = prepare(
-        t211, tmp_path, "head-dims=128", "dtypes=bf16", "forward-only=true", "max-jobs=8"
+        t211, tmp_path / "b", "head-dims=128", "dtypes=bf16", "forward-only=true", "max-jobs=8"
     )
     assert summary["provenance"]["tu_parts"] == 2
