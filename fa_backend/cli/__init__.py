@@ -1,2 +1,2 @@
-"""`python -m fa_backend COMMAND`: prepare, verify, doctor, settings, fingerprint, prebuild;
-doctor's findings come from the build's own code."""
+"""`python -m fa_backend COMMAND`: prepare, verify, doctor, settings, fingerprint, prebuild,
+cache; doctor's findings come from the build's own code."""

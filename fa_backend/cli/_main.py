@@ -1,5 +1,5 @@
 """`python -m fa_backend COMMAND`: tools around the backend (verify, doctor, prepare, settings,
-fingerprint, prebuild)."""
+fingerprint, prebuild, cache)."""
 
 from __future__ import annotations
 
@@ -59,21 +59,16 @@ def _prepare(args: argparse.Namespace) -> int:
     """Extract, patch, inject and let torch write build.ninja, without compiling anything."""
     import json
 
-    from ..core import _log
+    from ..core import _log, _ownership
     from ..pipeline import _build, _estimate
     from ..toolchain import _jobs
 
     config = dict(args.config_setting)
     plan = _build.plan(config)
-    out = Path(args.build_dir).absolute()
-    created = not out.exists()
-    out.mkdir(parents=True, exist_ok=True)
-    try:
+    # only a new, empty or fa-shim-made directory; a failed or interrupted prepare takes back
+    # what it added and nothing else
+    with _ownership.owned(Path(args.build_dir).absolute(), "--build-dir") as out:
         prep = _build.prepare(plan, out)
-    except BaseException:  # a failed or interrupted prepare leaves no half-prepared tree
-        if created:
-            shutil.rmtree(out, ignore_errors=True)
-        raise
     estimate = _estimate.preview(
         plan, prep.tools, _estimate.build_sources(prep.commands), _jobs.available_cores()
     )
@@ -147,7 +142,17 @@ def _prebuild(args: argparse.Namespace) -> int:
     config = dict(args.config_setting)
     rows = [_prebuild.prebuild_one(python, config) for python in args.python]
     print(_prebuild.render(rows))
+    if args.hashes:  # requirement lines for `pip install --require-hashes`
+        print("\n".join(_prebuild.requirement_lines(rows)))
     return 1 if any(r.result == "failed" for r in rows) else 0
+
+
+def _cache(args: argparse.Namespace) -> int:
+    """Audit a wheel cache, or print its requirement lines with hashes (cli/_cache_check)."""
+    from . import _cache_check
+
+    config = dict(args.config_setting)
+    return _cache_check.main(args.action, Path(args.directory), args.rebuild, config)
 
 
 _CONFIG_HELP = "a setting, as pip's -C takes it (docs/reference/settings.md); repeatable"
@@ -216,14 +221,38 @@ def parser() -> argparse.ArgumentParser:
         metavar="INTERP",
         help="the interpreter of one environment (repeat for each)",
     )
+    p.add_argument(
+        "--hashes",
+        action="store_true",
+        help="then print a requirement line with --hash=sha256 for each wheel",
+    )
     _config(p)
     p.set_defaults(func=_prebuild)
+    p = sub.add_parser(
+        "cache",
+        help="check a wheel cache's entries (sha256, RECORD, verify; --rebuild compares a "
+        "local rebuild), or print requirement lines with --hash for --require-hashes",
+    )
+    p.add_argument(
+        "action",
+        choices=["check", "requirements"],
+        help="check: audit every entry (exit status 1 on a failure); requirements: print a "
+        "requirement line with --hash=sha256 for each entry",
+    )
+    p.add_argument("directory", help="the wheel cache (wheel-cache-dir)")
+    p.add_argument(
+        "--rebuild",
+        action="store_true",
+        help="rebuild this environment's entry (same -C settings as its build) and compare bytes",
+    )
+    _config(p)
+    p.set_defaults(func=_cache)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    return boundary(args.func)(args)
+    return boundary(args.func, frontend=False)(args)  # a shell, not a frontend, runs it
 
 
 if __name__ == "__main__":

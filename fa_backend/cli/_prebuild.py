@@ -34,11 +34,12 @@ class Row:
     result: str = "failed"
     reason: str = ""
     seconds: float = 0.0
+    sha256: str | None = None
 
 
 def describe(config: dict[str, str]) -> dict:
     """This interpreter's fingerprint and whether the wheel cache holds its wheel."""
-    from ..fleet import _wheel_cache
+    from ..fleet import _entries, _wheel_cache
     from ..pipeline import _build
 
     plan = _build.plan(config)
@@ -51,12 +52,14 @@ def describe(config: dict[str, str]) -> dict:
     key = _wheel_cache.key(facts)
     root = plan.settings.resolved_wheel_cache_dir
     cached = _wheel_cache.lookup(root, key, plan.wheel_name)
+    entry = _entries.load(root / key, plan.wheel_name) if cached else None
     return {
         "python": sys.executable,
         "key": key,
         "wheel": plan.wheel_name,
         "wheel_cache_dir": str(root),
         "cached": str(cached) if cached else None,
+        "sha256": entry.sha256 if entry else None,  # for --require-hashes (prebuild --hashes)
         "fingerprint": facts,
     }
 
@@ -98,7 +101,7 @@ def prebuild_one(python: str, config: dict[str, str]) -> Row:
         facts = _fingerprint(exe, config)
         row.fingerprint, row.wheel = facts["key"], facts["wheel"]
         if facts["cached"]:
-            row.result = "cached"
+            row.result, row.sha256 = "cached", facts["sha256"]
             return row
         sys.stderr.write(f"fa-shim: prebuild: building {row.wheel} with {exe}\n")
         with tempfile.TemporaryDirectory(prefix="fa-shim-prebuild-") as out:
@@ -106,9 +109,10 @@ def prebuild_one(python: str, config: dict[str, str]) -> Row:
             proc = _in(exe, [*pip, str(ROOT), *_options(config)])
         if proc.returncode != 0:
             raise FaShimError(_reason(proc.stderr + proc.stdout))
-        if not _fingerprint(exe, config)["cached"]:  # the build stored it, or it is not there
+        stored = _fingerprint(exe, config)
+        if not stored["cached"]:  # the build stored it, or it is not there
             raise FaShimError(f"the build succeeded but {facts['wheel_cache_dir']} has no entry")
-        row.result = "built"
+        row.result, row.sha256 = "built", stored["sha256"]
     except FaShimError as exc:
         row.reason = exc.cause
     except (OSError, ValueError, subprocess.TimeoutExpired) as exc:
@@ -116,6 +120,18 @@ def prebuild_one(python: str, config: dict[str, str]) -> Row:
     finally:
         row.seconds = time.monotonic() - started
     return row
+
+
+def requirement_lines(rows: list[Row]) -> list[str]:
+    """`name==version --hash=sha256:...` for each wheel built or found (pip --require-hashes)."""
+    from packaging.utils import parse_wheel_filename
+
+    lines = []
+    for r in rows:
+        if r.sha256 and r.wheel != "-":
+            name, version, _, _ = parse_wheel_filename(r.wheel)
+            lines.append(f"{name}=={version} --hash=sha256:{r.sha256}")
+    return lines
 
 
 def render(rows: list[Row]) -> str:

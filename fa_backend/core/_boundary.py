@@ -1,5 +1,6 @@
 """The one boundary: every hook and command ends in one readable message on stderr and an exit
-status, whatever failed (FaShimError, an OSError, a helper program, Ctrl-C)."""
+status, whatever failed (FaShimError, an OSError, a helper program, Ctrl-C, a signal or the
+frontend's death)."""
 
 from __future__ import annotations
 
@@ -8,23 +9,29 @@ import subprocess
 import sys
 from typing import Callable, TypeVar
 
-from . import _failures
+from . import _failures, _lifeline
 from ._errors import FaShimError
 
 F = TypeVar("F", bound=Callable[..., object])
 
 
-def boundary(func: F) -> F:
+def boundary(func: F, *, frontend: bool = True) -> F:
     """Turn FaShimError into one message on stderr and exit status 1 (pip shows it as is); an
-    OSError or a failed helper program becomes one too (_failures), Ctrl-C exit status 130."""
+    OSError or a failed helper program becomes one too (_failures), Ctrl-C exit status 130,
+    SIGTERM/SIGHUP 128 + the signal. With `frontend` (the PEP 517 hooks) the frontend's death
+    stops the call too (_lifeline)."""
 
     @functools.wraps(func)
     def wrapper(*args, **kwargs):
         try:
-            return func(*args, **kwargs)
+            with _lifeline.guarded(watch_parent=frontend):
+                return func(*args, **kwargs)
         except (FaShimError, OSError, subprocess.CalledProcessError, KeyboardInterrupt) as exc:
             status = 1
-            if isinstance(exc, KeyboardInterrupt):
+            if isinstance(exc, _lifeline.Terminated):
+                error = FaShimError(f"{exc.describe()}: nothing was published")
+                status = 128 + exc.signum
+            elif isinstance(exc, KeyboardInterrupt):
                 error, status = FaShimError(_failures.INTERRUPTED), _failures.INTERRUPTED_STATUS
             elif isinstance(exc, OSError):
                 error = _failures.from_oserror(exc)

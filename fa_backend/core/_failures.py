@@ -30,11 +30,38 @@ def directory_of(path: str | os.PathLike | None) -> Path | None:
     return None
 
 
-def where_it_is(directory: Path | None) -> str:
-    """Which knob moves the directory: scratch lives under TMPDIR, fa-shim's own files under the
-    cache directory; anything else is a path the user gave (output or build directory)."""
+# Directories a setting or option named (`-C wheel-cache-dir`, `--build-dir`): a failure there
+# names that setting, even when the directory lies under TMPDIR or the cache directory.
+_NAMED: dict[Path, tuple[str, str]] = {}
+
+
+def name_place(path: str | os.PathLike | None, knob: str, fix: str | None = None) -> None:
+    """Remember that the directory `path` came from `knob` (e.g. "setting sdist-dir"), and what
+    to do when it cannot be written."""
+    if path:
+        fix = fix or f"make it writable for this user, or name another directory with {knob}."
+        _NAMED[Path(path).absolute()] = (knob, fix)
+
+
+def named_by(directory: Path | None) -> tuple[str, str] | None:
+    """(knob, fix) of the named directory at or above `directory`, if a knob named one."""
+    if directory is None:
+        return None
+    for candidate in (directory, *directory.parents):
+        if candidate in _NAMED:
+            return _NAMED[candidate]
+    return None
+
+
+def where_it_is(directory: Path | None, path: str | os.PathLike | None = None) -> str:
+    """Which knob moves the directory (the nearest existing one of `path`): the setting that
+    named it or `path`; else scratch lives under TMPDIR, fa-shim's own files under the cache
+    directory; anything else is a path the user gave (output or build directory)."""
     if directory is None:
         return "a directory fa-shim writes"
+    named = (named_by(Path(path).absolute()) if path else None) or named_by(directory)
+    if named:
+        return f"{directory} ({named[0]})"
     scratch = Path(tempfile.gettempdir()).absolute()
     cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache").absolute()
     if directory == scratch or scratch in directory.parents:
@@ -59,10 +86,14 @@ def from_oserror(exc: OSError) -> FaShimError:
         return no_space(directory_of(path))
     reason = exc.strerror or str(exc)
     if exc.errno in NOT_WRITABLE:
+        where = directory_of(path)
+        named = (named_by(Path(path).absolute()) if path else None) or named_by(where)
         return FaShimError(
-            f"cannot write {where_it_is(directory_of(path)) if path else 'a file'}"
+            f"cannot write {where_it_is(where, path) if path else 'a file'}"
             f"{f' ({path})' if path else ''}: {reason}.",
-            fix="make it writable for this user, or choose another directory (the output "
+            fix=named[1]
+            if named
+            else "make it writable for this user, or choose another directory (the output "
             "directory of the frontend, --build-dir of prepare, -C cache-dir, TMPDIR).",
         )
     code = errno.errorcode.get(exc.errno or 0, "OSError")

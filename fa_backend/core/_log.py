@@ -30,9 +30,16 @@ def quiet() -> Iterator[None]:
         _quiet = old
 
 
+def _say(line: str) -> None:
+    try:
+        print(line, file=sys.stderr, flush=True)
+    except OSError:  # stderr is gone (a killed frontend's pipe): a clean-up must go on
+        pass
+
+
 def info(message: str) -> None:
     if not _quiet:
-        print(f"fa-shim: {message}", file=sys.stderr, flush=True)
+        _say(f"fa-shim: {message}")
 
 
 def debug(message: str) -> None:
@@ -41,4 +48,4 @@ def debug(message: str) -> None:
 
 
 def warn(message: str) -> None:
-    print(f"fa-shim: warning: {message}", file=sys.stderr, flush=True)
+    _say(f"fa-shim: warning: {message}")

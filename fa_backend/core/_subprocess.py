@@ -4,8 +4,10 @@ the tail of what it printed, and the fix. The long upstream build runs through _
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
+import signal
 import subprocess
 from collections.abc import Sequence
 from pathlib import Path
@@ -17,6 +19,36 @@ TAIL_LINES = 20
 
 def tail(text: str, lines: int = TAIL_LINES) -> str:
     return "\n".join(text.strip().splitlines()[-lines:])
+
+
+def completed(
+    argv: list[str],
+    *,
+    cwd: Path | None = None,
+    env: dict[str, str] | None = None,
+    timeout: float | None = None,
+) -> subprocess.CompletedProcess[str]:
+    """subprocess.run(argv, capture_output=True, text=True), in a process group of its own that
+    is killed whole when the call ends early (timeout, Ctrl-C, SIGTERM): a compiler's cc1plus
+    or nvcc's cicc would otherwise outlive the driver that subprocess.run kills."""
+    with subprocess.Popen(
+        argv,
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        errors="replace",
+        start_new_session=True,
+    ) as proc:
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except BaseException:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            raise
+    return subprocess.CompletedProcess(argv, proc.returncode, out, err)
 
 
 def run(
@@ -34,9 +66,7 @@ def run(
     shown = f"`{shlex.join(argv)}`" + (f" in {cwd}" if cwd else "")
     output = ""
     try:
-        proc = subprocess.run(
-            argv, cwd=cwd, capture_output=True, text=True, errors="replace", timeout=timeout
-        )
+        proc = completed(argv, cwd=cwd, timeout=timeout)
     except subprocess.TimeoutExpired:
         failed = f"{shown} did not finish within {timeout:g} s."
     except OSError as exc:  # the program missing or not executable, or cwd missing

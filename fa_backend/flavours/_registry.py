@@ -31,6 +31,16 @@ def known() -> list[str]:
     return [*BUILT_IN, *sorted(set(_plugins()) - set(BUILT_IN))]
 
 
+def _unknown(name: str, pyproject: str) -> FaShimError:
+    close = difflib.get_close_matches(str(name), known(), n=1)
+    return FaShimError(
+        f"{_settings.FLAVOUR_KEY} = {name!r} in [tool.fa-shim] of {pyproject} is not one "
+        f"of {', '.join(known())}." + (f" Did you mean {close[0]!r}?" if close else ""),
+        fix=f"correct {pyproject} (fa2: flash-attn, fa3: flash-attn-3), or install the "
+        f"package that provides flavour {name!r}.",
+    )
+
+
 @functools.cache
 def get(name: str) -> Flavour:
     """The flavour called name, or one error naming the known ones."""
@@ -38,13 +48,7 @@ def get(name: str) -> Flavour:
         return importlib.import_module(BUILT_IN[name]).FLAVOUR
     plugin = _plugins().get(name)
     if plugin is None:
-        close = difflib.get_close_matches(str(name), known(), n=1)
-        raise FaShimError(
-            f"{_settings.FLAVOUR_KEY} = {name!r} in [tool.fa-shim] of pyproject.toml is not one "
-            f"of {', '.join(known())}." + (f" Did you mean {close[0]!r}?" if close else ""),
-            fix="correct pyproject.toml (fa2: flash-attn, fa3: flash-attn-3), or install the "
-            f"package that provides flavour {name!r}.",
-        )
+        raise _unknown(name, "pyproject.toml")
     flavour = plugin.load()
     if not isinstance(flavour, Flavour):
         raise FaShimError(
@@ -95,6 +99,8 @@ def load(
 ) -> tuple[Flavour, _settings.Settings]:
     """The project's flavour and its settings, each setting checked to apply to it."""
     settings = _settings.load(config_settings, environ, project_dir)
+    if settings.flavour not in known():  # the file by its full path: a frontend builds a copy
+        raise _unknown(settings.flavour, str(_settings.pyproject_of(project_dir)))
     flavour = get(settings.flavour)
     _check_applies(flavour, settings)
     return flavour, settings

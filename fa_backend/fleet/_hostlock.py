@@ -12,6 +12,8 @@ NFSv3 and later) and a rename. So:
 - stale: a waiter re-opens the file (NFS close-to-open consistency: fresh attributes) and
   measures on its *own* monotonic clock how long (inode, mtime, size) stayed unchanged; after
   STALE_BEATS heartbeats the holder is dead (no comparison of clocks across hosts);
+- dead on this machine: a holder whose boot and pid namespace are the waiter's and whose process
+  is gone (a SIGKILLed build) is taken over at once, without waiting out the stale time;
 - takeover: the waiter renames the stale file to a unique name (atomic: one waiter wins) and
   creates its own; the loser sees the new holder and keeps waiting;
 - never forever: past `timeout` the error names the holder (host, pid) and since when.
@@ -41,6 +43,37 @@ STALE_BEATS = 8  # heartbeats without a change before a lock is a dead builder's
 
 def _hostname() -> str:
     return socket.gethostname()
+
+
+def _this_kernel() -> dict:
+    """What names this machine's processes beyond a host name (which containers share): the
+    boot and the pid namespace. A pid is only comparable where both are ours."""
+    facts = {}
+    with contextlib.suppress(OSError):
+        facts["boot"] = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+        facts["pidns"] = os.readlink("/proc/self/ns/pid")
+    return facts
+
+
+def _started(pid: int) -> int | None:
+    """The process's start time (clock ticks since boot): tells a reused pid from the holder."""
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_bytes().rsplit(b")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def gone_here(holder: dict) -> bool:
+    """True when the holder ran on this machine, in this pid namespace, and its process is
+    no more (killed with SIGKILL, say): its lock need not wait for the stale time."""
+    mine = _this_kernel()
+    if not mine or any(holder.get(k) != v for k, v in mine.items()):
+        return False
+    pid = holder.get("pid")
+    if not isinstance(pid, int):
+        return False
+    started = _started(pid)
+    return started is None or started != holder.get("pid_started", started)
 
 
 def _read(path: Path) -> tuple[tuple[int, int, int], dict] | None:
@@ -84,7 +117,13 @@ class HostLock:
     # ------------------------------------------------------------------------------ acquire
 
     def _try_create(self) -> bool:
-        me = {"host": _hostname(), "pid": os.getpid(), "started": time.time()}
+        me = {
+            "host": _hostname(),
+            "pid": os.getpid(),
+            "started": time.time(),
+            "pid_started": _started(os.getpid()),
+            **_this_kernel(),
+        }
         try:
             fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # umask applies
         except FileExistsError:
@@ -96,7 +135,7 @@ class HostLock:
             self._ino = os.fstat(f.fileno()).st_ino
         return True
 
-    def _take_over(self, identity: tuple[int, int, int], holder: dict) -> None:
+    def _take_over(self, identity: tuple[int, int, int], holder: dict, why: str) -> None:
         """Move a stale lock aside; whoever's rename succeeds removes it."""
         aside = self.path.with_name(f"{self.path.name}.stale-{uuid.uuid4().hex}")
         try:
@@ -108,10 +147,7 @@ class HostLock:
             _log.warn(
                 f"the lock {self.path} was refreshed while being taken over ({describe(holder)})"
             )
-        _log.warn(
-            f"took over the wheel-cache lock {self.path} of a builder that stopped refreshing it "
-            f"({describe(holder)}; no heartbeat for {STALE_BEATS * self.heartbeat:.0f} s)"
-        )
+        _log.warn(f"took over the wheel-cache lock {self.path} of a builder that {why}")
         with contextlib.suppress(OSError):
             aside.unlink()
 
@@ -126,10 +162,17 @@ class HostLock:
             if current is None:
                 continue  # released between our create and our read
             identity, holder = current
+            if gone_here(holder):
+                self._take_over(identity, holder, f"is gone ({describe(holder)}, no such process)")
+                seen = None
+                continue
             if seen is None or seen[0] != identity:
                 seen = (identity, now)
             elif now - seen[1] > STALE_BEATS * self.heartbeat:
-                self._take_over(identity, holder)
+                beats = f"no heartbeat for {STALE_BEATS * self.heartbeat:.0f} s"
+                self._take_over(
+                    identity, holder, f"stopped refreshing it ({describe(holder)}; {beats})"
+                )
                 seen = None
                 continue
             if not told and self.on_wait:

@@ -69,7 +69,10 @@ def place(scratch: Path, enabled: bool, keep: bool = False) -> Iterator[Path]:
         except OSError:  # another user's leftovers: not ours to remove
             os.close(fd)
             continue
-        _log.info(f"compiling from {slot} (the same path on every node: compiler-cache hits)")
+        _log.info(
+            f"compiling from {slot} (the same path for every build: reproducible device code, "
+            "compiler-cache hits across nodes)"
+        )
         try:
             yield slot
         finally:

@@ -2,8 +2,7 @@
 everywhere"). The directory doubles as a pip --find-links directory: the latest wheel of each
 file name also sits at its top level.
 
-    <root>/<key>/<wheel>          the entry (key = sha256 of the fingerprint)
-    <root>/<key>/fingerprint.json what the key was computed from
+    <root>/<key>/                 the entry (key = sha256 of the fingerprint): _entries
     <root>/<wheel>                flat copy for `pip install --find-links <root>`
     <root>/.locks/<key>.lock      one builder per key, on any host; the others wait, then reuse
 """
@@ -13,16 +12,13 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-import os
-import shutil
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from ..core import _atomic, _log
 from ..core._errors import FaShimError
 from ..wheel._wheelfile import publish
-from . import _hostlock
+from . import _entries, _hostlock, _shared_dirs
 
 
 def key(fingerprint: dict) -> str:
@@ -42,43 +38,61 @@ def locked(root: Path, entry_key: str, timeout: float, heartbeat: float) -> Iter
             f"waiting for it (at most {timeout:.0f} s, -C wheel-cache-lock-timeout)"
         )
 
+    _shared_dirs.make(path.parent, root)  # others take their locks here too
     with _hostlock.HostLock(path, timeout, heartbeat, waiting).held():
         yield
 
 
 def lookup(root: Path, entry_key: str, wheel_name: str) -> Path | None:
-    path = root / entry_key / wheel_name
-    return path if path.is_file() else None
+    """The entry's wheel when the entry is complete (see _entries), else None."""
+    entry = _entries.load(root / entry_key, wheel_name)
+    return entry.wheel if entry else None
 
 
-def store(root: Path, entry_key: str, wheel: Path, fingerprint: dict) -> Path:
-    """Publish atomically: an interrupted store leaves a .part file, never a partial entry."""
-    entry = root / entry_key
-    text = json.dumps(fingerprint, indent=1, sort_keys=True, default=str)
-    _atomic.write(entry / "fingerprint.json", text.encode())
-    stored = publish(wheel, entry)
-    publish(wheel, root)  # the flat --find-links view: latest build of this file name
+def store(root: Path, entry_key: str, wheel: Path, fingerprint: dict, built: dict) -> Path:
+    """The entry (whole or absent, _entries), then the flat --find-links copy."""
+    stored = _entries.store(root, entry_key, wheel, fingerprint, built)
+    try:
+        publish(wheel, root)  # the flat --find-links view: latest build of this file name
+    except OSError as exc:  # e.g. another user's copy in a sticky root: the entry is kept
+        _log.warn(
+            f"the wheel is kept in {stored.parent}, but the --find-links copy {root / wheel.name} "
+            f"could not be replaced ({exc.strerror or exc})"
+        )
     return stored
 
 
-def evict(root: Path, entry_key: str) -> None:
-    """Remove our own entry; another user's (a shared cache) is only ever replaced by a store."""
-    with contextlib.suppress(OSError):
-        if (root / entry_key).stat().st_uid != os.getuid():
-            return
-    shutil.rmtree(root / entry_key, ignore_errors=True)
-
-
 def clear_partials(root: Path, entry_key: str, min_age_s: float = 3600) -> None:
-    """What killed writers left: all of this (locked) entry's, and the shared top level's once
-    they are old enough that no live writer can own them."""
-    for leftover in (root / entry_key).glob(".fa-shim-*.part"):
-        with contextlib.suppress(OSError):
-            leftover.unlink()
-    for leftover in root.glob(".fa-shim-*.part"):
-        with contextlib.suppress(OSError):
-            if time.time() - leftover.stat().st_mtime > min_age_s:
-                leftover.unlink()
+    _entries.clear_partials(root, entry_key, min_age_s)
+
+
+def _hit(root: Path, entry_key: str, wheel_name: str, check: Callable[[Path], None]):
+    """The entry's wheel when it is whole, the bytes it recorded, and passes `check` (RECORD
+    and verify); a warning and None for one that fails. Only a served wheel is called a hit."""
+    entry = _entries.load(root / entry_key, wheel_name)
+    if entry is None:
+        return None
+    try:
+        why = _entries.matches(entry)
+        if why:
+            raise FaShimError(why)
+        check(entry.wheel)  # a damaged entry is never installed
+    except FaShimError as exc:
+        _log.warn(
+            f"the cached wheel {entry.wheel} failed its check ({exc.cause}); building it again"
+        )
+        return None
+    _log.info(f"wheel cache hit: {entry.wheel} (fingerprint {entry_key})")
+    return entry.wheel
+
+
+def _cannot_lock(root: Path, exc: OSError) -> None:
+    _log.warn(
+        f"cannot take a lock in the wheel cache {root} ({exc.strerror or exc}: "
+        f"{exc.filename or root / '.locks'}): only reading it; a wheel built here is not kept "
+        "there (name a wheel cache this user can write with -C wheel-cache-dir=DIR, or turn "
+        "it off with -C wheel-cache=false)"
+    )
 
 
 def obtain(
@@ -90,33 +104,31 @@ def obtain(
     build: Callable[[], Path],
     lock_timeout: float,
     heartbeat: float,
+    built: Callable[[], dict] | None = None,
 ) -> Path:
     """The wheel of this fingerprint published into out_dir: the cached one when it passes
-    `check`, else a fresh `build()`, stored when the cache is writable. One builder per key:
-    the others wait for its lock, then hit."""
+    `check`, else a fresh `build()`, stored (with `built()`, how it was made) when the cache is
+    writable. One builder per key: the others wait for its lock, then hit. A cache whose lock
+    cannot be taken (another user's .locks, a read-only mount) is only read: a valid wheel is
+    still served."""
     entry_key = key(fingerprint)
     read_only = _atomic.unwritable(root)  # e.g. shared storage mounted read-only
     if read_only:
         _log.warn(f"the wheel cache {root} is not writable ({read_only}): only reading it")
-    with (
-        contextlib.nullcontext() if read_only else locked(root, entry_key, lock_timeout, heartbeat)
-    ):
-        wheel = lookup(root, entry_key, wheel_name)
-        if wheel:
-            _log.info(f"wheel cache hit: {wheel} (fingerprint {entry_key})")
+    with contextlib.ExitStack() as stack:
+        if not read_only:
             try:
-                check(wheel)  # a damaged entry is never installed
-            except FaShimError as exc:
-                _log.warn(f"the cached wheel failed its check ({exc.cause}); building it again")
-                wheel = None
-                if not read_only:
-                    evict(root, entry_key)
+                stack.enter_context(locked(root, entry_key, lock_timeout, heartbeat))
+            except OSError as exc:
+                _cannot_lock(root, exc)
+                read_only = str(exc)
+        wheel = _hit(root, entry_key, wheel_name, check)
         if wheel is None:
             wheel = build()
             if not read_only:
                 try:
                     clear_partials(root, entry_key)
-                    wheel = store(root, entry_key, wheel, fingerprint)
+                    wheel = store(root, entry_key, wheel, fingerprint, built() if built else {})
                 except OSError as exc:  # full, read-only or another user's: the wheel is good
                     why = exc.strerror or str(exc)
                     _log.warn(

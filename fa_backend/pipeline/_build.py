@@ -32,7 +32,16 @@ from ..toolchain import (
 )
 from ..verify import _verify
 from ..wheel._wheelfile import publish
-from . import _compile_plan, _estimate, _progress, _runner, _stats, _upstream
+from . import (
+    _compile_plan,
+    _estimate,
+    _progress,
+    _reproducible,
+    _runner,
+    _stats,
+    _upstream,
+    _verified,
+)
 from ._prepared import Prepared
 from ._provenance import fingerprint, provenance
 from ._repack import repack
@@ -195,10 +204,12 @@ def run_upstream_build(plan: Plan, prep: Prepared) -> Path:
     return built[0]
 
 
-def fresh_wheel(plan: Plan, tools: Tools, scratch: Path) -> Path:
-    """Prepare, compile, repack and verify: a checked wheel, still in scratch."""
-    # a compiler cache shared by nodes: the same source path everywhere, sccache's hit rate
-    shared = _sccache.is_sccache(tools.compiler_cache)  # ccache has CCACHE_BASEDIR instead
+def fresh_wheel(plan: Plan, tools: Tools, scratch: Path, how: dict | None = None) -> Path:
+    """Prepare, compile, repack and verify: a checked wheel, still in scratch. `how` receives
+    what describes this run rather than the wheel (the cache entry's record)."""
+    # a compiler cache shared by nodes: the same source path everywhere, sccache's hit rate;
+    # CUDA device code records its source path (_reproducible): the same path for every build
+    shared = _sccache.is_sccache(tools.compiler_cache) or tools.nvcc is not None
     place = _stable_src.place(scratch, shared, plan.settings.keep_build_dir)
     with place as where, _sccache.session(tools.compiler_cache):
         prep = prepare(plan, where, tools)
@@ -206,7 +217,10 @@ def fresh_wheel(plan: Plan, tools: Tools, scratch: Path) -> Path:
             upstream_wheel = run_upstream_build(plan, prep)
         started = time.monotonic()  # repacked before the source place goes
         target = scratch / "wheel" / plan.wheel_name
-        wheel = repack(plan, upstream_wheel, target, provenance(plan, prep))
+        in_wheel, this_run = _reproducible.split(provenance(plan, prep))
+        wheel = repack(plan, upstream_wheel, target, in_wheel)
+        if how is not None:
+            how.update(this_run, compiled_in=str(where), **_reproducible.circumstances())
     _log.info(f"repacked as {wheel.name} ({time.monotonic() - started:.1f} s)")
     verify(plan, wheel)  # a wheel that fails is neither published nor cached
     return wheel
@@ -251,15 +265,19 @@ def build(plan: Plan, wheel_directory: str, metadata_directory: str | None) -> s
     check_space(plan, tools, out_dir)
     with scratch_dir(plan.settings) as scratch:
         if plan.settings.wheel_cache:
+            how: dict = {}
             path = _wheel_cache.obtain(
                 plan.settings.resolved_wheel_cache_dir,
                 fingerprint(plan, tools),
                 plan.wheel_name,
                 out_dir,
-                lambda wheel: verify(plan, wheel),
-                lambda: fresh_wheel(plan, tools, scratch),
+                lambda wheel: _verified.once(
+                    plan.settings.resolved_cache_dir, wheel, plan.torch, lambda: verify(plan, wheel)
+                ),
+                lambda: fresh_wheel(plan, tools, scratch, how),
                 plan.settings.wheel_cache_lock_timeout,
                 plan.settings.wheel_cache_heartbeat,
+                built=lambda: how,
             )
         else:
             path = publish(fresh_wheel(plan, tools, scratch), out_dir)

@@ -83,6 +83,7 @@ def fingerprint(plan: Plan, tools: Tools) -> dict:
         "kernel_set": plan.kernel_set,
         "host_compiler": [compiler["path"], compiler["version"]],
         "env": {name: os.environ.get(name) for name in _COMPILER_ENV},
+        "source_date_epoch": os.environ.get("SOURCE_DATE_EPOCH"),  # the wheel's zip times
     }
 
 

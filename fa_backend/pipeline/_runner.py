@@ -12,6 +12,8 @@ import sys
 from pathlib import Path
 
 from ..core import _failures, _log
+from ..resources import process_session
+from ..resources.upstream_driver import PARENT_ENV
 
 _NINJA_STEP = re.compile(r"^\[(\d+)/(\d+)\]")
 # The compiler's own words when it (or its cc1plus/cicc/ptxas) dies of SIGKILL, and ours.
@@ -30,12 +32,12 @@ def run_logged(command: list[str], cwd: Path, env: dict[str, str], log: Path) ->
         proc = subprocess.Popen(
             command,
             cwd=cwd,
-            env=env,
+            env={**env, PARENT_ENV: str(os.getpid())},  # the child ends with us (the driver)
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
             errors="replace",
-            start_new_session=True,  # its own process group: stopped as a whole (see below)
+            start_new_session=True,  # its own session: stopped as a whole (see below)
         )
         assert proc.stdout is not None
         try:
@@ -54,18 +56,15 @@ def run_logged(command: list[str], cwd: Path, env: dict[str, str], log: Path) ->
     return code, "".join(lines)
 
 
-def stop_group(proc: subprocess.Popen, grace: float = 10.0) -> None:
-    """SIGTERM the child's process group (ninja, the compilers), SIGKILL what is left."""
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            proc.wait(timeout=grace)
-            return
-        except subprocess.TimeoutExpired:
-            continue
+def stop_group(proc: subprocess.Popen, grace: float = 5.0) -> None:
+    """End the child's whole session (ninja, the launchers, the compilers, orphans included):
+    SIGTERM, then SIGKILL what is left after `grace` seconds (process_session)."""
+    process_session.end(proc.pid, grace)
+    try:
+        proc.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 def killed_for_memory(output: str) -> bool:

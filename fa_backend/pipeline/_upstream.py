@@ -16,7 +16,7 @@ from ..core._errors import FaShimError
 from ..fleet import _sccache
 from ..resources import DRIVER, LAUNCHER
 from ..resources.upstream_driver import BLOCKED_EXIT
-from . import _runner, _seal, _stats
+from . import _reproducible, _runner, _seal, _stats
 
 if TYPE_CHECKING:
     from ..flavours._interface import Plan, Tools
@@ -80,6 +80,7 @@ def environment(plan: Plan, tools: Tools, scratch: Path, jobs: int | None) -> di
         env["MAX_JOBS"] = str(jobs)
     if tools.nvcc_threads:
         env["NVCC_THREADS"] = str(tools.nvcc_threads)
+    env[_reproducible.KEEP_ENV] = "1"  # nvcc's files under fixed names (launcher)
     return env
 
 
@@ -108,6 +109,7 @@ def run_setup(
         "extra_sys_path": plan.torch.extra_sys_path,
         **plan.flavour.driver_spec(plan, tools, source),
         **(schedule or {}),
+        "prefix_flags": _reproducible.compile_flags(plan, tools, scratch),
     }
     spec_path.write_text(json.dumps(spec))
     _log.info(f"running upstream setup.py ({mode}); full log: {log}")

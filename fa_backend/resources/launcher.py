@@ -12,17 +12,31 @@ compiler death by signal in the log: the OOM killer's SIGKILL otherwise leaves n
 import json
 import os
 import resource
+import shutil
 import signal
 import subprocess
 import sys
 import time
 
 PROBE_ENV = "_FA_SHIM_PROBE"  # set by fa-shim's preflight (_preflight.py)
+KEEP_ENV = "_FA_SHIM_NVCC_KEEP"  # set for the upstream build (pipeline/_reproducible.py)
 
 
 def _source(args):
     sources = [a for a in args if a.endswith((".cu", ".cpp", ".cc", ".cxx", ".c"))]
     return os.path.basename(sources[-1]) if sources else "?"
+
+
+def _keep_dir(command):
+    """Where nvcc keeps this object's intermediate files (fa-shim's _reproducible, KEEP_ENV):
+    kept, they are named after the source instead of tmpxft_<pid>_..., and those names end up in
+    the host object. One directory per object, removed when the compile ends."""
+    if os.environ.get(KEEP_ENV) != "1" or not _source(command).endswith(".cu"):
+        return None
+    if any(a in ("-keep", "--keep", "-keep-dir", "--keep-dir") for a in command):
+        return None  # the build's own choice
+    out = [command[i + 1] for i, a in enumerate(command[:-1]) if a == "-o"]
+    return os.path.abspath(out[-1]) + ".fa-shim-keep" if out else None
 
 
 def started_file(stats_file):
@@ -34,11 +48,19 @@ def main():
     stats_file, command = sys.argv[1], sys.argv[2:]
     if os.environ.get(PROBE_ENV) and os.path.basename(command[0]).startswith(("ccache", "sccache")):
         command = command[1:]  # fa-shim's toolchain probe: nothing to share with other builds
+    kept = _keep_dir(command)
+    if kept:
+        command = [*command, "-keep", "-keep-dir", kept]
+        os.makedirs(kept, exist_ok=True)
     started, start = time.time(), time.monotonic()
     if _source(command) != "?":  # nvcc's own probes name no source
         with open(started_file(stats_file), "a") as f:
             f.write(json.dumps({"source": _source(command), "started": round(started, 2)}) + "\n")
-    code = subprocess.call(command)
+    try:
+        code = subprocess.call(command)
+    finally:
+        if kept:
+            shutil.rmtree(kept, ignore_errors=True)
     seconds = time.monotonic() - start
     peak_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     record = {

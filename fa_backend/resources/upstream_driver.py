@@ -187,7 +187,10 @@ def _inject(ext):
             f"-std=c++{max(stds)}",
             f"-D_GLIBCXX_USE_CXX11_ABI={SPEC['abi']}",
         ]
-        args[key] = [f for f in flags if _std_number(f) is None] + added
+        # prefix maps (fa-shim's _reproducible) before the ABI define, which must stay last;
+        # they name this build's directories, so the provenance does not list them
+        mapped = list((SPEC.get("prefix_flags") or {}).get(key, []))
+        args[key] = [f for f in flags if _std_number(f) is None] + mapped + added
         injected[key] = added
     ext.extra_compile_args = args
     REPORT["extensions"].append(
@@ -240,7 +243,35 @@ def _install_hooks():
         cpp_extension._run_ninja_build = stop
 
 
+PARENT_ENV = "_FA_SHIM_PARENT"  # the backend's pid: the driver ends with it
+
+
+def _die_with_the_backend():
+    """If the backend goes (SIGKILL, OOM), or sends SIGTERM/SIGHUP, end this whole session:
+    ninja, the launchers and every compiler, not only this process."""
+    import importlib.util
+    import signal
+
+    spec = importlib.util.spec_from_file_location(
+        "_fa_shim_process_session", os.path.join(os.path.dirname(__file__), "process_session.py")
+    )
+    session = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(session)
+
+    def end(signum, _frame):
+        session.end(os.getsid(0), spare=os.getpid())
+        os._exit(128 + signum)
+
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, end)
+    session.die_with_parent(signal.SIGTERM)
+    parent = int(os.environ.get(PARENT_ENV) or 0)
+    if parent and os.getppid() != parent:  # gone before the death signal was armed
+        end(signal.SIGTERM, None)
+
+
 def main():
+    _die_with_the_backend()
     with open(sys.argv[1]) as spec:
         SPEC.update(json.load(spec))
     if os.environ.get("_FA_SHIM_NETNS") == "1":

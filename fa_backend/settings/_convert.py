@@ -27,7 +27,7 @@ def _absolute(text: str) -> Path:
     return Path(os.path.normpath(base / path))
 
 
-def convert(key: str, kind: str, value: Any, where: str) -> Any:
+def convert(key: str, kind: str, value: Any, where: str, maximum: int | None = None) -> Any:
     def bad(expected: str) -> FaShimError:
         return FaShimError(
             f"setting {key!r} from {where} is {value!r}, expected {expected}.",
@@ -70,6 +70,8 @@ def convert(key: str, kind: str, value: Any, where: str) -> Any:
             number = int(str(value))
         except ValueError:
             raise bad("a positive integer") from None
+        if maximum is not None and not 1 <= number <= maximum:
+            raise bad(f"an integer from 1 to {maximum}")
         if number < 1:
             raise bad("a positive integer")
         return number
@@ -82,7 +84,9 @@ def convert(key: str, kind: str, value: Any, where: str) -> Any:
             raise bad("a positive number of seconds")
         return seconds
     if kind == "path":
-        return _absolute(str(value).strip()) if str(value).strip() else None
+        if not str(value).strip():  # `-C sdist=$UNSET`: never fall through to another source
+            raise bad("a path")
+        return _absolute(str(value).strip())
     if kind == "str":
         return str(value).strip()
     if kind == "version":

@@ -16,10 +16,12 @@ ConfigSettings = Mapping[str, Union[str, list[str]]]
 ENV_PREFIX = "FA_SHIM_"
 
 
-def _setting(default: Any, kind: str, help: str, **more: str) -> Any:
-    """A setting's field: its kind (how _convert reads it), help text and, for a directory that
-    must exist, `missing`: the fix when it does not."""
-    return dataclasses.field(default=default, metadata={"kind": kind, "help": help, **more})
+def _setting(default: Any, kind: str, help: str, maximum: int | None = None, **more: str) -> Any:
+    """A setting's field: its kind (how _convert reads it), help text, for an int the largest
+    value it takes (`maximum`) and, for a directory that must exist, `missing`: the fix when it
+    does not."""
+    metadata = {"kind": kind, "help": help, "max": maximum, **more}
+    return dataclasses.field(default=default, metadata=metadata)
 
 
 def default_cache_dir() -> Path:
@@ -73,7 +75,13 @@ class Settings:
         "for torch's CUDA, kept under <cache-dir>/toolkits; CUDA 13+ torches).",
     )
     max_jobs: int | None = _setting(None, "int", "Parallel compile jobs (ninja -j, MAX_JOBS).")
-    nvcc_threads: int | None = _setting(None, "int", "nvcc --threads per job (NVCC_THREADS).")
+    nvcc_threads: int | None = _setting(
+        None,
+        "int",
+        "nvcc --threads per job (NVCC_THREADS), 1 to 32: more threads than a source's "
+        "architectures do nothing.",
+        maximum=32,
+    )
     tu_parts: int | None = _setting(
         None,
         "int",

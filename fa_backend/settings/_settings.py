@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core._errors import FaShimError
+from . import _places
 from ._convert import convert
 from ._model import (
     ENV_PREFIX,
@@ -35,6 +36,7 @@ __all__ = [
     "default_cache_dir",
     "env_name",
     "load",
+    "pyproject_of",
     "read_pyproject_table",
     "reference_markdown",
 ]
@@ -60,15 +62,19 @@ def read_pyproject_table(project_dir: Path) -> dict[str, Any]:
     except FileNotFoundError:
         return {}
     except tomllib.TOMLDecodeError as exc:
-        raise FaShimError(
-            f"{path} is not valid TOML: {exc}", fix="correct pyproject.toml."
-        ) from None
+        raise FaShimError(f"{path} is not valid TOML: {exc}", fix=f"correct {path}.") from None
     return data.get("tool", {}).get("fa-shim", {})
 
 
 # What a project directory builds: a fact of its pyproject.toml ([tool.fa-shim] only, never -C or
 # the environment), checked against the known flavours by flavours/_registry.
 FLAVOUR_KEY = "flavour"
+
+
+def pyproject_of(project_dir: Path | None) -> Path:
+    """The project's pyproject.toml by its full path, as every message names it: a frontend may
+    build from a copy of the project."""
+    return (project_dir or Path.cwd()).absolute() / "pyproject.toml"
 
 
 def load(
@@ -81,12 +87,13 @@ def load(
     known = list(FIELDS)
     layers: list[tuple[str, dict[str, Any]]] = []
 
-    table = dict(read_pyproject_table(project_dir or Path.cwd()))
-    flavour = table.pop(FLAVOUR_KEY, "fa2")
+    pyproject = pyproject_of(project_dir)
+    table = dict(read_pyproject_table(pyproject.parent))
+    flavour = table.pop(FLAVOUR_KEY, "fa2")  # checked by flavours/_registry
     for key in table:
         if key not in FIELDS:
-            raise _unknown(key, "[tool.fa-shim] of pyproject.toml", [*known, FLAVOUR_KEY])
-    layers.append(("[tool.fa-shim]", table))
+            raise _unknown(key, f"[tool.fa-shim] of {pyproject}", [*known, FLAVOUR_KEY])
+    layers.append((f"[tool.fa-shim] of {pyproject}", table))
 
     env_layer = {}
     known_env = {env_name(k): k for k in known}
@@ -112,7 +119,8 @@ def load(
             field = FIELDS[key]
             # name the real source, so the fix says what to change: FA_SHIM_MAX_JOBS
             source = f"environment variable {env_name(key)}" if layer is env_layer else where
-            values[field.name] = convert(key, field.metadata["kind"], value, source)
+            kind, maximum = field.metadata["kind"], field.metadata.get("max")
+            values[field.name] = convert(key, kind, value, source, maximum)
             given[key] = env_name(key) if layer is env_layer else where
     for key, field in FIELDS.items():
         path = values.get(field.name)
@@ -121,5 +129,6 @@ def load(
                 f"the {key} {path} does not exist (or is not a directory).",
                 fix=field.metadata["missing"],
             )
-    return Settings(**values, given=given)
-    return Settings(**values)
+    settings = Settings(**values, given=given)
+    _places.name(settings)
+    return settings

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
-from ..core import _log
+from ..core import _log, _subprocess
 from ..core._errors import FaShimError
 from ._torch import TorchInfo
 
@@ -49,9 +49,7 @@ class Nvcc:
 def _banner(path: Path) -> str:
     """`nvcc --version`'s output ('' when it does not run): one run answers both questions."""
     try:
-        return subprocess.run(
-            [str(path), "--version"], capture_output=True, text=True, timeout=60, check=False
-        ).stdout
+        return _subprocess.completed([str(path), "--version"], timeout=60).stdout
     except (OSError, subprocess.TimeoutExpired):
         return ""
 
@@ -75,12 +73,8 @@ def nvcc_home(path: Path) -> Path:
     """The toolkit root as nvcc itself sees it (TOP in its dry run): right for symlinks and for
     wrapper scripts such as `exec /usr/local/cuda-13.0/bin/nvcc "$@"` in /usr/local/bin."""
     try:
-        out = subprocess.run(
-            [str(path), "--dryrun", "-E", "-x", "cu", os.devnull],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
+        out = _subprocess.completed(
+            [str(path), "--dryrun", "-E", "-x", "cu", os.devnull], timeout=60
         ).stderr
         match = re.search(r"^#\$ TOP=(.+)$", out, re.MULTILINE)
     except (OSError, subprocess.TimeoutExpired):
@@ -182,9 +176,8 @@ def host_compiler() -> dict[str, str]:
     cxx = os.environ.get("CXX", "c++")
     exe = shutil.which(cxx.split()[0]) or cxx
     try:
-        out = subprocess.run(
-            [exe, "--version"], capture_output=True, text=True, timeout=30, check=False
-        ).stdout
+        # in a group of its own, killed whole if the build is stopped meanwhile
+        out = _subprocess.completed([exe, "--version"], timeout=30).stdout
     except (OSError, subprocess.TimeoutExpired):  # a hung compiler: the preflight names it
         out = ""
     return {"command": cxx, "path": exe, "version": out.splitlines()[0] if out else "unknown"}

@@ -16,7 +16,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from ..core import _failures
+from ..core import _failures, _subprocess
 from ..core._errors import FaShimError
 from ..resources.launcher import PROBE_ENV, started_file
 from ..toolchain._compile_commands import ABI_DEFINE, Command
@@ -83,9 +83,7 @@ def host_compiler_of(command: Command) -> str:
 
 def _run(argv: list[str], cwd: Path, env: dict | None) -> subprocess.CompletedProcess:
     try:
-        return subprocess.run(
-            argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=600, check=False
-        )
+        return _subprocess.completed(argv, cwd=cwd, env=env, timeout=600)
     except (OSError, subprocess.TimeoutExpired) as exc:
         return subprocess.CompletedProcess(argv, 127, "", str(exc))
 

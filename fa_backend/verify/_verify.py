@@ -29,6 +29,7 @@ from ._checks import (
     stable_floor,
 )
 from ._elf import ElfModule, TorchExports, read_module
+from ._record_check import check_record
 from ._report import SKIP, Check, Report
 from ._targets import Target, installed_target, module_target, wheel_target
 
@@ -191,7 +192,9 @@ def verify_wheel(
     """
     torch, gpus = _resolve(torch, gpus)
     with tempfile.TemporaryDirectory(prefix="fa-shim-verify-") as scratch:
-        return _run(wheel_target(Path(wheel), Path(scratch)), torch, gpus)
+        report = _run(wheel_target(Path(wheel), Path(scratch)), torch, gpus)
+    report.checks.insert(1, check_record(Path(wheel)))  # after tags: what follows reads members
+    return report
 
 
 def verify_path(

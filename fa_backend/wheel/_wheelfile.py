@@ -1,6 +1,6 @@
-"""A small, deterministic wheel writer: sorted entries, SOURCE_DATE_EPOCH times, RECORD (csv)
-last, members streamed (a module of hundreds of MB is never held in memory), and an atomic
-publish (a temporary file renamed into place only once complete)."""
+"""A small, deterministic wheel writer: sorted entries, SOURCE_DATE_EPOCH or fixed times, modes
+0o644/0o755, RECORD (csv) last, members streamed (a module of hundreds of MB is never held in
+memory), and an atomic publish (a temporary file renamed into place only once complete)."""
 
 from __future__ import annotations
 
@@ -25,8 +25,15 @@ Opener = Callable[[], IO[bytes]]  # opens one member's content for reading
 
 
 def _date_time() -> tuple[int, int, int, int, int, int]:
-    epoch = max(int(os.environ.get("SOURCE_DATE_EPOCH", time.time())), _MIN_EPOCH)
+    """SOURCE_DATE_EPOCH when set (part of the fingerprint), else a fixed time: the clock of
+    the build never reaches the wheel's bytes."""
+    epoch = max(int(os.environ.get("SOURCE_DATE_EPOCH") or _MIN_EPOCH), _MIN_EPOCH)
     return time.gmtime(epoch)[:6]
+
+
+def _mode(mode: int) -> int:
+    """0o755 or 0o644: executable or not is the fact; the rest was the builder's umask."""
+    return 0o755 if mode & 0o111 else 0o644
 
 
 class WheelWriter:
@@ -67,7 +74,8 @@ class WheelWriter:
     def _zip(zf: zipfile.ZipFile, name: str, src: IO[bytes], size: int, mode: int) -> str:
         """Deflate src into the entry `name`; its urlsafe sha256 as RECORD writes it."""
         info = zipfile.ZipInfo(name, date_time=_date_time())
-        info.external_attr = (0o100000 | (mode & 0o777)) << 16
+        info.external_attr = (0o100000 | _mode(mode)) << 16
+        info.create_system = 3  # unix, whatever the platform writes by default
         info.compress_type = zipfile.ZIP_DEFLATED
         info.file_size = size  # decides zip64 up front, as writestr does from the data
         sha = hashlib.sha256()

@@ -38,7 +38,7 @@ def prepare(python: Path, build_dir: Path, *options: str, env=None) -> dict:
 def test_prepare_maps_an_ampere_gpu_arch_onto_sm80(torch211_python, tmp_path):
     """cuda-archs=86 through upstream 2.8.3 (FLASH_ATTN_CUDA_ARCHS=86 alone compiles nothing)."""
     env = {**os.environ, "CUDA_HOME": "/usr/local/cuda-13.0"}
-    summary = prepare(torch211_python, tmp_path, "cuda-archs=86", env=env)
+    summary = prepare(torch211_python, tmp_path / "b", "cuda-archs=86", env=env)  # a new dir
     nvcc = [c for c in summary["compile_commands"] if c["kind"] == "nvcc"]
     assert len(nvcc) == 72
     for c in nvcc:

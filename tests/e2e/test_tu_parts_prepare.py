@@ -19,7 +19,7 @@ from fa_backend.flavours.fa2 import _tu_parts
 def test_prepare_compiles_the_parts_instead_of_the_sources(torch211_python, tmp_path):
     summary = prepare(
         torch211_python,
-        tmp_path,
+        tmp_path / "b",  # a new directory: tmp_path holds the test's cache
         *("head-dims=128", "dtypes=bf16", "forward-only=true", "tu-parts=3", "max-jobs=16"),
     )
     assert _basenames(summary, "nvcc") == sorted(
@@ -48,6 +48,8 @@ def test_prepare_compiles_the_parts_instead_of_the_sources(torch211_python, tmp_
 def test_the_default_parts_follow_the_max_jobs_setting(torch211_python, tmp_path):
     """8 jobs for the 4-source inference set: 2 parts each, whatever this machine's cores."""
     summary = prepare(
-        torch211_python, tmp_path, "head-dims=128", "dtypes=bf16", "forward-only=true", "max-jobs=8"
+        torch211_python,
+        tmp_path / "b",
+        *("head-dims=128", "dtypes=bf16", "forward-only=true", "max-jobs=8"),
     )
     assert summary["provenance"]["tu_parts"] == 2

@@ -74,8 +74,9 @@ def test_a_damaged_cache_entry_is_built_again_not_installed(sample_sdist_dir, tm
     cached.write_bytes(good[: len(good) // 2])  # a disk error, a killed copy to shared storage
     (entry / ".fa-shim-leftover.part").write_bytes(b"x")  # what a killed writer leaves
     again = _pip_wheel(tmp_path / "b", sample_sdist_dir)
-    assert "wheel cache hit" in again.stderr and "is not a readable wheel" in again.stderr
-    assert "building it again" in again.stderr
+    # refused on the sha256 its entry recorded, before the zip is read; never called a hit
+    assert "failed its check (its sha256 is" in again.stderr
+    assert "wheel cache hit" not in again.stderr and "building it again" in again.stderr
     assert "running upstream setup.py (wheel)" in again.stderr
     (b,) = (tmp_path / "b").glob("*.whl")
     assert cached.read_bytes() == b.read_bytes() and len(b.read_bytes()) > len(good) // 2
@@ -181,7 +182,8 @@ def test_compiler_cache_makes_the_second_compile_a_hit(sample_sdist_dir, tmp_pat
     (wheel,) = (tmp_path / "b").glob("*.whl")
     with zipfile.ZipFile(wheel) as zf:
         prov = json.loads(zf.read(next(n for n in zf.namelist() if n.endswith("provenance.json"))))
-    assert prov["compiler_cache"].endswith("ccache")
+    # a fact of this run, not of the wheel: kept out of its bytes (pipeline/_reproducible)
+    assert "compiler_cache" not in prov
 
 
 def test_a_changed_backend_misses_the_cache(sample_sdist_dir, tmp_path):

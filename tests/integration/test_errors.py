@@ -112,7 +112,8 @@ def test_truncated_unpinned_sdist_is_a_corrupt_archive(tmp_path):
         {"sdist": str(bad), "flash-attn-version": "0.1.0", "allow-unknown-version": "true"},
     )
     assert f"{bad} is a corrupt or truncated archive" in err
-    assert f"delete {bad}" in err
+    assert f"replace {bad} (setting sdist) with an intact copy" in err
+    assert "delete" not in err  # the user's own file: never "delete it"
 
 
 def test_unknown_version_needs_an_explicit_opt_in(tmp_path):

@@ -114,7 +114,7 @@ def cases(tmp: Path, sdists: Path) -> list[Case]:
         Case(
             "cli prepare, build dir on a full disk",
             cli(*prep, full / "b", *sample_c),
-            f"kB on {full}/b, has 0 kB (extracting the sdist",
+            f"kB on {full}/b (--build-dir), has 0 kB (extracting the sdist",
             prefix=mounted(full=full),
             mount=True,
         ),
@@ -263,6 +263,22 @@ def test_ctrl_c_during_a_real_build_publishes_nothing(tmp_path, sample_sdist_dir
     assert not list(scratch.iterdir()), list(scratch.iterdir())
     assert not list(tmp_path.rglob("*.part"))
     assert not _running(compiler), "a compiler outlived the interrupted build"
+    # nor anything the compiler started (its `sleep`): no process of this build is left
+    assert not _still_with(f"TMPDIR={scratch}"), "a process of the build outlived it"
+
+
+def _still_with(variable: str) -> list[int]:
+    """Live processes whose environment holds `variable` (this build's TMPDIR): the children
+    of a killed compiler are re-parented, not gone."""
+    left = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if variable.encode() in environ and _running(int(pid), seconds=5):
+            left.append(int(pid))
+    return left
 
 
 def _running(pid: int, seconds: float = 10) -> bool:

@@ -22,7 +22,7 @@ def test_vendored_patches_apply_strictly(version, upstream_sdists, tmp_path):
     )
     sdist = _sdist.locate(settings)
     assert sdist.pinned
-    source = _sdist.extract(sdist, tmp_path)
+    source = _sdist.extract(sdist, tmp_path / "src")  # extract makes the directory it fills
     patches = _releases.patches(version)  # each states its Reason
     _patches.apply_all(patches, source)
     setup = (source / "setup.py").read_text()

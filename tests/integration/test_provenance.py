@@ -32,7 +32,7 @@ SM90 = ArchChoice(Selection(("90",), "setting cuda-archs"), ("90",), (), {})
 
 @pytest.fixture
 def plan(sample_sdist_dir, monkeypatch):
-    for name in _provenance._COMPILER_ENV:
+    for name in (*_provenance._COMPILER_ENV, "SOURCE_DATE_EPOCH"):
         monkeypatch.delenv(name, raising=False)
     return fa2_plan(sample_sdist_dir)
 
@@ -55,6 +55,7 @@ def test_the_fingerprint_of_a_plan(plan):
         "kernel_set": plan.kernel_set,
         "host_compiler": [compiler["path"], compiler["version"]],
         "env": dict.fromkeys(_provenance._COMPILER_ENV),
+        "source_date_epoch": None,  # the wheel's zip times (wheel/_wheelfile)
     }
     assert len(fp["fa_shim_sources"]) == 64
 
@@ -76,6 +77,8 @@ def test_what_decides_the_wheel_changes_it(plan, monkeypatch):
     monkeypatch.setenv("CXXFLAGS", "-DSAMPLE_EXTRA=1")
     changed = _provenance.fingerprint(plan, CPU_TOOLS)
     assert changed["env"]["CXXFLAGS"] == "-DSAMPLE_EXTRA=1" and changed != base
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", "1700000000")  # other zip times, other bytes
+    assert _provenance.fingerprint(plan, CPU_TOOLS)["source_date_epoch"] == "1700000000"
 
 
 def test_a_pinned_tailored_plan_counts_its_patches_by_content_and_its_kernel_set():

@@ -166,7 +166,7 @@ def test_old_abi_sample_fails_and_the_fa_shim_build_passes(tmp_path, host_venv, 
     assert "c10::detail::torchCheckFail" in report or CHECK_FAIL_OLD in report
     assert OLD_ABI_SENTENCE in text
     assert "provenance    no fa_shim_provenance.json (not built by fa-shim)" in report
-    assert "result: FAILED (2 of 7 checks: symbols, abi)" in report
+    assert "result: FAILED (2 of 8 checks: symbols, abi)" in report
 
     # A colleague's wheel for another CPython is refused by its tag, with the reason.
     ours = f"cp{sys.version_info[0]}{sys.version_info[1]}"

@@ -65,7 +65,9 @@ class Fa2(Flavour):
     # ---------------------------------------------------------------------------- toolchain
 
     def needs_nvcc(self, plan: Plan) -> bool:
-        return _sdist.has_cuda_sources(plan.source.sdist)
+        # asked on every build, wheel-cache hits included: remembered per sdist sha256
+        memo = plan.settings.resolved_cache_dir / "sdist-facts"
+        return _sdist.has_cuda_sources(plan.source.sdist, memo)
 
     def archs(self, settings, torch, nvcc: Path) -> _archs.ArchChoice:
         mechanism = _releases.release(settings.flash_attn_version).archs

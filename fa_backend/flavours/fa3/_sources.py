@@ -26,7 +26,7 @@ from typing import IO
 
 from ...core import _atomic, _failures, _log
 from ...core._errors import FaShimError
-from ...sources import _index
+from ...sources import _archives, _index
 from ._releases import Fa3Release
 from ._trees import (
     BLOCK,
@@ -37,8 +37,6 @@ from ._trees import (
     Tree,
     _Manifest,
     in_tree,
-    link_error,
-    member_parts,
     pin_of,
     tree_root,
 )
@@ -258,8 +256,8 @@ def _cut(archive: IO[bytes], out: IO[bytes], release: Fa3Release, kind: Kind) ->
     ):
         root = None
         for member in src:
-            root, parts = member_parts(member.name, root)
-            rest = parts[1:]
+            parts = _archives.member_parts(member, root)  # UnsafeMember: _download words it
+            root, rest = parts[0], parts[1:]
             if rest and not in_tree(rest, kind):
                 continue
             # a fresh header: the member's own pax headers would keep its old path
@@ -270,8 +268,6 @@ def _cut(archive: IO[bytes], out: IO[bytes], release: Fa3Release, kind: Kind) ->
                 info.type = tarfile.DIRTYPE
                 dst.addfile(info)
                 continue
-            if not member.isfile():
-                raise link_error(member.name, kind)
             f = src.extractfile(member)
             assert f is not None
             data = io.BytesIO()
@@ -298,11 +294,12 @@ def _download(kind: Kind, release: Fa3Release, cache: Path) -> Tree:
             with _atomic.writing(target) as out:
                 try:
                     manifest = _cut(archive, out, release, kind)
+                except _archives.UnsafeMember as exc:
+                    why = f"it holds an unsafe archive member {exc.name} ({exc.why})"
+                    raise _download_failed(release, kind, url, why) from None
                 except BROKEN as exc:
                     why = f"it is not a readable .tar.gz ({exc or type(exc).__name__})"
                     raise _download_failed(release, kind, url, why) from None
-                except FaShimError as exc:  # a link in the tree
-                    raise _download_failed(release, kind, url, exc.cause.rstrip(".")) from None
                 got, want = manifest.pin(), expected_pin(release, kind)
                 if got != want:
                     raise FaShimError(

@@ -10,19 +10,18 @@ a checkout pin alike: `find LICENSE hopper -type f | LC_ALL=C sort | xargs sha25
 from __future__ import annotations
 
 import dataclasses
-import gzip
 import hashlib
 import os
 import shutil
 import stat
 import tarfile
-import zlib
 from collections.abc import Iterable, Iterator
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import IO
 
 from ...core import _failures
 from ...core._errors import FaShimError
+from ...sources import _archives
 
 # what `python setup.py` and an editor leave in a checkout; git tracks none of it
 IGNORED_DIRS = frozenset({"__pycache__", "build", "dist", ".git"})
@@ -98,7 +97,7 @@ def _unreadable(path: Path, kind: Kind, exc: BaseException) -> FaShimError:
     )
 
 
-BROKEN = (tarfile.TarError, EOFError, zlib.error, gzip.BadGzipFile)
+BROKEN = _archives.BROKEN
 
 
 def _blocks(f: IO[bytes], path: Path, kind: Kind) -> Iterator[bytes]:
@@ -109,31 +108,28 @@ def _blocks(f: IO[bytes], path: Path, kind: Kind) -> Iterator[bytes]:
         raise _unreadable(path, kind, exc) from None
 
 
-def member_parts(name: str, top: str | None) -> tuple[str, tuple[str, ...]]:
-    """A member's path parts, refused when unsafe or outside the archive's one top directory
-    (`top`: the first member's, None before it)."""
-    parts = PurePosixPath(name).parts
-    if not parts or parts[0] in ("/", "..") or ".." in parts:
-        raise tarfile.TarError(f"unsafe member {name}")
-    if top is not None and parts[0] != top:
-        raise tarfile.TarError(f"more than one top directory ({top}, {parts[0]})")
-    return parts[0], parts
+def unsafe(path: Path, exc: _archives.UnsafeMember) -> FaShimError:
+    return _archives.unsafe_error(
+        path, exc, "use the upstream tarball or `git archive` of the tree (docs/fa3-design.md)."
+    )
 
 
 def _tar_files(path: Path, kind: Kind) -> Iterator[tuple[str, Iterator[bytes]]]:
-    """The same for a .tar.gz with one top directory, streamed in archive order."""
+    """The same for a .tar.gz with one top directory, streamed in archive order; every member
+    must be safe (sources/_archives), the tree's and the rest alike."""
     try:
         with tarfile.open(path, "r:gz") as tar:
             top = None
             for member in tar:
-                top, parts = member_parts(member.name, top)
+                parts = _archives.member_parts(member, top)
+                top = parts[0]
                 if not in_tree(parts[1:], kind) or member.isdir():
                     continue
-                if not member.isfile():
-                    raise link_error(f"{path}: {member.name}", kind)
                 f = tar.extractfile(member)
                 assert f is not None
                 yield "/".join(parts[1:]), _blocks(f, path, kind)
+    except _archives.UnsafeMember as exc:
+        raise unsafe(path, exc) from None
     except BROKEN as exc:
         raise _unreadable(path, kind, exc) from None
 
@@ -198,7 +194,9 @@ def tree_root(path: Path, kind: Kind) -> Path:
 def lay_out(trees: Iterable[Tree], dest: Path) -> Path:
     """Copy both trees to dest as a flash-attention checkout has them (`hopper/`, `LICENSE`,
     `csrc/cutlass/include`, `csrc/cutlass/LICENSE.txt`) and return dest/hopper. What is copied
-    is pinned again as it is written: a tree changed since `locate` is refused, not built."""
+    is pinned again as it is written: a tree changed since `locate` is refused, not built.
+    dest must not exist: it is made here, so a failure removes only what this wrote."""
+    dest.mkdir(parents=True)
     try:
         for tree in trees:
             root = dest / tree.kind.in_checkout

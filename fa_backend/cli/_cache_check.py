@@ -1,0 +1,180 @@
+"""Auditing a wheel cache (`python -m fa_backend cache ...`), so a team can trust a wheel it did
+not build:
+
+- `check DIR`: every entry is whole, its wheel has the sha256 its entry recorded, every member
+  matches RECORD, and the wheel passes verify against this environment's torch when it was
+  built for that torch (other entries are checked up to RECORD, and say so);
+- `check --rebuild DIR -C ...`: the entry of this environment's fingerprint (the same -C
+  settings as its build) is built again here, without a compiler cache and with the tu-parts it
+  recorded, and compared byte for byte: a wheel that differs is "not what its fingerprint
+  builds";
+- `requirements DIR`: one requirement line per wheel with its entries' hashes, for
+  `pip install --require-hashes --find-links DIR -r ...`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import zipfile
+from pathlib import Path
+
+from packaging.utils import parse_wheel_filename
+
+from ..core import _log
+from ..core._errors import FaShimError
+from ..fleet import _entries
+from ..wheel import _record
+
+OK, FAILED = "ok", "FAILED"
+
+
+@dataclasses.dataclass
+class Row:
+    key: str
+    wheel: str = "-"
+    result: str = FAILED
+    reason: str = ""
+
+
+def _fingerprint(directory: Path) -> dict:
+    try:
+        return json.loads((directory / _entries.FINGERPRINT).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+
+
+def _this_torch():
+    """The running interpreter's torch, as a build probes it (never imported here); None."""
+    from ..settings import _model
+    from ..toolchain import _torch
+
+    try:
+        with _log.quiet():
+            return _torch.probe(None, _model.default_cache_dir() / "torch-probes")
+    except FaShimError:
+        return None
+
+
+def check_entry(directory: Path, torch) -> Row:
+    row = Row(directory.name)
+    entry = _entries.load(directory)
+    if entry is None:
+        row.reason = f"incomplete: no {_entries.ENTRY} naming a wheel that is there"
+        return row
+    row.wheel = entry.wheel.name
+    try:
+        why = _entries.matches(entry)
+        if why:
+            row.reason = f"not the wheel it stored: {why}"
+            return row
+        found = _record.problems(entry.wheel)
+    except (OSError, zipfile.BadZipFile) as exc:
+        row.reason = f"unreadable: {exc}"
+        return row
+    if found:
+        row.reason = f"RECORD does not match: {found[0]}" + (
+            f" (and {len(found) - 1} more)" if len(found) > 1 else ""
+        )
+        return row
+    built_for = (_fingerprint(directory).get("torch") or [None])[0]
+    if torch is None or built_for != torch.version:
+        row.result = OK
+        here = f"this environment has {torch.version}" if torch else "no torch here"
+        row.reason = f"hash and RECORD; verify skipped: built for torch {built_for} ({here})"
+        return row
+    from ..verify import _verify
+
+    report = _verify.verify_wheel(entry.wheel, torch)
+    if not report.ok:
+        row.reason = f"verify: {report.summary()}"
+        return row
+    row.result, row.reason = OK, f"hash, RECORD and verify: {report.summary()}"
+    return row
+
+
+def rebuild(root: Path, config: dict[str, str]) -> Row:
+    """Build this environment's entry again, here, and compare the bytes."""
+    from ..fleet import _wheel_cache
+    from ..pipeline import _build
+
+    plan = _build.plan(config)
+    tools = _build.toolchain(plan)
+    key = _wheel_cache.key(_build.fingerprint(plan, tools))
+    entry = _entries.load(root / key, plan.wheel_name)
+    if entry is None:
+        raise FaShimError(
+            f"{root} has no entry for this environment's fingerprint {key} ({plan.wheel_name}).",
+            fix="run --rebuild with the interpreter and the -C settings the entry was built "
+            "with (its fingerprint.json lists what they decide); `cache check` alone checks "
+            "every entry.",
+        )
+    with zipfile.ZipFile(entry.wheel) as zf:
+        name = next(n for n in zf.namelist() if n.endswith("/fa_shim_provenance.json"))
+        parts = json.loads(zf.read(name)).get("tu_parts") or 1
+    # an independent compile: no compiler cache; the object layout the entry has
+    tools = dataclasses.replace(tools, tu_parts=parts, compiler_cache=None)
+    _log.info(f"rebuilding {entry.wheel.name} (fingerprint {key}) to compare its bytes")
+    with _build.scratch_dir(plan.settings) as scratch:
+        fresh = _build.fresh_wheel(plan, tools, scratch)
+        row = Row(key, entry.wheel.name)
+        got = _entries.sha256_of(fresh)
+        if got == entry.sha256:
+            row.result, row.reason = OK, f"rebuilt byte for byte (sha256 {got})"
+        else:
+            row.reason = (
+                f"not what its fingerprint builds: the rebuild's sha256 is {got}, the entry's "
+                f"{entry.sha256}; " + _differences(entry.wheel, fresh)
+            )
+    return row
+
+
+def _differences(a: Path, b: Path) -> str:
+    def rows(wheel: Path) -> dict[str, str]:
+        with zipfile.ZipFile(wheel) as zf:
+            record = next(n for n in zf.namelist() if n.endswith(".dist-info/RECORD"))
+            lines = zf.read(record).decode().splitlines()
+        return dict(line.rsplit(",", 2)[:2] for line in lines if line.count(",") >= 2)
+
+    old, new = rows(a), rows(b)
+    differ = sorted(n for n in old.keys() | new.keys() if old.get(n) != new.get(n))
+    return f"members that differ: {', '.join(differ[:8]) or 'none (the zip itself)'}"
+
+
+def requirements(root: Path) -> list[str]:
+    """`name==version --hash=sha256:...` per wheel name, every sound entry's hash on it."""
+    hashes: dict[str, list[str]] = {}
+    for directory in _entries.all_entries(root):
+        entry = _entries.load(directory)
+        if entry is None or _entries.matches(entry):
+            continue
+        name, version, _, _ = parse_wheel_filename(entry.wheel.name)
+        hashes.setdefault(f"{name}=={version}", []).append(entry.sha256)
+    return [
+        " ".join([req, *(f"--hash=sha256:{h}" for h in sorted(set(digests)))])
+        for req, digests in sorted(hashes.items())
+    ]
+
+
+def render(rows: list[Row]) -> str:
+    lines = [f"{r.result:6}  {r.key}  {r.wheel}\n        {r.reason}" for r in rows]
+    failed = sum(r.result != OK for r in rows)
+    lines.append(f"cache check: {len(rows) - failed} ok, {failed} failed")
+    return "\n".join(lines)
+
+
+def main(action: str, root: Path, rebuild_one: bool, config: dict[str, str]) -> int:
+    if not root.is_dir():
+        raise FaShimError(f"{root} is not a directory.", fix="name a wheel-cache directory.")
+    if action == "requirements":
+        print("\n".join(requirements(root)))
+        return 0
+    if rebuild_one:
+        rows = [rebuild(root, config)]
+    else:
+        torch = _this_torch()
+        rows = [check_entry(d, torch) for d in _entries.all_entries(root)]
+        if not rows:
+            raise FaShimError(f"{root} holds no wheel-cache entry.", fix="name a wheel cache.")
+    print(render(rows))
+    return 0 if all(r.result == OK for r in rows) else 1

@@ -1,0 +1,131 @@
+"""One wheel-cache entry on disk, whole or absent:
+
+    <root>/<key>/<wheel>            the wheel
+    <root>/<key>/fingerprint.json   what the key was computed from
+    <root>/<key>/entry.json         the wheel's name, sha256 and size; how and where it was built
+
+A new entry is assembled in a temporary directory beside it and renamed into place, so a full
+disk or a kill leaves a `.fa-shim-*.part` directory (swept later), never a fingerprint.json
+without its wheel. entry.json is read first and names the wheel's sha256: a wheel that is not
+those bytes is not served, whatever its zip says.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from ..core import _atomic
+from ..wheel._wheelfile import publish
+from . import _shared_dirs
+
+ENTRY = "entry.json"
+FINGERPRINT = "fingerprint.json"
+
+
+@dataclasses.dataclass(frozen=True)
+class Entry:
+    directory: Path
+    wheel: Path
+    sha256: str
+    record: dict  # entry.json as stored
+
+    @property
+    def key(self) -> str:
+        return self.directory.name
+
+
+def sha256_of(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def load(directory: Path, wheel_name: str | None = None) -> Entry | None:
+    """The entry in directory when it is complete (entry.json names a wheel that is there),
+    else None. The wheel's bytes are not read here (see matches)."""
+    try:
+        record = json.loads((directory / ENTRY).read_text(encoding="utf-8"))
+        name, digest = record["wheel"], record["sha256"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if not isinstance(name, str) or "/" in name or name.startswith("."):
+        return None  # an entry names a file beside its record, nothing elsewhere
+    if wheel_name is not None and name != wheel_name:
+        return None
+    wheel = directory / name
+    return Entry(directory, wheel, digest, record) if wheel.is_file() else None
+
+
+def matches(entry: Entry) -> str | None:
+    """Why the wheel is not the bytes entry.json names, or None when it is."""
+    got = sha256_of(entry.wheel)
+    if got != entry.sha256:
+        return f"its sha256 is {got}, the entry recorded {entry.sha256}"
+    return None
+
+
+def _write_into(directory: Path, wheel: Path, fingerprint: dict, built: dict) -> Path:
+    """fingerprint.json, the wheel, then entry.json (which makes it an entry)."""
+    text = json.dumps(fingerprint, indent=1, sort_keys=True, default=str)
+    _atomic.write(directory / FINGERPRINT, text.encode())
+    stored = publish(wheel, directory)
+    record = {"wheel": wheel.name, "sha256": sha256_of(stored), "size": stored.stat().st_size}
+    record["built"] = built
+    _atomic.write(directory / ENTRY, json.dumps(record, indent=1, sort_keys=True).encode())
+    return stored
+
+
+def store(root: Path, key: str, wheel: Path, fingerprint: dict, built: dict) -> Path:
+    """Publish the entry of `key`. A new one appears whole (a directory renamed into place);
+    an existing one (a damaged entry, perhaps another user's) is replaced file by file, the
+    wheel before entry.json, so a reader sees the old record or the new one, and a wheel that
+    does not match its record is never served."""
+    entry = root / key
+    if entry.is_dir():
+        return _write_into(entry, wheel, fingerprint, built)
+    parts = Path(tempfile.mkdtemp(dir=root, prefix=".fa-shim-", suffix=".part"))
+    try:
+        _shared_dirs.fix_mode(parts, root)
+        _write_into(parts, wheel, fingerprint, built)
+        os.rename(parts, entry)
+    except BaseException:
+        shutil.rmtree(parts, ignore_errors=True)
+        raise
+    return entry / wheel.name
+
+
+def clear_partials(root: Path, key: str, min_age_s: float) -> None:
+    """What killed writers left: all of this (locked) entry's .part files, and the shared top
+    level's .part files and directories once no live writer can own them."""
+    import time
+
+    for leftover in (root / key).glob(".fa-shim-*.part"):
+        with contextlib.suppress(OSError):
+            leftover.unlink()
+    for leftover in root.glob(".fa-shim-*.part"):
+        with contextlib.suppress(OSError):
+            if time.time() - leftover.lstat().st_mtime > min_age_s:
+                if leftover.is_dir() and not leftover.is_symlink():
+                    shutil.rmtree(leftover)
+                else:
+                    leftover.unlink()
+
+
+def all_entries(root: Path) -> list[Path]:
+    """The entry directories under root (their names are 32 hex digits), sorted."""
+    if not root.is_dir():
+        return []
+    return sorted(
+        p
+        for p in root.iterdir()
+        if len(p.name) == 32 and all(c in "0123456789abcdef" for c in p.name) and p.is_dir()
+    )

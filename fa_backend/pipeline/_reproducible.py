@@ -1,0 +1,139 @@
+"""The same fingerprint gives the same wheel, byte for byte, wherever and whenever it is built
+(docs/reproducibility.md). What varies between builds and how it is kept out:
+
+- paths the compilers embed (debug info of Python's -g, __FILE__ in torch's headers, the
+  working directory): mapped to fixed names under /fa-shim by -ffile-prefix-map, for the host
+  compiler and nvcc's host side (-Xcompiler); kernels are compiled as upstream says, no flag
+  here changes code generation (the scratch tree is under TMPDIR: its map covers both);
+- nvcc's temporary files, named after its pid (tmpxft_<pid>_...) and recorded in the host
+  object: the launcher has nvcc keep them under fixed names in a directory per object;
+- CUDA device code records the source path itself (module ids, -lineinfo): CUDA builds
+  compile from the fixed path fleet/_stable_src provides;
+- the wheel's provenance: facts about this machine and run (where the sdist and nvcc were
+  found, the torch's directory, the seal, the compiler cache) go to the wheel-cache entry's
+  record instead of the wheel (`split`);
+- the zip itself: sorted members, SOURCE_DATE_EPOCH or a fixed time, normalised modes
+  (wheel/_wheelfile).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import sysconfig
+import time
+from pathlib import Path
+
+from ..resources.launcher import KEEP_ENV  # noqa: F401 (_upstream sets it)
+from ..toolchain import _compilers
+from ..toolchain._torch import TorchInfo
+
+FIXED = "/fa-shim"
+
+
+def _variants(path: str | os.PathLike | None) -> list[str]:
+    """The path as given and symlink-resolved: compilers see either."""
+    if not path:
+        return []
+    text = os.path.abspath(str(path))
+    return list(dict.fromkeys([text, os.path.realpath(text)]))
+
+
+def prefix_maps(source_root: Path, torch: TorchInfo, cuda_home: Path | None) -> list[list[str]]:
+    """(old, new) pairs, the general ones first: GCC applies the last matching map. Only
+    directories that are the same on every node of a fleet: the maps are compile arguments,
+    which sccache hashes as they are (TMPDIR, different per node, would cost every hit; the
+    source tree is the fixed /tmp/fa-shim-src-<n> there)."""
+    places = [
+        (sysconfig.get_paths().get("include"), "python/include"),
+        (torch.site_dir, "site-packages"),
+        (torch.package_dir, "site-packages/torch"),
+        (cuda_home, "cuda"),
+        (source_root, "src"),
+    ]
+    maps = {}
+    for path, name in places:
+        for old in _variants(path):
+            if "," not in old and " " not in old and old != "/":  # nvcc splits -Xcompiler at ,
+                maps[old] = f"{FIXED}/{name}"
+    return [[old, maps[old]] for old in sorted(maps, key=len)]
+
+
+def map_flag(banner: str) -> str:
+    """The prefix-map option the host compiler takes, from its `--version` banner:
+    -ffile-prefix-map (GCC 8, clang 10; it maps __FILE__ too), else -fdebug-prefix-map (GCC 4.3,
+    every clang). Read from the banner, not by compiling: a compile is the build's to make, and
+    the preflight compiles the probe with the build's own command line, these flags included."""
+    first = banner.splitlines()[0] if banner else ""
+    versions = re.findall(r"(\d+)\.\d+(?:\.\d+)?", first)
+    if not versions:
+        return "-fdebug-prefix-map"
+    major = int(versions[0] if "clang" in first.lower() else versions[-1])
+    new_enough = major >= (10 if "clang" in first.lower() else 8)
+    return "-ffile-prefix-map" if new_enough else "-fdebug-prefix-map"
+
+
+def flags(maps: list[list[str]], banner: str) -> dict[str, list[str]]:
+    """The options for the cxx and nvcc flag lists of every extension."""
+    flag = map_flag(banner)
+    cxx = [f"{flag}={old}={new}" for old, new in maps]
+    return {"cxx": cxx, "nvcc": [f"-Xcompiler={f}" for f in cxx]}
+
+
+def compile_flags(plan, tools, source_root: Path) -> dict[str, list[str]]:
+    """The prefix-map options of this build (the upstream driver adds them to every
+    extension's cxx and nvcc flags, before torch's ABI define)."""
+    cuda_home = tools.nvcc.cuda_home if tools.nvcc else None
+    maps = prefix_maps(source_root, plan.torch, cuda_home)
+    return flags(maps, _compilers.host_compiler()["version"])
+
+
+# ---------------------------------------------------------------------------- the provenance
+
+# What a provenance holds that describes this machine and run rather than the wheel: the same
+# fingerprint may come with any of these values, so they stay out of the wheel's bytes.
+_HOW = ("cuda_arch_choice", "compiler_cache", "network_seal")
+_SOURCE_HOW = ("origin",)
+_TORCH_HOW = ("path",)
+_NVCC_WHAT = ("version", "build")
+
+
+def split(prov: dict) -> tuple[dict, dict]:
+    """(what goes into the wheel, how it was built: for the wheel-cache entry's record)."""
+    what = {k: v for k, v in prov.items() if k not in _HOW}
+    how = {k: prov[k] for k in _HOW if k in prov}
+    for name in ("sdist", "fa3_sources"):
+        if isinstance(prov.get(name), dict):
+            what[name], how[name] = _strip(prov[name], _SOURCE_HOW)
+    if isinstance(prov.get("torch"), dict):
+        what["torch"], how["torch"] = _strip(prov["torch"], _TORCH_HOW)
+    if isinstance(prov.get("nvcc"), dict):
+        nvcc = prov["nvcc"]
+        what["nvcc"] = {k: nvcc[k] for k in _NVCC_WHAT if k in nvcc}
+        how["nvcc"] = {k: v for k, v in nvcc.items() if k not in _NVCC_WHAT}
+    return what, how
+
+
+def _strip(part: dict, keys: tuple[str, ...]) -> tuple[dict, dict]:
+    """Drop `keys` from part and from its nested dicts (FA3's two trees)."""
+    what, how = {}, {}
+    for k, v in part.items():
+        if k in keys:
+            how[k] = v
+        elif isinstance(v, dict):
+            what[k], inner = _strip(v, keys)
+            if inner:
+                how[k] = inner
+        else:
+            what[k] = v
+    return what, how
+
+
+def circumstances() -> dict:
+    """Where and when: the entry's record, never the wheel."""
+    return {
+        "host": socket.gethostname(),
+        "uid": os.getuid(),
+        "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }

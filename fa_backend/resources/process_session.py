@@ -1,0 +1,76 @@
+"""Ending the upstream build as a whole: every process of its session (standard library only:
+the upstream driver loads this file by path, the backend imports it).
+
+The build child starts a session of its own (setsid); `unshare` execs in place, so the driver is
+its leader and everything it starts stays in the session. A process group is not enough: ninja
+puts every compile command into a group of its own (so that Ctrl-C reaches ninja alone) and
+forwards a signal only while it lives, so a killed ninja would leave the compilers running.
+The session id survives reparenting to init, so /proc still finds those orphans.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import ctypes.util
+import os
+import signal
+import time
+
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def members(sid: int) -> list[int]:
+    """Live processes (not zombies) of session `sid`, read from /proc."""
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+        except (OSError, IndexError):
+            continue  # gone meanwhile
+        # after the command: state, ppid, pgrp, session
+        if len(fields) > 3 and int(fields[3]) == sid and fields[0] not in (b"Z", b"X"):
+            found.append(int(name))
+    return found
+
+
+def _signal_all(pids: list[int], sig: int) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, sig)
+        except OSError:  # gone, or not ours to signal
+            pass
+
+
+def end(sid: int, grace: float = 3.0, spare: int | None = None) -> None:
+    """SIGTERM every process of session `sid` (ninja forwards it, compilers stop cleanly),
+    SIGKILL what is left after `grace` seconds. `spare` (the caller itself, when it is one of
+    them) is left alone. New processes started meanwhile are caught by the next scan."""
+    deadline = time.monotonic() + grace
+    sig = signal.SIGTERM
+    while True:
+        left = [p for p in members(sid) if p != spare]
+        if spare is None:  # the leader's group too, where /proc shows nothing (hidepid)
+            with contextlib.suppress(OSError):
+                os.killpg(sid, sig)
+        if not left:
+            return
+        _signal_all(left, sig)
+        if sig == signal.SIGKILL and time.monotonic() > deadline + grace:
+            return  # unkillable (uninterruptible sleep): nothing more to do here
+        time.sleep(0.05)
+        if time.monotonic() > deadline:
+            sig = signal.SIGKILL
+
+
+def die_with_parent(sig: int = signal.SIGTERM) -> bool:
+    """Ask Linux to send `sig` to this process when the thread that started it ends
+    (prctl PR_SET_PDEATHSIG); False where that is not available."""
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        return libc.prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False

@@ -1,0 +1,161 @@
+"""A wheel cache a team can audit, on the sample built by pip: every hit is checked against the
+sha256 its entry recorded, its RECORD and verify; `cache check` finds a one-byte tamper and an
+edited member; `--rebuild` confirms an honest entry and names one that is not what its
+fingerprint builds; requirement lines carry hashes pip --require-hashes accepts; and a full
+disk never leaves half an entry."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import zipfile
+from pathlib import Path
+
+import pytest
+from conftest import PY, REPO, pip_wheel_cmd, run, sample_settings
+
+SETTINGS = ("-C", "compiler-cache=none")
+
+
+def _env(tmp: Path) -> dict:
+    return {**os.environ, "XDG_CACHE_HOME": str(tmp / "xdg")}
+
+
+def _cli(tmp: Path, *args, check=False) -> subprocess.CompletedProcess:
+    return run([PY, "-m", "fa_backend", *args], cwd=REPO, env=_env(tmp), check=check)
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory, sample_sdist_dir) -> dict:
+    """The sample built once into a wheel cache: (its directory, settings, entry, wheel)."""
+    tmp = tmp_path_factory.mktemp("trust")
+    root = tmp / "wheels"
+    settings = [*sample_settings(sample_sdist_dir), *SETTINGS, "-C", f"wheel-cache-dir={root}"]
+    run(pip_wheel_cmd(PY, tmp / "out", *settings), env=_env(tmp))
+    (entry,) = [p for p in root.iterdir() if len(p.name) == 32]
+    (wheel,) = entry.glob("*.whl")
+    return {"tmp": tmp, "root": root, "settings": settings, "entry": entry, "wheel": wheel}
+
+
+def _copy(cache: dict, dest: Path) -> tuple[Path, Path, list[str]]:
+    root = shutil.copytree(cache["root"], dest / "wheels")
+    entry = root / cache["entry"].name
+    settings = [
+        s if "wheel-cache-dir" not in s else f"wheel-cache-dir={root}" for s in cache["settings"]
+    ]
+    return root, entry / cache["wheel"].name, settings
+
+
+def _edit_member(wheel: Path, member_suffix: str) -> None:
+    """Rewrite the wheel with one member changed (fresh CRC, RECORD left stale), and record the
+    new bytes' sha256 in entry.json: only RECORD can tell."""
+    edited = wheel.with_suffix(".edited")
+    with zipfile.ZipFile(wheel) as zin, zipfile.ZipFile(edited, "w", zipfile.ZIP_DEFLATED) as zout:
+        for info in zin.infolist():
+            data = zin.read(info)
+            if info.filename.endswith(member_suffix):
+                data += b"\nimport os  # slipped in\n"
+            zout.writestr(info, data)
+    edited.replace(wheel)
+    record = wheel.parent / "entry.json"
+    data = json.loads(record.read_text())
+    from fa_backend.fleet import _entries
+
+    data["sha256"] = _entries.sha256_of(wheel)
+    record.write_text(json.dumps(data))
+
+
+def test_an_honest_cache_checks_out_and_its_entry_rebuilds_byte_for_byte(cache):
+    proc = _cli(cache["tmp"], "cache", "check", cache["root"])
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "hash, RECORD and verify: OK" in proc.stdout and "1 ok, 0 failed" in proc.stdout
+    rebuilt = _cli(cache["tmp"], "cache", "check", "--rebuild", cache["root"], *cache["settings"])
+    assert rebuilt.returncode == 0, rebuilt.stdout + rebuilt.stderr
+    assert "rebuilt byte for byte (sha256 " in rebuilt.stdout
+
+
+def test_a_one_byte_tamper_is_found_and_refused(cache, tmp_path):
+    root, wheel, settings = _copy(cache, tmp_path)
+    data = bytearray(wheel.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    wheel.write_bytes(bytes(data))
+    proc = _cli(tmp_path, "cache", "check", root)
+    assert proc.returncode == 1 and "not the wheel it stored: its sha256 is" in proc.stdout
+    build = run(pip_wheel_cmd(PY, tmp_path / "out", "-v", *settings), env=_env(tmp_path))
+    assert "failed its check (its sha256 is" in build.stderr
+    assert "wheel cache hit" not in build.stderr  # no hit line for what is not served
+    (served,) = (tmp_path / "out").glob("*.whl")
+    assert served.read_bytes() == cache["wheel"].read_bytes()  # rebuilt: the same bytes
+
+
+def test_an_edited_member_with_a_stale_record_is_refused_and_rebuilt(cache, tmp_path):
+    root, wheel, settings = _copy(cache, tmp_path)
+    _edit_member(wheel, "flash_attn/__init__.py")
+    with zipfile.ZipFile(wheel) as zf:
+        assert zf.testzip() is None  # a valid zip: only RECORD tells
+    verify = _cli(tmp_path, "verify", wheel)
+    assert verify.returncode == 1 and "FAIL  record" in verify.stdout, verify.stdout
+    check = _cli(tmp_path, "cache", "check", root)
+    assert check.returncode == 1 and "RECORD does not match: flash_attn/__init__.py" in check.stdout
+    build = run(pip_wheel_cmd(PY, tmp_path / "out", "-v", *settings), env=_env(tmp_path))
+    assert "failed its check" in build.stderr and "record" in build.stderr
+    assert "wheel cache hit" not in build.stderr
+    (served,) = (tmp_path / "out").glob("*.whl")
+    assert served.read_bytes() == cache["wheel"].read_bytes()
+
+
+def test_rebuild_names_an_entry_that_is_not_what_its_fingerprint_builds(cache, tmp_path):
+    """A sound wheel (sha256, RECORD and verify pass) whose bytes a rebuild does not give:
+    here re-zipped stored instead of deflated, its entry.json updated to match."""
+    root, wheel, settings = _copy(cache, tmp_path)
+    other = wheel.with_suffix(".other")
+    with zipfile.ZipFile(wheel) as zin, zipfile.ZipFile(other, "w", zipfile.ZIP_STORED) as zout:
+        for info in zin.infolist():
+            data = zin.read(info)
+            info.compress_type = zipfile.ZIP_STORED
+            zout.writestr(info, data)
+    other.replace(wheel)
+    _edit_member(wheel, "no such member")  # only re-records the sha256
+    assert _cli(tmp_path, "cache", "check", root).returncode == 0
+    proc = _cli(tmp_path, "cache", "check", "--rebuild", root, *settings)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "not what its fingerprint builds" in proc.stdout
+    assert "members that differ: none (the zip itself)" in proc.stdout
+
+
+def test_requirement_lines_install_with_require_hashes(cache, tmp_path):
+    lines = _cli(cache["tmp"], "cache", "requirements", cache["root"], check=True).stdout
+    (line,) = lines.splitlines()
+    assert line.startswith("flash-attn==0.1.0+cputorch2.13cxx11abitrue --hash=sha256:")
+    requirements = tmp_path / "requirements.txt"
+    requirements.write_text(line + "\n")
+    run(
+        [PY, "-m", "pip", "install", "--no-deps", "--no-index", "--require-hashes", "--target",
+         tmp_path / "site", "--find-links", cache["root"], "-r", requirements],
+    )  # fmt: skip
+    assert list((tmp_path / "site").glob("flash_attn-*.dist-info"))
+
+
+def test_a_full_cache_disk_leaves_no_half_entry(sample_sdist_dir, tmp_path):
+    """ENOSPC while the entry is written (a 64 KiB disk: fingerprint.json fits, the wheel does
+    not): the wheel is still delivered, and the cache holds no fingerprint.json on its own."""
+    if os.geteuid() != 0 or not shutil.which("unshare"):
+        pytest.skip("needs root and a mount namespace (unshare -m) for a real small disk")
+    cache = tmp_path / "small"
+    cache.mkdir()
+    cmd = pip_wheel_cmd(PY, tmp_path / "out", "-v", *sample_settings(sample_sdist_dir), *SETTINGS)
+    cmd += ["-C", f"wheel-cache-dir={cache}"]
+    quoted = " ".join(f"'{c}'" for c in cmd)
+    script = f"mount -t tmpfs -o size=64k tmpfs {cache} && {quoted} && echo LISTING && find {cache}"
+    proc = subprocess.run(
+        ["unshare", "-m", "sh", "-c", script], env=_env(tmp_path), capture_output=True, text=True
+    )
+    if "mount:" in proc.stderr and proc.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {proc.stderr.strip()}")
+    assert proc.returncode == 0, proc.stderr
+    assert "could not keep this wheel (No space left on device" in proc.stderr
+    assert len(list((tmp_path / "out").glob("*.whl"))) == 1
+    listing = proc.stdout.split("LISTING", 1)[1]
+    assert "fingerprint.json" not in listing and ".part" not in listing, listing

@@ -1,0 +1,63 @@
+"""core/_ownership: a directory is fa-shim's when it made it (marker), was empty, or is new;
+a failed run takes back its own additions only."""
+
+from __future__ import annotations
+
+import pytest
+
+from fa_backend.core import _ownership
+from fa_backend.core._errors import FaShimError
+
+
+def test_a_directory_with_a_users_file_is_refused_and_kept(tmp_path):
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "mine.txt").write_text("keep")
+    with pytest.raises(FaShimError) as info:
+        _ownership.claim(tmp_path, "--build-dir")
+    assert "holds files fa-shim did not make (src)" in info.value.cause
+    assert "--build-dir" in info.value.fix
+    assert (tmp_path / "src" / "mine.txt").read_text() == "keep"
+    assert not (tmp_path / _ownership.MARKER).exists()
+
+
+def test_a_new_directory_is_made_marked_and_removed_on_failure(tmp_path):
+    target = tmp_path / "new" / "dir"
+    with pytest.raises(KeyboardInterrupt), _ownership.owned(target, "--build-dir"):
+        assert target.is_dir() and not _ownership.is_ours(target)  # marked when it succeeds
+        (target / "src").mkdir()
+        raise KeyboardInterrupt
+    assert not target.exists() and (tmp_path / "new").is_dir()
+
+
+def test_an_empty_directory_is_left_empty_after_a_failure(tmp_path):
+    with pytest.raises(RuntimeError), _ownership.owned(tmp_path, "--build-dir"):
+        (tmp_path / "src").mkdir()
+        (tmp_path / "log.txt").write_text("x")
+        raise RuntimeError
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_fa_shims_own_directory_is_taken_again_and_keeps_what_was_there(tmp_path):
+    with _ownership.owned(tmp_path, "--build-dir"):
+        (tmp_path / "src").mkdir()
+    assert _ownership.is_ours(tmp_path)
+    with pytest.raises(RuntimeError), _ownership.owned(tmp_path, "--build-dir"):
+        (tmp_path / "dist").mkdir()
+        raise RuntimeError
+    assert sorted(p.name for p in tmp_path.iterdir()) == [_ownership.MARKER, "src"]
+
+
+def test_a_forged_or_linked_marker_does_not_make_a_directory_ours(tmp_path):
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / _ownership.MARKER).write_text("something else\n")
+    assert not _ownership.is_ours(tmp_path / "a")
+    (tmp_path / "b").mkdir()
+    (tmp_path / "real").write_text(_ownership._TEXT)
+    (tmp_path / "b" / _ownership.MARKER).symlink_to(tmp_path / "real")
+    assert not _ownership.is_ours(tmp_path / "b")
+
+
+def test_a_file_where_the_directory_should_be_is_refused(tmp_path):
+    (tmp_path / "f").write_text("x")
+    with pytest.raises(FaShimError, match="is not a directory"):
+        _ownership.claim(tmp_path / "f", "--build-dir")

@@ -1,0 +1,93 @@
+"""sources/_archives: every unsafe member refused by name before anything is written, and an
+extraction that fails removes only the directory it made."""
+
+from __future__ import annotations
+
+import io
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from fa_backend.sources import _archives
+
+
+def _tarball(path: Path, *members: tarfile.TarInfo) -> Path:
+    with tarfile.open(path, "w:gz") as tar:
+        for info in members:
+            data = b"x" * info.size if info.isfile() else None
+            tar.addfile(info, io.BytesIO(data) if data is not None else None)
+    return path
+
+
+def _file(name: str) -> tarfile.TarInfo:
+    info = tarfile.TarInfo(name)
+    info.size = 1
+    return info
+
+
+def _typed(name: str, kind: bytes, link: str = "") -> tarfile.TarInfo:
+    info = tarfile.TarInfo(name)
+    info.type, info.linkname = kind, link
+    return info
+
+
+UNSAFE = {
+    "../evil.txt": (_file("../evil.txt"), "a path out of the archive"),
+    "pkg/../../evil.txt": (_file("pkg/../../evil.txt"), "a path out of the archive"),
+    "/etc/evil.txt": (_file("/etc/evil.txt"), "an absolute path"),
+    "pkg/link": (_typed("pkg/link", tarfile.SYMTYPE, "/etc/passwd"), "a symbolic link"),
+    "pkg/hard": (_typed("pkg/hard", tarfile.LNKTYPE, "pkg/setup.py"), "a hard link"),
+    "pkg/dev": (_typed("pkg/dev", tarfile.CHRTYPE), "a device or special file"),
+    "pkg/fifo": (_typed("pkg/fifo", tarfile.FIFOTYPE), "a device or special file"),
+}
+
+
+@pytest.mark.parametrize("name", list(UNSAFE))
+def test_an_unsafe_member_is_refused_by_name_and_nothing_is_written(tmp_path, name):
+    member, why = UNSAFE[name]
+    archive = _tarball(tmp_path / "a.tar.gz", _file("pkg/setup.py"), member)
+    dest = tmp_path / "out" / "src"
+    with pytest.raises(_archives.UnsafeMember) as info:
+        _archives.extract(archive, dest, "extracting")
+    assert (info.value.name, info.value.why) == (name, why)
+    assert f"unsafe archive member {name} ({why})" in str(info.value)
+    assert not dest.exists() and (tmp_path / "out").is_dir()  # only what it made is gone
+    assert not (tmp_path / "evil.txt").exists() and not Path("/etc/evil.txt").exists()
+
+
+def test_the_error_names_the_archive_member_and_the_callers_fix(tmp_path):
+    exc = _archives.UnsafeMember("../x", "a path out of the archive")
+    error = _archives.unsafe_error(tmp_path / "a.tar.gz", exc, "use the upstream sdist.")
+    assert "unsafe archive member ../x (a path out of the archive)" in error.cause
+    assert str(tmp_path / "a.tar.gz") in error.cause and error.fix == "use the upstream sdist."
+
+
+def test_an_existing_destination_is_never_written_into_or_removed(tmp_path):
+    archive = _tarball(tmp_path / "a.tar.gz", _file("pkg/setup.py"))
+    dest = tmp_path / "src"
+    dest.mkdir()
+    (dest / "mine.txt").write_text("keep")
+    with pytest.raises(FileExistsError):
+        _archives.extract(archive, dest, "extracting")
+    assert (dest / "mine.txt").read_text() == "keep"
+
+
+def test_a_truncated_archive_removes_the_destination_it_made(tmp_path):
+    good = _tarball(tmp_path / "a.tar.gz", _file("pkg/setup.py"), _file("pkg/b.txt"))
+    cut = tmp_path / "cut.tar.gz"
+    cut.write_bytes(good.read_bytes()[:-30])
+    with pytest.raises(_archives.BROKEN):
+        _archives.extract(cut, tmp_path / "src", "extracting")
+    assert not (tmp_path / "src").exists()
+
+
+def test_a_safe_archive_extracts_with_its_top_directory(tmp_path):
+    archive = _tarball(tmp_path / "a.tar.gz", _typed("pkg", tarfile.DIRTYPE), _file("pkg/setup.py"))
+    _archives.extract(archive, tmp_path / "src", "extracting")
+    assert (tmp_path / "src" / "pkg" / "setup.py").read_bytes() == b"x"
+
+
+def test_more_than_one_top_directory_is_refused_when_asked(tmp_path):
+    with pytest.raises(tarfile.TarError, match="more than one top directory"):
+        _archives.member_parts(_file("b/x"), top="a")
