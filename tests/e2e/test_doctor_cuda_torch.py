@@ -106,7 +106,7 @@ def test_jobs_are_the_builds_own_for_a_tailored_set(torch211_python, tmp_path, m
         tools.tu_parts,
     )
     assert machine["jobs"] == 8 and machine["tu_parts"] == 2
-    assert "each forward kernel source in 2 parts" in doctor(**settings).stdout
+    assert "each kernel source in 2 parts" in doctor(**settings).stdout
 
 
 @pytest.mark.slow

@@ -24,6 +24,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.realbuild]
 
 FEATURES = "fp8,split,paged-kv,appendkv,local,softcap,packgqa,varlen,cluster"
 SET = {
+    "fa3-release": "v2.8.3",  # the line with aggregates (under torch >= 2.9 auto is the stable one)
     "head-dims": "128",
     "dtypes": "bf16",
     "forward-only": "true",

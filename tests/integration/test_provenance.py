@@ -124,6 +124,8 @@ def test_the_provenance_records_the_plan_torch_and_what_build_ninja_compiles(pla
         "cxx11_abi": 1,
         "cxx_std": "c++20",
         "path": "/t",
+        "stable_abi": None,  # a torch-bound module: it serves this torch release only
+        "binding": "torch 2.13.0 (its C++ ABI)",
     }
     assert prov["nvcc"] is None and prov["cuda_arch_choice"] is None
     assert prov["cuda_archs"] == ["80", "90a"]  # read off the -gencode flags, sorted

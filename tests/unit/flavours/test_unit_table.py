@@ -1,12 +1,10 @@
 """Each release's table of per-unit peaks and times (flavours/_unit_table, units.json beside
-release.toml): how a refresh folds a build's launcher records in, that FA2 2.8.3's table is what
-its recorded H100 runs make (bench/unit_table.py --check), and FA2's memory model over it."""
+release.toml): how a refresh folds a build's launcher records in and FA2's memory model over it.
+(That FA2 2.8.3's table is what its recorded H100 runs make: test_unit_table_check.py.)"""
 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
 from conftest import REPO
@@ -17,7 +15,6 @@ from fa_backend.flavours.fa2 import _costs
 from fa_backend.toolchain import _jobs
 
 MIB = 1024**2
-RUN3 = REPO / "docs" / "gpu-runs" / "2026-11-22-h100" / "run3"
 
 
 def record(source, peak, seconds=10.0, exit=0):
@@ -55,17 +52,6 @@ def test_a_table_reads_back_and_a_broken_one_is_one_error(tmp_path):
     (tmp_path / "units.json").write_text('{"units": [1, 2]}')
     with pytest.raises(FaShimError, match="is not a table of compile units"):
         _unit_table.load(tmp_path)
-
-
-def test_fa2_283s_table_is_what_its_recorded_runs_make():
-    runs = [RUN3 / f"{n}-tus.jsonl" for n in ("full", "tailored-disable", "tailored")]
-    script, release = REPO / "bench" / "unit_table.py", REPO / "vendored_patches" / "2.8.3"
-    proc = subprocess.run(
-        [sys.executable, script, release, *runs, "--check"],
-        capture_output=True,
-        text=True,
-    )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
 def test_fa2s_memory_model_reads_its_release_table():

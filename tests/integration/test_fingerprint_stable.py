@@ -1,7 +1,7 @@
 """The wheel cache's fingerprint (pipeline/_provenance.py) of a stable-ABI build leaves the torch
 release out and keeps its floor and CUDA major: a build under torch 2.11.0 is a hit for 2.14.1,
 a miss for a CUDA 12 torch; a torch-bound build keeps the release. (The real wheel, built under
-2.11.0 and installed from the cache under 2.14.1: tests/test_fa3_build.py.)"""
+2.11.0 and installed from the cache under 2.14.1: tests/e2e/test_fa3_build.py.)"""
 
 from __future__ import annotations
 
