@@ -13,7 +13,7 @@ from pathlib import Path
 
 from ..core import _failures, _log
 from ..resources import process_session
-from ..resources.upstream_driver import PARENT_ENV
+from ..resources.process_session import PARENT_ENV
 
 _NINJA_STEP = re.compile(r"^\[(\d+)/(\d+)\]")
 # The compiler's own words when it (or its cc1plus/cicc/ptxas) dies of SIGKILL, and ours.

@@ -6,6 +6,10 @@ its leader and everything it starts stays in the session. A process group is not
 puts every compile command into a group of its own (so that Ctrl-C reaches ninja alone) and
 forwards a signal only while it lives, so a killed ninja would leave the compilers running.
 The session id survives reparenting to init, so /proc still finds those orphans.
+
+Run by path (`python process_session.py COMMAND...`), it runs COMMAND as the leader of such a
+session that ends whole when the backend goes: what the backend's compile probes run under, so
+that a frontend killed with SIGKILL leaves no probe (or a wrapper's child) behind.
 """
 
 from __future__ import annotations
@@ -15,9 +19,12 @@ import ctypes
 import ctypes.util
 import os
 import signal
+import subprocess
+import sys
 import time
 
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
+PARENT_ENV = "_FA_SHIM_PARENT"  # the backend's pid: a session started for it ends with it
 
 
 def members(sid: int) -> list[int]:
@@ -74,3 +81,33 @@ def die_with_parent(sig: int = signal.SIGTERM) -> bool:
         return libc.prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0) == 0
     except (OSError, AttributeError):
         return False
+
+
+def end_with_parent() -> None:
+    """If the backend goes (SIGKILL, OOM), or sends SIGTERM/SIGHUP, end this whole session, not
+    only this process (the caller leads it)."""
+
+    def end_all(signum, _frame):
+        end(os.getsid(0), spare=os.getpid())
+        os._exit(128 + signum)
+
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, end_all)
+    die_with_parent(signal.SIGTERM)
+    parent = int(os.environ.get(PARENT_ENV) or 0)
+    if parent and os.getppid() != parent:  # gone before the death signal was armed
+        end_all(signal.SIGTERM, None)
+
+
+def main(argv: list[str]) -> int:
+    end_with_parent()
+    try:
+        code = subprocess.call(argv)
+    except OSError as exc:
+        print(f"{argv[0]}: {exc}", file=sys.stderr)
+        return 127
+    return 128 - code if code < 0 else code  # killed by a signal: the shell's status
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -243,31 +243,17 @@ def _install_hooks():
         cpp_extension._run_ninja_build = stop
 
 
-PARENT_ENV = "_FA_SHIM_PARENT"  # the backend's pid: the driver ends with it
-
-
 def _die_with_the_backend():
     """If the backend goes (SIGKILL, OOM), or sends SIGTERM/SIGHUP, end this whole session:
     ninja, the launchers and every compiler, not only this process."""
     import importlib.util
-    import signal
 
     spec = importlib.util.spec_from_file_location(
         "_fa_shim_process_session", os.path.join(os.path.dirname(__file__), "process_session.py")
     )
     session = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(session)
-
-    def end(signum, _frame):
-        session.end(os.getsid(0), spare=os.getpid())
-        os._exit(128 + signum)
-
-    for sig in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, end)
-    session.die_with_parent(signal.SIGTERM)
-    parent = int(os.environ.get(PARENT_ENV) or 0)
-    if parent and os.getppid() != parent:  # gone before the death signal was armed
-        end(signal.SIGTERM, None)
+    session.end_with_parent()
 
 
 def main():

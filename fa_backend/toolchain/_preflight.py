@@ -13,12 +13,15 @@ import re
 import shlex
 import shutil
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
+from .. import resources
 from ..core import _failures, _subprocess
 from ..core._errors import FaShimError
 from ..resources.launcher import PROBE_ENV, started_file
+from ..resources.process_session import PARENT_ENV
 from ..toolchain._compile_commands import ABI_DEFINE, Command
 from . import _mangling
 
@@ -82,8 +85,12 @@ def host_compiler_of(command: Command) -> str:
 
 
 def _run(argv: list[str], cwd: Path, env: dict | None) -> subprocess.CompletedProcess:
+    # under a session that ends with this process: a frontend killed with SIGKILL takes the
+    # probe's compiler (and a wrapper script's children) with it
+    wrapped = [sys.executable, "-S", str(resources.SESSION), *argv]
+    env = {**(os.environ if env is None else env), PARENT_ENV: str(os.getpid())}
     try:
-        return _subprocess.completed(argv, cwd=cwd, env=env, timeout=600)
+        return _subprocess.completed(wrapped, cwd=cwd, env=env, timeout=600)
     except (OSError, subprocess.TimeoutExpired) as exc:
         return subprocess.CompletedProcess(argv, 127, "", str(exc))
 

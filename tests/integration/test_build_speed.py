@@ -146,6 +146,10 @@ def test_an_interrupted_build_leaves_no_cache_entry(sample_sdist_dir, tmp_path):
     assert compiling, "the build never started compiling"
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
+    # no process of the build outlives it: the hanging compile (here the preflight's probe,
+    # a wrapper script's `sleep` child) ends with the backend
+    _, alive = psutil.wait_procs(children, timeout=15)
+    assert not alive, [(p.pid, p.name()) for p in alive]
     assert not list(_cache_root().rglob("*.whl"))
     assert not (tmp_path / "w").exists() or not list((tmp_path / "w").iterdir())
     again = _pip_wheel(tmp_path / "w2", sample_sdist_dir)  # and the next build just works
