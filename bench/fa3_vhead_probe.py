@@ -5,13 +5,14 @@ should refuse it ("does not support V head dimension"); upstream's dispatch woul
 kernel whose V head dim is smaller than the tensor's (found by reading the code, issue 23's
 groundwork). v2.8.3's dispatch has the same shape and its 06 no such hunk.
 
-    python bench/fa3_vhead_probe.py > vhead.json
+    python bench/fa3_vhead_probe.py [--qk 64 --v 256] > vhead.json
 
 Prints JSON: the installed flash-attn-3's version, whether the call raised (and its message) and,
 if it ran, the largest difference from SDPA and the share of the output columns left at zero."""
 
 from __future__ import annotations
 
+import argparse
 import faulthandler
 import importlib.metadata
 import json
@@ -23,18 +24,22 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--qk", type=int, default=64, help="Q and K head dim")
+    parser.add_argument("--v", type=int, default=256, help="V head dim")
+    args = parser.parse_args()
     faulthandler.enable()  # a segmentation fault prints the Python stack it came from
     import flash_attn_interface as fa3
 
     torch.manual_seed(0)
     b, s, h = 2, 512, 8
-    q = torch.randn(b, s, h, 64, device="cuda", dtype=torch.bfloat16)
-    k = torch.randn(b, s, h, 64, device="cuda", dtype=torch.bfloat16)
-    v = torch.randn(b, s, h, 256, device="cuda", dtype=torch.bfloat16)
+    q = torch.randn(b, s, h, args.qk, device="cuda", dtype=torch.bfloat16)
+    k = torch.randn(b, s, h, args.qk, device="cuda", dtype=torch.bfloat16)
+    v = torch.randn(b, s, h, args.v, device="cuda", dtype=torch.bfloat16)
     report = {
         "flash_attn_3": importlib.metadata.version("flash-attn-3"),
         "module": fa3.__file__,
-        "shapes": {"qk": [b, s, h, 64], "v": [b, s, h, 256]},
+        "shapes": {"qk": [b, s, h, args.qk], "v": [b, s, h, args.v]},
     }
     # FA3 first, each step said as it ends: a crash names the step it was in (the first run
     # crashed with nothing printed, SDPA's reference computed first)
