@@ -27,15 +27,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--qk", type=int, default=64, help="Q and K head dim")
     parser.add_argument("--v", type=int, default=256, help="V head dim")
+    parser.add_argument("--dtype", default="bfloat16", help="float32: an error every build raises")
     args = parser.parse_args()
     faulthandler.enable()  # a segmentation fault prints the Python stack it came from
     import flash_attn_interface as fa3
 
     torch.manual_seed(0)
     b, s, h = 2, 512, 8
-    q = torch.randn(b, s, h, args.qk, device="cuda", dtype=torch.bfloat16)
-    k = torch.randn(b, s, h, args.qk, device="cuda", dtype=torch.bfloat16)
-    v = torch.randn(b, s, h, args.v, device="cuda", dtype=torch.bfloat16)
+    dtype = getattr(torch, args.dtype)
+    q = torch.randn(b, s, h, args.qk, device="cuda", dtype=dtype)
+    k = torch.randn(b, s, h, args.qk, device="cuda", dtype=dtype)
+    v = torch.randn(b, s, h, args.v, device="cuda", dtype=dtype)
     report = {
         "flash_attn_3": importlib.metadata.version("flash-attn-3"),
         "module": fa3.__file__,

@@ -66,11 +66,19 @@ hit() {  # CHECKOUT PROJECT NAME SETTINGS...
 hit "$COPY" . fa2 "${FA2_SET[@]}"
 hit "$COPY" flash-attn-3 fa3 "${FA3_SET[@]}"
 
-# the V-head-dim probe and its neighbours on the installed FA3 set (head dim 128 only)
-for shape in "128 128" "64 64" "128 256" "64 256"; do
+# the V-head-dim probe and its neighbours on the installed FA3 set (head dim 128 only); float32,
+# an error every build raises, tells a crash of the error path from one of the dispatch
+for shape in "128 128 bfloat16" "64 64 bfloat16" "128 128 float32" "128 256 bfloat16" \
+  "64 256 bfloat16"; do
   set -- $shape
-  (cd /tmp && timeout 60 python3 "$ROOT/bench/fa3_vhead_probe.py" --qk "$1" --v "$2") \
-    > "$OUT/probe-$1-$2.json" 2> "$OUT/probe-$1-$2.err"
-  echo "probe qk=$1 v=$2: exit $?" | tee -a "$OUT/times.txt"
+  (cd /tmp && timeout 60 python3 "$ROOT/bench/fa3_vhead_probe.py" --qk "$1" --v "$2" --dtype "$3") \
+    > "$OUT/probe-$1-$2-$3.json" 2> "$OUT/probe-$1-$2-$3.err"
+  echo "probe qk=$1 v=$2 $3: exit $?" | tee -a "$OUT/times.txt"
 done
+if command -v gdb > /dev/null; then  # the native stack of the crash
+  (cd /tmp && timeout 120 gdb -batch -ex run -ex bt --args python3 "$ROOT/bench/fa3_vhead_probe.py" \
+    --qk 128 --v 256) > "$OUT/probe-gdb.txt" 2>&1
+else
+  echo "no gdb" > "$OUT/probe-gdb.txt"
+fi
 rm -rf "$COPY"

@@ -138,6 +138,7 @@ def prepare(plan: Plan, scratch: Path, tools: Tools | None = None) -> Prepared:
     log = log_dir / f"flash-attn-{plan.version}-{time.strftime('%Y%m%d-%H%M%S')}.log"
     shutil.rmtree(scratch / "src", ignore_errors=True)  # a prepare into a used directory
     source = plan.flavour.lay_out(plan, tools, scratch / "src")
+    _reproducible.settle_times(scratch / "src")
     code, output, report = _upstream.run_setup(
         plan, tools, source, scratch / "dist", "prepare", log
     )

@@ -7,6 +7,10 @@
   here changes code generation (the scratch tree is under TMPDIR: its map covers both);
 - nvcc's temporary files, named after its pid (tmpxft_<pid>_...) and recorded in the host
   object: the launcher has nvcc keep them under fixed names in a directory per object;
+- cudafe++ names a unit's internal-linkage device entities after a random number: nvcc
+  (12.8 on) takes --frandom-seed, which the launcher gives each .cu its own (its name);
+- nvcc's device debug line tables record each source file's modification time: the laid-out
+  tree's files (extracted, patched, generated now) all get one fixed time (`settle_times`);
 - CUDA device code records the source path itself (module ids, -lineinfo): CUDA builds
   compile from the fixed path fleet/_stable_src provides;
 - the wheel's provenance: facts about this machine and run (where the sdist and nvcc were
@@ -25,7 +29,7 @@ import sysconfig
 import time
 from pathlib import Path
 
-from ..resources.launcher import KEEP_ENV  # noqa: F401 (_upstream sets it)
+from ..resources.launcher import KEEP_ENV, SEED_ENV  # noqa: F401 (_upstream sets them)
 from ..toolchain import _compilers
 from ..toolchain._torch import TorchInfo
 
@@ -128,6 +132,22 @@ def _strip(part: dict, keys: tuple[str, ...]) -> tuple[dict, dict]:
         else:
             what[k] = v
     return what, how
+
+
+SOURCE_TIME = 315532800  # 1980-01-01 (the wheel's zip times' floor), unless SOURCE_DATE_EPOCH
+
+
+def settle_times(root: Path) -> None:
+    """Every file of the laid-out source tree gets one modification time, SOURCE_DATE_EPOCH's
+    or a fixed one: nvcc records the times of the files it reads in the device code's line
+    tables, and extracting or patching them set the clock's. (Older than any object, so a
+    retried build's ninja keeps what it compiled.)"""
+    epoch = int(os.environ.get("SOURCE_DATE_EPOCH") or SOURCE_TIME)
+    for directory, _dirs, files in os.walk(root):
+        for name in files:
+            path = os.path.join(directory, name)
+            if not os.path.islink(path):
+                os.utime(path, (epoch, epoch))
 
 
 def circumstances() -> dict:

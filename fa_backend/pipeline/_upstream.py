@@ -16,6 +16,7 @@ from ..core._errors import FaShimError
 from ..fleet import _sccache
 from ..resources import DRIVER, LAUNCHER
 from ..resources.upstream_driver import BLOCKED_EXIT
+from ..toolchain import _compilers
 from . import _reproducible, _runner, _seal, _stats
 
 if TYPE_CHECKING:
@@ -81,6 +82,8 @@ def environment(plan: Plan, tools: Tools, scratch: Path, jobs: int | None) -> di
     if tools.nvcc_threads:
         env["NVCC_THREADS"] = str(tools.nvcc_threads)
     env[_reproducible.KEEP_ENV] = "1"  # nvcc's files under fixed names (launcher)
+    if tools.nvcc and _compilers.nvcc_takes_random_seed(tools.nvcc.path):
+        env[_reproducible.SEED_ENV] = "1"  # a random seed per source file (launcher)
     return env
 
 

@@ -20,10 +20,11 @@ import time
 
 PROBE_ENV = "_FA_SHIM_PROBE"  # set by fa-shim's preflight (_preflight.py)
 KEEP_ENV = "_FA_SHIM_NVCC_KEEP"  # set for the upstream build (pipeline/_reproducible.py)
+SEED_ENV = "_FA_SHIM_NVCC_SEED"  # set where nvcc takes --frandom-seed (pipeline/_reproducible.py)
 
 
 def _source(args):
-    sources = [a for a in args if a.endswith((".cu", ".cpp", ".cc", ".cxx", ".c"))]
+    sources = [a for a in args if a.endswith((".cu", ".cpp", ".cc", ".cxx", ".c")) and a[:1] != "-"]
     return os.path.basename(sources[-1]) if sources else "?"
 
 
@@ -39,6 +40,17 @@ def _keep_dir(command):
     return os.path.abspath(out[-1]) + ".fa-shim-keep" if out else None
 
 
+def _seeded(command):
+    """nvcc's command with a random seed of its own per source file (SEED_ENV): cudafe++ and
+    the host compiler otherwise name internal-linkage entities after a random number, a
+    different one each compile. Names only: the code generated is the same."""
+    if os.environ.get(SEED_ENV) != "1" or not _source(command).endswith(".cu"):
+        return command
+    if any(a.startswith(("-frandom-seed", "--frandom-seed")) for a in command):
+        return command  # the build's own choice
+    return [*command, f"--frandom-seed={_source(command)}"]
+
+
 def started_file(stats_file):
     """Where a TU's start is recorded (a line each): progress tells running from pending."""
     return type(stats_file)(str(stats_file) + ".started")
@@ -48,6 +60,7 @@ def main():
     stats_file, command = sys.argv[1], sys.argv[2:]
     if os.environ.get(PROBE_ENV) and os.path.basename(command[0]).startswith(("ccache", "sccache")):
         command = command[1:]  # fa-shim's toolchain probe: nothing to share with other builds
+    command = _seeded(command)
     kept = _keep_dir(command)
     if kept:
         command = [*command, "-keep", "-keep-dir", kept]

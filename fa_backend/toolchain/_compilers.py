@@ -69,6 +69,18 @@ def nvcc_build(path: Path) -> str | None:
 
 
 @functools.cache
+def nvcc_takes_random_seed(path: Path) -> bool:
+    """Whether this nvcc has --frandom-seed (CUDA 12.8 and 13 do): without it, cudafe++ names a
+    unit's internal-linkage device entities after a random number (`_INTERNAL_..._<pid>`),
+    so two compiles of one file differ."""
+    try:
+        out = _subprocess.completed([str(path), "--help"], timeout=60).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return "--frandom-seed" in out
+
+
+@functools.cache
 def nvcc_home(path: Path) -> Path:
     """The toolkit root as nvcc itself sees it (TOP in its dry run): right for symlinks and for
     wrapper scripts such as `exec /usr/local/cuda-13.0/bin/nvcc "$@"` in /usr/local/bin."""
