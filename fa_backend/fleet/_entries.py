@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import hashlib
 import json
 import os
 import shutil
@@ -22,6 +21,7 @@ import tempfile
 from pathlib import Path
 
 from ..core import _atomic
+from ..core._digest import sha256_of
 from ..wheel._wheelfile import publish
 from . import _shared_dirs
 
@@ -39,14 +39,6 @@ class Entry:
     @property
     def key(self) -> str:
         return self.directory.name
-
-
-def sha256_of(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def load(directory: Path, wheel_name: str | None = None) -> Entry | None:

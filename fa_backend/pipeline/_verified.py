@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ..core import _atomic, _log
-from ..fleet._entries import sha256_of
+from ..core._digest import sha256_of
 from ..toolchain._torch import TorchInfo
 from ._provenance import fa_shim_sources
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import hashlib
 import json
 import tarfile
 from pathlib import Path
@@ -17,6 +16,7 @@ from packaging.utils import InvalidSdistFilename, canonicalize_name, parse_sdist
 from packaging.version import Version
 
 from ...core import _atomic, _log
+from ...core._digest import sha256_of
 from ...core._errors import FaShimError
 from ...settings._settings import Settings
 from ...sources import _archives, _index
@@ -30,14 +30,6 @@ class Sdist:
     sha256: str
     pinned: bool
     origin: str
-
-
-def sha256_of(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def _matches(path: Path, version: str) -> bool:
