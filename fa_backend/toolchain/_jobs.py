@@ -79,22 +79,47 @@ def _read(path: str | Path) -> str | None:
         return None
 
 
-def available_cores() -> int:
-    """Cores this process may use: its CPU affinity, capped by a cgroup v2 CPU quota."""
+def cgroup_dirs(root: Path = CGROUP, proc: Path = Path("/proc/self/cgroup")) -> list[Path]:
+    """This process's cgroup directories for memory and CPU, its own first, then each parent up
+    to the mount (cgroup v2's `0::/path`, else v1's memory controller under root/memory): a
+    Slurm job's limit sits on its job's cgroup below the mount, not at its top. Inside a cgroup
+    namespace (a container) the path is `/` and the top is the process's own."""
+    found: list[Path] = []
+    for line in (_read(proc) or "").splitlines():
+        _id, controllers, path = [*line.split(":", 2), "", ""][:3]
+        if controllers == "":
+            base = root
+        elif "memory" in controllers.split(","):
+            base = root / "memory"
+        else:
+            continue
+        here = base / path.strip("/")
+        while True:
+            found.append(here)
+            if here == base or here.parent == here:
+                break
+            here = here.parent
+    return list(dict.fromkeys(found)) or [root, root / "memory"]
+
+
+def available_cores(root: Path = CGROUP) -> int:
+    """Cores this process may use: its CPU affinity, capped by the tightest cgroup v2 CPU quota
+    of its cgroup and their parents."""
     try:
         cores = len(os.sched_getaffinity(0))
     except AttributeError:  # not Linux
         cores = os.cpu_count() or 1
-    quota = _read("/sys/fs/cgroup/cpu.max")  # "max 100000" or "200000 100000"
-    if quota and not quota.startswith("max"):
-        limit, period = (int(x) for x in quota.split()[:2])
-        cores = min(cores, max(1, limit // period))
+    for directory in cgroup_dirs(root):
+        quota = _read(directory / "cpu.max")  # "max 100000" or "200000 100000"
+        if quota and not quota.startswith("max"):
+            limit, period = (int(x) for x in quota.split()[:2])
+            cores = min(cores, max(1, limit // period))
     return max(1, cores)
 
 
 def available_memory() -> int:
     """Memory a build can still take: MemAvailable, capped by the cgroup's limit minus its use
-    (inside a container the host's free memory is not ours to take)."""
+    (inside a container or a Slurm job the host's free memory is not ours to take)."""
     try:
         import psutil
 
@@ -103,24 +128,29 @@ def available_memory() -> int:
         meminfo = _read("/proc/meminfo") or ""
         line = next((x for x in meminfo.splitlines() if x.startswith("MemAvailable:")), None)
         available = int(line.split()[1]) * 1024 if line else 8 * GIB
-    left = cgroup_memory_left()
+    left = cgroup_memory_left(cgroup_dirs())
     if left is not None:
         available = min(available, left)
     return available
 
 
-def cgroup_memory_left(root: Path = CGROUP) -> int | None:
-    """What this cgroup's memory limit leaves (limit minus usage), or None without a limit:
-    cgroup v2 memory.max ("max": none) and memory.current, else cgroup v1's
-    memory/memory.limit_in_bytes (a number near 2**63: none) and memory.usage_in_bytes."""
-    for limit_file, usage_file in (
-        (root / "memory.max", root / "memory.current"),
-        (root / "memory" / "memory.limit_in_bytes", root / "memory" / "memory.usage_in_bytes"),
-    ):
-        limit, usage = _read(limit_file), _read(usage_file)
-        if limit and usage and limit.isdigit() and usage.isdigit() and int(limit) < 2**60:
-            return max(0, int(limit) - int(usage))
-    return None
+def cgroup_memory_left(directories: Path | list[Path] = CGROUP) -> int | None:
+    """What the tightest memory limit of these cgroups leaves (limit minus usage), or None
+    without a limit: cgroup v2 memory.max ("max": none) and memory.current, else cgroup v1's
+    memory.limit_in_bytes (a number near 2**63: none) and memory.usage_in_bytes. A single
+    directory is a cgroup mount's top (v2 files there, v1's under memory/)."""
+    if isinstance(directories, Path):
+        directories = [directories, directories / "memory"]
+    lefts = []
+    for directory in directories:
+        for limit_file, usage_file in (
+            ("memory.max", "memory.current"),
+            ("memory.limit_in_bytes", "memory.usage_in_bytes"),
+        ):
+            limit, usage = _read(directory / limit_file), _read(directory / usage_file)
+            if limit and usage and limit.isdigit() and usage.isdigit() and int(limit) < 2**60:
+                lefts.append(max(0, int(limit) - int(usage)))
+    return min(lefts) if lefts else None
 
 
 def describe(

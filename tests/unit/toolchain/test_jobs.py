@@ -121,3 +121,45 @@ def test_no_cgroup_files_no_limit(tmp_path):
     assert _jobs.cgroup_memory_left(tmp_path) is None
     half = _cgroup(tmp_path / "half", {"memory.max": str(4 * GIB)})  # usage unreadable
     assert _jobs.cgroup_memory_left(half) is None
+
+
+def test_a_slurm_jobs_limit_below_the_mount_is_found(tmp_path):
+    """cgroup v2 as slurmd lays it out: the job's --mem on job_<id>, the step's task below it,
+    nothing at the mount's top (outside a cgroup namespace the top is the node's)."""
+    job = "system.slice/slurmstepd.scope/job_42"
+    root = _cgroup(
+        tmp_path / "cg",
+        {
+            f"{job}/memory.max": str(32 * GIB),
+            f"{job}/memory.current": str(2 * GIB),
+            f"{job}/step_0/user/task_0/memory.max": "max",
+            f"{job}/step_0/user/task_0/memory.current": str(GIB),
+        },
+    )
+    proc = tmp_path / "cgroup"
+    proc.write_text(f"0::/{job}/step_0/user/task_0\n")
+    dirs = _jobs.cgroup_dirs(root, proc)
+    assert dirs[0] == root / job / "step_0/user/task_0" and dirs[-1] == root
+    assert _jobs.cgroup_memory_left(dirs) == 30 * GIB
+    assert _jobs.cgroup_memory_left(root) is None  # the top alone: what fa-shim read before
+
+
+def test_the_tightest_limit_of_the_chain_counts_and_v1_is_read_under_memory(tmp_path):
+    root = _cgroup(
+        tmp_path / "cg",
+        {
+            "memory/a/memory.limit_in_bytes": str(8 * GIB),
+            "memory/a/memory.usage_in_bytes": str(GIB),
+            "memory/a/b/memory.limit_in_bytes": str(64 * GIB),  # looser than its parent
+            "memory/a/b/memory.usage_in_bytes": str(GIB),
+        },
+    )
+    proc = tmp_path / "cgroup"
+    proc.write_text("5:cpu,cpuacct:/a/b\n4:memory:/a/b\n0::/\n")
+    dirs = _jobs.cgroup_dirs(root, proc)
+    assert dirs[:3] == [root / "memory/a/b", root / "memory/a", root / "memory"]
+    assert _jobs.cgroup_memory_left(dirs) == 7 * GIB
+
+
+def test_an_unreadable_proc_file_falls_back_to_the_mounts_top(tmp_path):
+    assert _jobs.cgroup_dirs(tmp_path, tmp_path / "missing") == [tmp_path, tmp_path / "memory"]
