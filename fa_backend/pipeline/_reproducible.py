@@ -8,7 +8,8 @@
 - nvcc's temporary files, named after its pid (tmpxft_<pid>_...) and recorded in the host
   object: the launcher has nvcc keep them under fixed names in a directory per object;
 - cudafe++ names a unit's internal-linkage device entities after a random number: nvcc
-  (12.8 on) takes --frandom-seed, which the launcher gives each .cu its own (its name);
+  (where it has the option, 13.0 does) takes --frandom-seed, which the launcher gives each .cu
+  its own (its name);
 - nvcc's device debug line tables record each source file's modification time: the laid-out
   tree's files (extracted, patched, generated now) all get one fixed time (`settle_times`);
 - CUDA device code records the source path itself (module ids, -lineinfo): CUDA builds

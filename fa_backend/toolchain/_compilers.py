@@ -70,9 +70,9 @@ def nvcc_build(path: Path) -> str | None:
 
 @functools.cache
 def nvcc_takes_random_seed(path: Path) -> bool:
-    """Whether this nvcc has --frandom-seed (CUDA 12.8 and 13 do): without it, cudafe++ names a
-    unit's internal-linkage device entities after a random number (`_INTERNAL_..._<pid>`),
-    so two compiles of one file differ."""
+    """Whether this nvcc has --frandom-seed (13.0 has; asked, not assumed): without it,
+    cudafe++ names a unit's internal-linkage device entities after a random number
+    (`_INTERNAL_..._<pid>`), so two compiles of one file differ."""
     try:
         out = _subprocess.completed([str(path), "--help"], timeout=60).stdout
     except (OSError, subprocess.TimeoutExpired):
