@@ -125,11 +125,8 @@ def test_provenance_records_the_stable_abi_and_both_pins(fa3_installed):
     assert prov["torch"]["binding"] == "stable ABI, torch >= 2.9.0 (built with 2.11.0)"
     assert prov["torch"]["stable_abi"] == "2.9.0" and prov["torch"]["cuda"] == "13.0"
     assert prov["flash_attn_version"] == "main-0251105a"
-    assert prov["fa3_sources"]["hopper"] == {
-        "commit": line.commit,
-        "pin": line.hopper_pin,
-        "origin": prov["fa3_sources"]["hopper"]["origin"],
-    }
+    # where the trees were found is the cache entry's record, not the wheel's (reproducible bytes)
+    assert prov["fa3_sources"]["hopper"] == {"commit": line.commit, "pin": line.hopper_pin}
     assert prov["fa3_sources"]["cutlass"]["pin"] == line.cutlass_pin
     assert prov["cuda_archs"] == ["80", "90a"]  # the scheduler unit for sm_80 too (upstream)
     assert prov["compile_commands"] == {"cxx": 1, "nvcc": len(UNITS) - 1}
