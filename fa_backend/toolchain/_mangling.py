@@ -19,6 +19,14 @@ TORCH_SCOPES = ("c10", "at", "torch", "caffe2")
 _SPECIAL = re.compile(r"_Z(?:T[VIST]|G[VR]|Th(?:n?\d+_)|Tv(?:n?\d+_){2}|Z)*")
 _STD_ABBREV = set("tabsiod")
 
+# Symbols only the C++ runtime itself defines (libsupc++ and libstdc++'s own code, never a
+# template a module instantiates): a module that defines one carries a copy of the runtime,
+# linked from a libstdc++.a. Next to the process's libstdc++ (torch's) that copy's locale and
+# exception state is never set up: the module crashes formatting its first error message.
+CXX_RUNTIME_MARKERS = frozenset(
+    {"__gxx_personality_v0", "__cxa_throw", "_ZSt9terminatev", "_ZNSt6locale7classicEv"}
+)
+
 
 def _source_name(mangled: str, i: int) -> tuple[str, int] | None:
     m = re.compile(r"\d+").match(mangled, i)

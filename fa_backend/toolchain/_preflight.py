@@ -3,6 +3,9 @@ command lines (the cxx and the nvcc command torch wrote into build.ninja, only t
 object swapped) and read the objects: std::string must be mangled in torch's ABI and
 `__cplusplus` must be the standard fa-shim injected. A wrapper or flag variable that appends its
 own `-D_GLIBCXX_USE_CXX11_ABI=0` or `-std=` is refused in seconds, not after an hour of kernels.
+The cxx probe is also linked as the module will be (the same compiler, `-shared`, LDFLAGS): a
+compiler that links libstdc++ statically (one whose installation has only libstdc++.a) puts a
+second C++ runtime into the module, which crashes the process on its first error message.
 """
 
 from __future__ import annotations
@@ -26,12 +29,14 @@ from ..toolchain._compile_commands import ABI_DEFINE, Command
 from . import _mangling
 
 PROBE = """\
+#include <stdexcept>
 #include <string>
 #define FA_SHIM_STR2(x) #x
 #define FA_SHIM_STR(x) FA_SHIM_STR2(x)
 extern "C" const char fa_shim_probe_cplusplus[] =
     "fa-shim-probe __cplusplus=" FA_SHIM_STR(__cplusplus);
 std::string fa_shim_probe_abi(const std::string &s) { return s + "x"; }
+void fa_shim_probe_throw(const std::string &s) { throw std::runtime_error(s); }
 """
 NAME = "fa_shim_probe"
 CPLUSPLUS = {11: 201103, 14: 201402, 17: 201703, 20: 202002}
@@ -117,7 +122,33 @@ def probe(command: Command, cwd: Path, work: Path, env: dict | None = None) -> d
         result["error"] = "\n".join(err[-15:]) or f"exit status {proc.returncode}"
         return result
     result["abi"], result["cplusplus"] = read_object(obj)
+    if command.kind == "cxx":
+        result["runtime_copy"] = runtime_copy(argv[0], obj, cwd, env)
     return result
+
+
+def runtime_copy(compiler: str, obj: Path, cwd: Path, env: dict | None) -> list[str]:
+    """The C++ runtime symbols a shared object linked from obj by `compiler` defines itself
+    (empty: it uses the shared libstdc++, as a module next to torch must). A link that fails
+    says nothing here: the build's own link will report it."""
+    linked = obj.with_suffix(".so")
+    flags = shlex.split((env if env is not None else os.environ).get("LDFLAGS", ""))
+    proc = _run([compiler, "-shared", str(obj), "-o", str(linked), *flags], cwd, env)
+    if proc.returncode != 0 or not linked.is_file():
+        return []
+    from elftools.elf.elffile import ELFFile
+    from elftools.elf.sections import SymbolTableSection
+
+    with linked.open("rb") as f:
+        return sorted(
+            {
+                sym.name
+                for section in ELFFile(f).iter_sections()
+                if isinstance(section, SymbolTableSection)
+                for sym in section.iter_symbols()
+                if sym.name in _mangling.CXX_RUNTIME_MARKERS and sym["st_shndx"] != "SHN_UNDEF"
+            }
+        )
 
 
 def problems(result: dict) -> list[str]:
@@ -224,10 +255,42 @@ def _check(commands: list[Command], cwd: Path, env: dict | None) -> list[dict]:
                     details=result["error"],
                     fix="make that compiler work (its message is above); nothing was compiled.",
                 )
+            if result.get("runtime_copy"):
+                raise static_runtime(result, cwd, env)
             found = problems(result)
             if found:
                 raise refusal(result, found, cwd, work)
     return results
+
+
+def static_runtime(result: dict, cwd: Path, env: dict | None) -> FaShimError:
+    compiler = result["compiler"]
+    obj = Path(result["argv"][result["argv"].index("-o") + 1])
+    other = next(
+        (
+            path
+            for name in ("g++", "c++")
+            for path in [shutil.which(name)]
+            if path
+            and os.path.realpath(path) != os.path.realpath(shutil.which(compiler) or compiler)
+            and not runtime_copy(path, obj, cwd, env)
+        ),
+        None,
+    )
+    way_out = (
+        f"build with CXX={other} (and its gcc as CC), whose libstdc++ is shared"
+        if other
+        else "use a C++ compiler whose libstdc++ is shared (`$CXX -print-file-name=libstdc++.so` "
+        "prints a full path for one)"
+    )
+    return FaShimError(
+        f"the host compiler `{compiler}` (CXX) links libstdc++ statically: a probe linked the way "
+        f"the module will be defines {', '.join(result['runtime_copy'])} itself. A module with "
+        "its own copy of the C++ runtime next to torch's crashes the process (SIGSEGV) on its "
+        "first error message; nothing was compiled yet.",
+        details=shlex.join(result["argv"]),
+        fix=f"{way_out}.",
+    )
 
 
 def doctor_commands(torch, nvcc) -> list[Command]:

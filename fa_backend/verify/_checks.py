@@ -8,6 +8,7 @@ exports, the GPUs) returning one Check with its fix:
 - abi: the std::string ABI the module's references to torch use, against torch's
   _GLIBCXX_USE_CXX11_ABI (the usual reason for the symbols check failing);
 - cuda runtime: the libcudart.so.N the module needs, against torch's CUDA major;
+- c++ runtime: the module uses the process's libstdc++, and carries no static copy of it;
 - provenance: fa-shim's fa_shim_provenance.json (if any) against torch's version, CUDA, ABI;
 - cuda archs: the SASS/PTX in the module's .nv_fatbin against the archs the build meant to
   compile and the capability of each visible GPU.
@@ -270,6 +271,22 @@ def check_cuda_runtime(modules: list[ElfModule], torch: TorchInfo, flavour: Flav
             fix=f"rebuild {dist} against this torch: `{rebuild}`.",
         )
     return Check("cuda runtime", PASS, f"{', '.join(needed)} matches torch's CUDA {torch.cuda}")
+
+
+def check_cxx_runtime(modules: list[ElfModule], flavour: Flavour) -> Check:
+    copies = sorted({s for m in modules for s in m.runtime_copy})
+    if not copies:
+        return Check("c++ runtime", PASS, "the module uses the process's libstdc++")
+    return Check(
+        "c++ runtime",
+        FAIL,
+        f"the module carries its own copy of the C++ runtime (it defines {', '.join(copies)}): "
+        "its compiler linked libstdc++ statically. Next to torch's libstdc++ that copy crashes "
+        "the process (SIGSEGV) as soon as the module raises an error.",
+        fix="build with a C++ compiler whose libstdc++ is shared (`$CXX "
+        "-print-file-name=libstdc++.so` prints a full path), e.g. unset CXX and CC or point "
+        f"them at the system g++ and gcc, then rebuild: `{flavour.rebuild_command()}`.",
+    )
 
 
 def _public(version: str) -> str:

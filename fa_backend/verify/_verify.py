@@ -22,6 +22,7 @@ from ._checks import (
     Gpu,
     check_archs,
     check_cuda_runtime,
+    check_cxx_runtime,
     check_module,
     check_provenance,
     check_symbols,
@@ -155,6 +156,7 @@ def _run(target: Target, torch: TorchInfo, gpus: list[Gpu] | None) -> VerifyRepo
         with TorchExports(torch.lib_dir) as exports:
             symbols, abi = check_symbols(modules, torch, exports, target.flavour, stable)
         checks += [symbols, abi, check_cuda_runtime(modules, torch, target.flavour)]
+        checks.append(check_cxx_runtime(modules, target.flavour))
     checks.append(check_provenance(target, torch))
     if modules:
         checks.append(check_archs(modules, target, torch, gpus))

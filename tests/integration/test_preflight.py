@@ -18,6 +18,7 @@ from fa_backend.toolchain import _compilers, _preflight
 ABI0_LAST = TOOLS / "abi0-last-g++"  # appends -D_GLIBCXX_USE_CXX11_ABI=0 after everything
 OLD_ABI_DEFAULT = TOOLS / "oldabi-g++"  # defaults to ABI 0; fa-shim's later define wins
 CXX14_LAST = TOOLS / "cxx14-last-g++"
+STATIC_RUNTIME = TOOLS / "static-libstdcxx-g++"  # links libstdc++.a into every shared object
 
 
 def sample_build(host_venv, sdists, tmp_path, cxx) -> tuple[subprocess.CompletedProcess, float]:
@@ -65,6 +66,30 @@ def test_the_probe_reads_abi_and_standard_from_real_objects(tmp_path):
     cmd[0] = str(ABI0_LAST)
     old = _preflight.probe(_preflight.Command("cxx", "x.cpp", tuple(cmd)), tmp_path, tmp_path)
     assert old["abi"] == 0 and "_GLIBCXX_USE_CXX11_ABI=0" in _preflight.problems(old)[0]
+
+
+def test_the_cxx_probe_is_linked_and_a_static_libstdcxx_is_seen(tmp_path):
+    cmd = ["g++", "-std=c++17", "-D_GLIBCXX_USE_CXX11_ABI=1", "-fPIC", "-c", "x.cpp", "-o", "x.o"]
+    good = _preflight.probe(_preflight.Command("cxx", "x.cpp", tuple(cmd)), tmp_path, tmp_path)
+    assert good["runtime_copy"] == [] and not good["error"]
+    cmd[0] = str(STATIC_RUNTIME)
+    static = _preflight.probe(_preflight.Command("cxx", "x.cpp", tuple(cmd)), tmp_path, tmp_path)
+    assert "__gxx_personality_v0" in static["runtime_copy"]
+    assert not _preflight.problems(static)  # ABI and standard are right: only the link is wrong
+
+
+@pytest.mark.slow
+def test_a_compiler_that_links_libstdcxx_statically_is_refused_before_any_kernel(
+    host_venv, sample_sdist_dir, tmp_path
+):
+    proc, _ = sample_build(host_venv, sample_sdist_dir, tmp_path, STATIC_RUNTIME)
+    text = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    assert f"the host compiler `{STATIC_RUNTIME}` (CXX) links libstdc++ statically" in text
+    assert "__gxx_personality_v0" in text and "nothing was compiled yet" in text
+    assert "running upstream setup.py (wheel)" not in text
+    fix = next(line for line in text.splitlines() if "fa-shim: fix:" in line)
+    assert "libstdc++ is shared" in fix and str(STATIC_RUNTIME) not in fix
 
 
 def test_a_flag_variable_is_named_as_the_way_out(tmp_path, monkeypatch):

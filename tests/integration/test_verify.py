@@ -28,6 +28,7 @@ from conftest import (
 )
 
 from fa_backend.core._errors import FaShimError
+from fa_backend.flavours import _registry
 from fa_backend.verify import _checks, _elf, _targets, _verify
 
 OLD_ABI_CXX = str(TOOLS / "oldabi-g++")
@@ -166,7 +167,7 @@ def test_old_abi_sample_fails_and_the_fa_shim_build_passes(tmp_path, host_venv, 
     assert "c10::detail::torchCheckFail" in report or CHECK_FAIL_OLD in report
     assert OLD_ABI_SENTENCE in text
     assert "provenance    no fa_shim_provenance.json (not built by fa-shim)" in report
-    assert "result: FAILED (2 of 8 checks: symbols, abi)" in report
+    assert "result: FAILED (2 of 9 checks: symbols, abi)" in report
 
     # A colleague's wheel for another CPython is refused by its tag, with the reason.
     ours = f"cp{sys.version_info[0]}{sys.version_info[1]}"
@@ -226,3 +227,30 @@ def test_pure_python_upstream_wheel_is_refused_with_the_reason(tmp_path):
     assert "FLASH_ATTENTION_SKIP_CUDA_BUILD=TRUE" in text
     assert "No module named 'flash_attn_2_cuda'" in text
     assert "FAIL module" in text
+
+
+# ------------------------------------------------- a second C++ runtime (libstdc++ linked in)
+
+
+def test_a_module_with_its_own_libstdcxx_fails_and_a_shared_one_passes(tmp_path):
+    """The H100 image's CXX linked libstdc++.a into FA3's module: its first error message then
+    crashed the process. g++ -static-libstdc++ reproduces that link here."""
+    source = tmp_path / "m.cpp"
+    source.write_text(
+        "#include <sstream>\n#include <stdexcept>\n"
+        "void fail(int x) { std::ostringstream s; s << x; throw std::runtime_error(s.str()); }\n"
+    )
+    modules = {}
+    for name, extra in (("shared", []), ("static", ["-static-libstdc++"])):
+        modules[name] = tmp_path / f"{name}.so"
+        run(["g++", "-O2", "-fPIC", "-shared", source, "-o", modules[name], *extra])
+    flavour = _registry.get("fa2")
+    shared = _elf.read_module(modules["shared"])
+    static = _elf.read_module(modules["static"])
+    assert shared.runtime_copy == []
+    assert "__gxx_personality_v0" in static.runtime_copy
+    assert _checks.check_cxx_runtime([shared], flavour).status == "pass"
+    failed = _checks.check_cxx_runtime([shared, static], flavour)
+    assert failed.status == "fail"
+    assert "its own copy of the C++ runtime" in failed.summary
+    assert "__gxx_personality_v0" in failed.summary and "unset CXX and CC" in failed.fix
