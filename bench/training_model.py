@@ -5,8 +5,10 @@ before and after issue 24: how many parts, which sources split, the modelled bui
 
 The set: flash-attn 2.8.3, bf16, head dim 128, forward + backward, dropout/alibi/softcap/local
 off (4 DISABLE switches), one architecture. Before: parts from the idle jobs (16 // 6 = 2), the
-backward sources whole. After: backward sources split too, the part count the model finds
-fastest. The model's range is 0.7-1.3x; the measured build is bench/speed_device.sh tailored.
+backward sources whole. After: the part count the model finds fastest, which with four switches
+is 1 (a part then costs what its whole source does: measured 107 s whole against 171 s in 4
+parts). The model's range is 0.7-1.3x; the measured builds are bench/speed_device.sh tailored
+and batch.
 """
 
 from __future__ import annotations

@@ -45,10 +45,18 @@ OTHER_SECONDS = 36  # flash_api.cpp (36.5 s in run3) and any source the table do
 PART0_SECONDS = {"fwd_split": 26}
 PART0_OTHER_SECONDS = 20
 PART_OVERHEAD_SECONDS = 50
-# All five FLASHATTENTION_DISABLE_* switches: kernel work x 0.45 (tailored run3: 939 s against
-# 1880 s of TU time); fewer switches are interpolated geometrically (not measured).
-DISABLE_ALL_FACTOR = 0.45
+# All five FLASHATTENTION_DISABLE_* switches: a source's time x 0.25 (whole sources on the H100,
+# 2026-11-25: 60-87 s with four switches against run3's 172-364 s, x 0.34; run3's 0.45 had been
+# taken from parts, which the switches shrink less); fewer switches are interpolated
+# geometrically (not measured).
+DISABLE_ALL_FACTOR = 0.25
 N_SWITCHES = 5
+# With the switches on, a source's few remaining kernels share most of their instantiation, and a
+# part costs about what the whole source does (H100, 2026-11-25, the training set with 4
+# switches: each half of a source 61-86 s against 60-87 s whole; 4 parts: 1,828 s of units
+# against 487 s whole). A part's cost moves from the model above (no switch) to the whole
+# source's at PART_AS_WHOLE_SWITCHES switches, linearly in between (not measured there).
+PART_AS_WHOLE_SWITCHES = 4
 _KERNEL = re.compile(
     r"flash_(?P<kind>fwd_split|fwd|bwd)_hdim(?P<hdim>\d+)_(?:fp16|bf16)(?P<causal>_causal)?"
     r"_sm\d+(?:\.part(?P<k>\d+)of(?P<n>\d+))?\.cu$"
@@ -63,11 +71,15 @@ def source_seconds(name: str, disabled: int = 0) -> float:
         return OTHER_SECONDS
     hdim = min(_HDIMS, key=lambda h: abs(h - int(m["hdim"])))  # 2.6's 160/224: the nearest
     seconds = KERNEL_SECONDS[(m["kind"], hdim, bool(m["causal"]))]
-    if m["n"]:
-        if int(m["k"]) == 0:
-            return PART0_SECONDS.get(m["kind"], PART0_OTHER_SECONDS)
-        seconds = PART_OVERHEAD_SECONDS + seconds / int(m["n"])
-    return seconds * DISABLE_ALL_FACTOR ** (min(disabled, N_SWITCHES) / N_SWITCHES)
+    factor = DISABLE_ALL_FACTOR ** (min(disabled, N_SWITCHES) / N_SWITCHES)
+    if not m["n"]:
+        return seconds * factor
+    if int(m["k"]) == 0:
+        return PART0_SECONDS.get(m["kind"], PART0_OTHER_SECONDS)
+    part = (PART_OVERHEAD_SECONDS + seconds / int(m["n"])) * factor
+    whole = seconds * factor
+    share = min(disabled, PART_AS_WHOLE_SWITCHES) / PART_AS_WHOLE_SWITCHES
+    return part + max(0.0, whole - part) * share
 
 
 def model(disabled: int) -> _schedule.Cost:
@@ -120,7 +132,9 @@ def best_parts(
 
     times = {n: predicted(n) for n in range(1, _tu_parts.MAX_PARTS + 1)}
     best = min(times, key=lambda n: (times[n], n))
-    return rule if times[rule] <= times[best] * NEAR_TIE else best
+    # the rule's count where the model barely differs, unless splitting gains nothing at all
+    keep_rule = times[rule] <= times[best] * NEAR_TIE and times[rule] < times[1]
+    return rule if keep_rule else best
 
 
 def planned_sources(source, tu_parts: int) -> list[str] | None:

@@ -29,9 +29,7 @@ def test_recorded_builds_fall_in_the_models_range():
     low, high = _schedule.RANGE
     for build, machine, sources, m, disabled, wall in estimate_check.recorded():
         ratio = wall / _schedule.predict(sources, m, _costs.model(disabled))
-        # the one recorded exception: the unsplit DISABLE builds (0.69, 0.73; benchmarks.md)
-        floor = low - 0.05 if "disable, unsplit" in build else low
-        assert floor <= ratio <= high, (build, machine, round(ratio, 2))
+        assert low <= ratio <= high, (build, machine, round(ratio, 2))
 
 
 def test_sources_parts_archs_and_cores_scale_the_estimate():
