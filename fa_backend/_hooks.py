@@ -1,4 +1,5 @@
-"""The PEP 517 hooks. Each one is a line or two; the work lives in _build."""
+"""The PEP 517 hooks. Each one is a line or two; the work lives in _plan and _build (imported
+when a wheel is built: a metadata or sdist hook loads none of the compile pipeline)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ from pathlib import Path
 
 from .core._boundary import boundary
 from .core._errors import FaShimError
-from .pipeline import _build
+from .pipeline import _plan
 from .settings import _settings
 from .wheel import _sdist_self
 
@@ -23,12 +24,14 @@ def get_requires_for_build_sdist(config_settings=None):
 
 @boundary
 def prepare_metadata_for_build_wheel(metadata_directory, config_settings=None):
-    return _build.write_metadata(_build.plan(config_settings), metadata_directory)
+    return _plan.write_metadata(_plan.plan(config_settings), metadata_directory)
 
 
 @boundary
 def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
-    return _build.build(_build.plan(config_settings), wheel_directory, metadata_directory)
+    from .pipeline import _build
+
+    return _build.build(_plan.plan(config_settings), wheel_directory, metadata_directory)
 
 
 @boundary

@@ -23,6 +23,7 @@ ENTRY_POINTS = "fa_shim.flavours"
 BUILT_IN = {"fa2": "fa_backend.flavours.fa2._flavour", "fa3": "fa_backend.flavours.fa3._flavour"}
 
 
+@functools.cache  # one scan of the environment's distributions per process (~40 ms in a large one)
 def _plugins() -> dict[str, metadata.EntryPoint]:
     return {ep.name: ep for ep in metadata.entry_points(group=ENTRY_POINTS)}
 

@@ -7,16 +7,14 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import difflib
 import shutil
 import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from ..core import _atomic, _log
+from ..core import _log
 from ..core._errors import FaShimError
-from ..flavours import _registry
 from ..flavours._interface import Plan, Tools
 from ..fleet import _sccache, _stable_src, _wheel_cache
 from ..settings import _settings
@@ -25,10 +23,8 @@ from ..toolchain import (
     _compilers,
     _jobs,
     _preflight,
-    _requirements,
     _space,
     _toolkit,
-    _torch,
 )
 from ..verify import _verify
 from ..wheel._wheelfile import publish
@@ -42,6 +38,7 @@ from . import (
     _upstream,
     _verified,
 )
+from ._plan import check_prepared_metadata, plan, write_metadata
 from ._prepared import Prepared
 from ._provenance import fingerprint, provenance
 from ._repack import repack
@@ -58,54 +55,6 @@ __all__ = [
     "toolchain",
     "write_metadata",
 ]
-
-
-def plan(config_settings: _settings.ConfigSettings | None) -> Plan:
-    flavour, settings = _registry.load(config_settings)
-    _log.set_verbose(settings.verbose)
-    _progress.check_mode(settings.progress)  # a typo fails now, not after the prepare step
-    _requirements.check()
-    why = _atomic.unwritable(settings.resolved_cache_dir)  # sdists and logs go there
-    if why:
-        raise FaShimError(
-            f"fa-shim's cache directory {settings.resolved_cache_dir} is not writable ({why}).",
-            fix="point -C cache-dir=DIR (or XDG_CACHE_HOME) at a writable directory.",
-        )
-    torch = _torch.probe(settings.torch_python, settings.resolved_cache_dir / "torch-probes")
-    return flavour.plan(settings, torch)
-
-
-def write_metadata(plan: Plan, metadata_directory: str) -> str:
-    target = Path(metadata_directory) / plan.dist_info
-    target.mkdir(parents=True, exist_ok=True)
-    _atomic.write(target / "METADATA", plan.metadata.encode("utf-8"))
-    return plan.dist_info
-
-
-def check_prepared_metadata(plan: Plan, metadata_directory: str) -> None:
-    """pip resolved against prepared metadata: the wheel must carry exactly that."""
-    prepared_dir = Path(metadata_directory)
-    prepared = (
-        (prepared_dir / "METADATA")
-        if (prepared_dir / "METADATA").is_file()
-        else prepared_dir / plan.dist_info / "METADATA"
-    )
-    old = prepared.read_text(encoding="utf-8") if prepared.is_file() else ""
-    if old != plan.metadata:
-        diff = difflib.unified_diff(
-            old.split("\n\n")[0].splitlines(),
-            plan.metadata.split("\n\n")[0].splitlines(),
-            "prepared",
-            "this build",
-            lineterm="",
-            n=0,
-        )
-        raise FaShimError(
-            "the metadata prepared earlier differs from what this build would produce "
-            "(did torch or a setting change between the two steps?).",
-            details="\n".join(diff),
-            fix="run the install again so both steps see the same torch.",
-        )
 
 
 # ---------------------------------------------------------------------------- the build itself
@@ -223,7 +172,9 @@ def fresh_wheel(plan: Plan, tools: Tools, scratch: Path, how: dict | None = None
         if how is not None:
             how.update(this_run, compiled_in=str(where), **_reproducible.circumstances())
     _log.info(f"repacked as {wheel.name} ({time.monotonic() - started:.1f} s)")
-    verify(plan, wheel)  # a wheel that fails is neither published nor cached
+    # a wheel that fails is neither published nor cached; one that passes is recorded, so its
+    # first wheel-cache hit is not verified again (the same bytes against the same torch)
+    _verified.once(plan.settings.resolved_cache_dir, wheel, plan.torch, lambda: verify(plan, wheel))
     return wheel
 
 

@@ -212,3 +212,18 @@ def test_build_sdist_for_another_version_builds_that_version(tmp_path):
     with tarfile.open(tmp_path / "flash_attn-2.7.4.post1.tar.gz") as tar:
         pyproject = tar.extractfile("flash_attn-2.7.4.post1/pyproject.toml").read().decode()
     assert tomllib.loads(pyproject)["tool"]["fa-shim"]["flash-attn-version"] == "2.7.4.post1"
+
+
+def test_the_hooks_module_loads_no_compile_pipeline():
+    """A wheel-cache hit runs two hooks in fresh interpreters: the metadata one imports the plan
+    only (the pipeline, the toolchain's compilers and verify come with build_wheel)."""
+    code = (
+        "import sys, fa_backend; "
+        "print(sorted(m for m in sys.modules if m.startswith('fa_backend.')))"
+    )
+    loaded = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True
+    ).stdout
+    for heavy in ("pipeline._build", "verify._verify", "fleet._wheel_cache", "toolchain._toolkit"):
+        assert f"fa_backend.{heavy}'" not in loaded, heavy
+    assert "fa_backend.pipeline._plan'" in loaded

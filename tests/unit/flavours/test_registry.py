@@ -20,6 +20,14 @@ from fa_backend.flavours.fa3._flavour import FLAVOUR as FA3
 from fa_backend.settings import _settings
 
 
+@pytest.fixture(autouse=True)
+def fresh_entry_points():
+    """The registry scans the entry points once per process; these tests change the path."""
+    _registry._plugins.cache_clear()
+    yield
+    _registry._plugins.cache_clear()
+
+
 def test_flavour_is_read_from_the_project_only(tmp_path):
     (tmp_path / "pyproject.toml").write_text('[tool.fa-shim]\nflavour = "fa2"\n')
     assert _settings.load({}, environ={}, project_dir=tmp_path).flash_attn_version is None
