@@ -14,6 +14,10 @@
 #   bash bench/fa3_device.sh refusals   # the tailored FA3 as above, then each left-out feature
 #                                       # called (bench/fa3_refusals.py); again forward-only
 set -u
+# the H100 image's CXX (/opt/gcc/bin/g++) has only libstdc++.a, which fa-shim refuses (its
+# modules crashed on their first error: docs/benchmarks.md): the system compiler instead
+IMAGE_CXX=${CXX:-} IMAGE_CC=${CC:-}
+case "${CXX:-}" in /opt/gcc/*) export CXX=/usr/bin/g++ CC=/usr/bin/gcc ;; esac
 phase=$1
 OUT=${OUT:-/tmp/out}
 ROOT=$PWD

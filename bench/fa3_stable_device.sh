@@ -22,6 +22,10 @@
 #  6. the speed table (bf16, causal, head dim 128, L = 1k/4k/16k): SDPA, v2.8.3's FA3, the stable
 #     FA3, each build in its own process (bench/fa3_speed.py), merged (bench/fa3_stable_table.py)
 set -u
+# the H100 image's CXX (/opt/gcc/bin/g++) has only libstdc++.a, which fa-shim refuses (its
+# modules crashed on their first error: docs/benchmarks.md): the system compiler instead
+IMAGE_CXX=${CXX:-} IMAGE_CC=${CC:-}
+case "${CXX:-}" in /opt/gcc/*) export CXX=/usr/bin/g++ CC=/usr/bin/gcc ;; esac
 phase=${1:-all}
 OUT=${OUT:-/tmp/out}
 ROOT=$PWD

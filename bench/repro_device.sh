@@ -7,6 +7,10 @@
 # installed FA3 set, each in its own process (bench/fa3_vhead_probe.py --qk D --v D).
 # From fa-shim's root, with .carry/ as for bench/speed_device.sh (sdists/, fa3/, whl/).
 set -u
+# the H100 image's CXX (/opt/gcc/bin/g++) has only libstdc++.a, which fa-shim refuses (its
+# modules crashed on their first error: docs/benchmarks.md): the system compiler instead
+IMAGE_CXX=${CXX:-} IMAGE_CC=${CC:-}
+case "${CXX:-}" in /opt/gcc/*) export CXX=/usr/bin/g++ CC=/usr/bin/gcc ;; esac
 OUT=${OUT:-/tmp/out}
 ROOT=$PWD
 WORK=/tmp/repro-work

@@ -16,12 +16,19 @@
 #   bash bench/speed_device.sh fa2-full-start   # the FA2 full one-arch build in the background
 #   bash bench/speed_device.sh fa2-full-wait    # (repeat) until it ends (~18 min in all), then
 #       # bench/bound_check.py: its compile phase against max(longest, sum/16)
+#   bash bench/speed_device.sh batch-start [batch|final]; bash bench/speed_device.sh batch-wait
+#       # a longer sequence in the background (see the two phases below), its results as
+#       # $OUT/results.tgz
 #
 # Output per build NAME: NAME.json (bench/measure.py: wall, peak RSS of the tree), NAME.log
 # (pip -v), NAME-tus.jsonl (the launcher's records), NAME-fa-shim.log (fa-shim's lines).
 # Afterwards, on the workstation: bench/unit_table.py refreshes the release tables from the
 # *-tus.jsonl files; bench/tu_summary.py DIR --cores 16 tabulates them.
 set -u
+# the H100 image's CXX (/opt/gcc/bin/g++) has only libstdc++.a, which fa-shim refuses (its
+# modules crashed on their first error: docs/benchmarks.md): the system compiler instead
+IMAGE_CXX=${CXX:-} IMAGE_CC=${CC:-}
+case "${CXX:-}" in /opt/gcc/*) export CXX=/usr/bin/g++ CC=/usr/bin/gcc ;; esac
 phase=${1:?phase: tailored, fa3-slice, fa2-full-start or fa2-full-wait}
 OUT=${OUT:-/tmp/out}
 ROOT=$PWD
@@ -56,6 +63,41 @@ keep_records() {  # NAME: the kept build directory's launcher records into $OUT
   [ -n "$kept" ] || return 0
   find "$kept" -name compile-stats.jsonl -exec cp {} "$OUT/$1-tus.jsonl" \;
   rm -rf "$kept"
+}
+
+PROBE_SET=(-C head-dims=128 -C dtypes=bf16 -C forward-only=true
+  -C disable=fp8,split,paged-kv,appendkv,local,softcap,packgqa,varlen,cluster)
+FA2_SET=(-C sdist-dir="$ROOT/.carry/sdists" -C cuda-archs=90 "${FA2_TRAINING[@]}")
+
+crash() {  # NAME: build the FA3 probe set, install it, its float32 error under the handler
+  local name=$1
+  wheel "$name" "$ROOT/flash-attn-3" -C fa3-source-dir="$ROOT/.carry/fa3" "${PROBE_SET[@]}"
+  python3 -m pip install -q --no-deps --no-index --force-reinstall "$WORK"/w-"$name"/*.whl \
+    > "$OUT/$name-install.log" 2>&1
+  for path in raw func; do
+    (cd /tmp && LD_PRELOAD=$WORK/segv_backtrace.so timeout 120 python3 \
+      "$ROOT/bench/fa3_error_probe.py" $path) > "$OUT/$name-$path.txt" 2>&1
+    echo "$name $path: exit $? $(grep -h '^raised\|^no error' "$OUT/$name-$path.txt")" | tee -a "$OUT/times.txt"
+    python3 "$ROOT/bench/symbolize.py" "$OUT/$name-$path.txt" > "$OUT/$name-$path-named.txt" 2>&1
+  done
+}
+
+hits() {  # CHECKOUT SUFFIX SETTINGS...: 3 timed cache hits, 3 of pip alone, one split by hook
+  local checkout=$1 suffix=$2; shift 2
+  for i in 1 2 3; do
+    seconds=$( { TIMEFORMAT=%R; time (cd /tmp && python3 -m pip install -v \
+      --log "$OUT/hit$suffix-$i.piplog" --force-reinstall --no-deps --no-build-isolation \
+      --no-index "$checkout" -C compiler-cache=none -C cache-dir="$WORK/cache" "$@" \
+      > "$OUT/hit$suffix-$i.log" 2>&1); } 2>&1)
+    echo "hit$suffix $i: $seconds s; $(grep -c 'wheel cache hit' "$OUT/hit$suffix-$i.log") hit line(s)" | tee -a "$OUT/times.txt"
+  done
+  for i in 1 2 3; do  # pip's floor: the same wheel installed as a file, no build backend at all
+    seconds=$( { TIMEFORMAT=%R; time (cd /tmp && python3 -m pip install --force-reinstall --no-deps \
+      --no-index "$WORK"/cache/wheels/flash_attn-*.whl > /dev/null 2>&1); } 2>&1)
+    echo "pip floor$suffix $i: $seconds s" | tee -a "$OUT/times.txt"
+  done
+  python3 "$ROOT/bench/hit_profile.py" "$checkout" "$OUT/hit$suffix-profile" -C compiler-cache=none \
+    -C cache-dir="$WORK/cache" "$@" > "$OUT/hit$suffix-profile.txt" 2>&1
 }
 
 case $phase in
@@ -107,11 +149,12 @@ PY
 fa2-full-start)
   (setsid python3 "$ROOT/bench/measure.py" "$WORK/fa2-full.json" -- python3 -m pip wheel -v \
     --no-deps --no-build-isolation --no-index -w "$WORK/w-fa2-full" "$ROOT" "${COMMON[@]}" \
-    -C sdist-dir="$ROOT/.carry/sdists" > "$OUT/fa2-full.log" 2>&1 < /dev/null &)
+    -C sdist-dir="$ROOT/.carry/sdists" > "$WORK/fa2-full.log" 2>&1 < /dev/null &)
   date +%s > "$WORK/fa2-full.start"
   ;;
 fa2-full-wait)
   for _ in $(seq 1 54); do [ -f "$WORK/fa2-full.json" ] && break; sleep 10; done
+  cp "$WORK/fa2-full.log" "$OUT/fa2-full.log"  # this call's $OUT (the start call's is gone)
   echo "fa2-full: $(( $(date +%s) - $(cat "$WORK/fa2-full.start") )) s; $(grep -o 'compiled [0-9]*/[0-9]*' "$OUT/fa2-full.log" | tail -1)"
   if [ -f "$WORK/fa2-full.json" ]; then
     cp "$WORK/fa2-full.json" "$OUT/fa2-full.json"
@@ -120,6 +163,50 @@ fa2-full-wait)
     python3 "$ROOT/bench/bound_check.py" "$OUT/fa2-full-tus.jsonl" --cores 16 \
       --wall-json "$OUT/fa2-full.json" | tee "$OUT/fa2-full-bound.txt"
   fi
+  ;;
+batch-start)  # `batch-start [PHASE]`: PHASE (default batch) in the background; it outlives this
+  # call, results in $WORK/out
+  rm -rf "$WORK/out" && mkdir -p "$WORK/out"
+  (OUT=$WORK/out setsid bash "$ROOT/bench/speed_device.sh" "${2:-batch}" > "$WORK/out/batch.log" \
+    2>&1 < /dev/null &)
+  ;;
+batch-wait)  # (repeat) until the batch ends or 9 minutes pass; what it has so far, as one
+  # tarball in $OUT (the device returns a limited number of files)
+  for _ in $(seq 1 108); do [ -f "$WORK/out/batch.done" ] && break; sleep 5; done
+  tar czf "$OUT/results.tgz" -C "$WORK/out" .
+  cat "$WORK/out/times.txt" 2>/dev/null
+  ;;
+batch)  # ~10 min (2026-11-25, lease c): the FA3 error crash's native stack, the FA2 training
+  # set whole and in 2 parts, the cache hit split by hook. Lease c built with the image's CXX,
+  # which fa-shim now refuses: run today, the probe set is built with the system g++ (above)
+  { lscpu; ls /usr/bin/ | grep -E '^(gcc|g\+\+)(-[0-9]+)?$'; c++ --version | head -1; } \
+    > "$OUT/machine-batch.txt" 2>&1
+  gcc -shared -fPIC -O0 -g -o "$WORK/segv_backtrace.so" "$ROOT/bench/segv_backtrace.c"
+  crash fa3-crash
+  COMMON=(-C compiler-cache=none -C wheel-cache=true -C keep-build-dir=true -C cache-dir="$WORK/cache")
+  wheel fa2-whole "$ROOT" "${FA2_SET[@]}" -C tu-parts=1
+  hits "$ROOT" "" "${FA2_SET[@]}" -C tu-parts=1
+  COMMON=(-C compiler-cache=none -C wheel-cache=false -C keep-build-dir=true -C cache-dir="$WORK/cache")
+  wheel fa2-parts2 "$ROOT" "${FA2_SET[@]}" -C tu-parts=2
+  touch "$OUT/batch.done"
+  ;;
+final)  # ~7 min (lease d): the image's own CXX refused before compiling (its libstdc++ is
+  # static), the FA3 probe set built with the system g++ raising its errors, the FA2 training
+  # set with fa-shim's default parts, and its cache hit from this checkout and from a writable
+  # clone (bytecode cached, as in a user's clone)
+  { echo "CXX=$IMAGE_CXX CC=$IMAGE_CC"; "${IMAGE_CXX:-c++}" -print-file-name=libstdc++.so; } \
+    > "$OUT/final-env.txt" 2>&1
+  CXX=${IMAGE_CXX:-c++} CC=${IMAGE_CC:-cc} wheel fa3-image-cxx "$ROOT/flash-attn-3" \
+    -C fa3-source-dir="$ROOT/.carry/fa3" "${PROBE_SET[@]}"
+  grep -c "links libstdc++ statically" "$OUT/fa3-image-cxx.log" | sed 's/^/refusal lines: /' | tee -a "$OUT/times.txt"
+  gcc -shared -fPIC -O0 -g -o "$WORK/segv_backtrace.so" "$ROOT/bench/segv_backtrace.c"
+  crash fa3-system-gxx
+  COMMON=(-C compiler-cache=none -C wheel-cache=true -C keep-build-dir=true -C cache-dir="$WORK/cache")
+  wheel fa2-default "$ROOT" "${FA2_SET[@]}"
+  hits "$ROOT" "" "${FA2_SET[@]}"
+  rm -rf "$WORK/clone" && cp -a "$ROOT" "$WORK/clone" && rm -rf "$WORK/clone/.carry"
+  hits "$WORK/clone" "-clone" "${FA2_SET[@]}"
+  touch "$OUT/batch.done"
   ;;
 *) echo "unknown phase $phase" >&2; exit 2 ;;
 esac
