@@ -100,15 +100,15 @@ def recorded() -> list[tuple[str, str, list[str], _schedule.Machine, int, float]
     # the training set (bf16, hdim 128, fwd+bwd, 4 switches) in 4 parts, in 2 and whole
     lease_b = ROOT / "docs/gpu-runs/2026-11-24-h100-lease-b"
     lease_c = ROOT / "docs/gpu-runs/2026-11-25-h100-lease-c"
-    for label, run, name, jobs in (
-        ("4 parts", lease_b, "fa2-training", 16),
-        ("2 parts", lease_c, "fa2-parts2", 16),
-        ("whole", lease_c, "fa2-whole", 7),
+    for label, run, lease, name, jobs in (
+        ("4 parts", lease_b, "lease b", "fa2-training", 16),
+        ("2 parts", lease_c, "lease c", "fa2-parts2", 16),
+        ("whole", lease_c, "lease c", "fa2-whole", 7),
     ):
         rows.append(
             (
                 f"training, {label}",
-                f"H100 16 cores, {run.name[11:]}",
+                f"H100 16 cores, {lease}",
                 _names(run / f"{name}-tus.jsonl"),
                 _schedule.Machine(jobs, 1, 16, 1),
                 4,

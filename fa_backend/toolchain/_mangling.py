@@ -28,6 +28,22 @@ CXX_RUNTIME_MARKERS = frozenset(
 )
 
 
+def runtime_copy(elf) -> list[str]:
+    """The CXX_RUNTIME_MARKERS an ELF file (a pyelftools ELFFile) defines itself, in .dynsym or,
+    unless stripped, .symtab (a copy hidden with --exclude-libs is still there)."""
+    from elftools.elf.sections import SymbolTableSection
+
+    return sorted(
+        {
+            sym.name
+            for section in elf.iter_sections()
+            if isinstance(section, SymbolTableSection)
+            for sym in section.iter_symbols()
+            if sym.name in CXX_RUNTIME_MARKERS and sym["st_shndx"] != "SHN_UNDEF"
+        }
+    )
+
+
 def _source_name(mangled: str, i: int) -> tuple[str, int] | None:
     m = re.compile(r"\d+").match(mangled, i)
     if not m:

@@ -18,6 +18,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 from .. import resources
@@ -137,18 +138,9 @@ def runtime_copy(compiler: str, obj: Path, cwd: Path, env: dict | None) -> list[
     if proc.returncode != 0 or not linked.is_file():
         return []
     from elftools.elf.elffile import ELFFile
-    from elftools.elf.sections import SymbolTableSection
 
     with linked.open("rb") as f:
-        return sorted(
-            {
-                sym.name
-                for section in ELFFile(f).iter_sections()
-                if isinstance(section, SymbolTableSection)
-                for sym in section.iter_symbols()
-                if sym.name in _mangling.CXX_RUNTIME_MARKERS and sym["st_shndx"] != "SHN_UNDEF"
-            }
-        )
+        return _mangling.runtime_copy(ELFFile(f))
 
 
 def problems(result: dict) -> list[str]:
@@ -169,16 +161,21 @@ def problems(result: dict) -> list[str]:
     return found
 
 
+def _other_compilers(forcing: str) -> Iterator[str]:
+    """The C++ compilers on PATH other than `forcing` (by real path), each once."""
+    seen = {os.path.realpath(shutil.which(forcing) or forcing)}
+    for name in ("g++", "c++", "clang++"):
+        path = shutil.which(name)
+        if path and os.path.realpath(path) not in seen:
+            seen.add(os.path.realpath(path))
+            yield path
+
+
 def _alternative(result: dict, cwd: Path, work: Path, forcing: str) -> str | None:
     """Another C++ compiler on PATH that passes the same probe here, to propose by name."""
     if result["kind"] != "cxx":
         return None
-    seen = {os.path.realpath(shutil.which(forcing) or forcing)}
-    for name in ("g++", "c++", "clang++"):
-        path = shutil.which(name)
-        if not path or os.path.realpath(path) in seen:
-            continue
-        seen.add(os.path.realpath(path))
+    for path in _other_compilers(forcing):
         args = [path, *result["argv"][1:]]
         obj = Path(args[args.index("-o") + 1]) if "-o" in args else None
         if obj is None or _run(args, cwd, None).returncode != 0:
@@ -267,14 +264,7 @@ def static_runtime(result: dict, cwd: Path, env: dict | None) -> FaShimError:
     compiler = result["compiler"]
     obj = Path(result["argv"][result["argv"].index("-o") + 1])
     other = next(
-        (
-            path
-            for name in ("g++", "c++")
-            for path in [shutil.which(name)]
-            if path
-            and os.path.realpath(path) != os.path.realpath(shutil.which(compiler) or compiler)
-            and not runtime_copy(path, obj, cwd, env)
-        ),
+        (p for p in _other_compilers(compiler.split()[0]) if not runtime_copy(p, obj, cwd, env)),
         None,
     )
     way_out = (

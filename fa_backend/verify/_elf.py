@@ -8,7 +8,7 @@ import struct
 from pathlib import Path
 
 from ..core._errors import FaShimError
-from ..toolchain._mangling import CXX_RUNTIME_MARKERS
+from ..toolchain._mangling import runtime_copy
 from ._fatbin import CudaCode, parse_fatbin
 
 TORCH_LIBS = (
@@ -27,7 +27,7 @@ class ElfModule:
     undefined: list[str]
     needed: list[str]
     cuda: list[CudaCode] | None  # None: no .nv_fatbin section
-    runtime_copy: list[str] = dataclasses.field(default_factory=list)  # CXX_RUNTIME_MARKERS
+    runtime_copy: list[str] = dataclasses.field(default_factory=list)  # _mangling.runtime_copy
 
 
 def read_module(path: Path) -> ElfModule:
@@ -39,14 +39,8 @@ def read_module(path: Path) -> ElfModule:
     try:
         with path.open("rb") as f:
             elf = ELFFile(f)
-            undefined, needed, runtime = [], [], set()
+            undefined, needed = [], []
             for section in elf.iter_sections():
-                if isinstance(section, SymbolTableSection):  # .dynsym and, unless stripped, .symtab
-                    runtime |= {
-                        s.name
-                        for s in section.iter_symbols()
-                        if s.name in CXX_RUNTIME_MARKERS and s["st_shndx"] != "SHN_UNDEF"
-                    }
                 if isinstance(section, SymbolTableSection) and section["sh_type"] == "SHT_DYNSYM":
                     undefined += [
                         s.name
@@ -57,6 +51,7 @@ def read_module(path: Path) -> ElfModule:
                     needed += [
                         t.needed for t in section.iter_tags() if t.entry.d_tag == "DT_NEEDED"
                     ]
+            runtime = runtime_copy(elf)
             fatbin = elf.get_section_by_name(".nv_fatbin")
             cuda = None
             if fatbin is not None and fatbin["sh_type"] != "SHT_NOBITS":
@@ -66,7 +61,7 @@ def read_module(path: Path) -> ElfModule:
             f"{path} is not a readable ELF shared object ({exc}).",
             fix="the file is damaged or not a Linux extension module: rebuild flash-attn.",
         ) from None
-    return ElfModule(path, undefined, needed, cuda, sorted(runtime))
+    return ElfModule(path, undefined, needed, cuda, runtime)
 
 
 class TorchExports:
