@@ -14,8 +14,9 @@
 #       # (the launcher's records), the machine's memory in use every 5 s, the log's plan; then
 #       # bench/fa3_full_model.py with those units measured
 #   bash bench/speed_device.sh fa2-full-start   # the FA2 full one-arch build in the background
-#   bash bench/speed_device.sh fa2-full-wait    # (repeat) until it ends (~18 min in all), then
-#       # bench/bound_check.py: its compile phase against max(longest, sum/16)
+#   bash bench/speed_device.sh fa2-full-wait [SECONDS]  # (repeat) until it ends (~18 min in
+#       # all), then bench/bound_check.py: its compile phase against max(longest, sum/16)
+#   bash bench/speed_device.sh hits-final   # ~4 min: the FA2 training set and its cache hits
 #   bash bench/speed_device.sh batch-start [batch|final]; bash bench/speed_device.sh batch-wait
 #       # a longer sequence in the background (see the two phases below), its results as
 #       # $OUT/results.tgz
@@ -152,8 +153,8 @@ fa2-full-start)
     -C sdist-dir="$ROOT/.carry/sdists" > "$WORK/fa2-full.log" 2>&1 < /dev/null &)
   date +%s > "$WORK/fa2-full.start"
   ;;
-fa2-full-wait)
-  for _ in $(seq 1 54); do [ -f "$WORK/fa2-full.json" ] && break; sleep 10; done
+fa2-full-wait)  # `fa2-full-wait [SECONDS]` (default 540)
+  for _ in $(seq 1 $(( ${2:-540} / 10 ))); do [ -f "$WORK/fa2-full.json" ] && break; sleep 10; done
   cp "$WORK/fa2-full.log" "$OUT/fa2-full.log"  # this call's $OUT (the start call's is gone)
   echo "fa2-full: $(( $(date +%s) - $(cat "$WORK/fa2-full.start") )) s; $(grep -o 'compiled [0-9]*/[0-9]*' "$OUT/fa2-full.log" | tail -1)"
   if [ -f "$WORK/fa2-full.json" ]; then
@@ -207,6 +208,19 @@ final)  # ~7 min (lease d): the image's own CXX refused before compiling (its li
   rm -rf "$WORK/clone" && cp -a "$ROOT" "$WORK/clone" && rm -rf "$WORK/clone/.carry"
   hits "$WORK/clone" "-clone" "${FA2_SET[@]}"
   touch "$OUT/batch.done"
+  ;;
+hits-final)  # ~4 min (lease e, after the FA2 full build): whether this image's Python writes
+  # bytecode, the FA2 training set with the wheel cache, its hits from the checkout, from a
+  # writable clone, and from that clone with PYTHONDONTWRITEBYTECODE unset (as on most machines)
+  { env | grep -E '^PYTHON'; python3 -c 'import sys; print("dont_write_bytecode",
+    sys.flags.dont_write_bytecode, "pycache_prefix", sys.pycache_prefix)'; } > "$OUT/python-env.txt" 2>&1
+  COMMON=(-C compiler-cache=none -C wheel-cache=true -C keep-build-dir=true -C cache-dir="$WORK/cache")
+  wheel fa2-default "$ROOT" "${FA2_SET[@]}"
+  hits "$ROOT" "" "${FA2_SET[@]}"
+  rm -rf "$WORK/clone" && cp -a "$ROOT" "$WORK/clone" && rm -rf "$WORK/clone/.carry"
+  hits "$WORK/clone" "-clone" "${FA2_SET[@]}"
+  (unset PYTHONDONTWRITEBYTECODE; hits "$WORK/clone" "-pyc" "${FA2_SET[@]}")
+  find "$WORK/clone/fa_backend" -name '*.pyc' | wc -l | sed 's/^/bytecode files in the clone: /' | tee -a "$OUT/times.txt"
   ;;
 *) echo "unknown phase $phase" >&2; exit 2 ;;
 esac

@@ -110,15 +110,22 @@ def find_nvccs(explicit: Path | None = None) -> list[Nvcc]:
     candidates.append(("/usr/local/cuda/bin/nvcc", "/usr/local/cuda"))
     for found in sorted(glob.glob("/usr/local/cuda-*/bin/nvcc"), reverse=True):
         candidates.append((found, "/usr/local/cuda-*"))
-    seen: set[str] = set()
+    files: set[str] = set()
+    homes: set[str] = set()
     result = []
     for path, origin in candidates:
         if not os.path.isfile(path) or not os.access(path, os.X_OK):
             continue
-        home = str(nvcc_home(Path(path)))  # one toolkit reached through several paths
-        if home in seen:
+        # one toolkit reached through several paths: a symlink to a file seen is known without
+        # nvcc's dry run (a process each, on every build and wheel-cache hit); a wrapper is not
+        real = os.path.realpath(path)
+        if real in files:
             continue
-        seen.add(home)
+        files.add(real)
+        home = str(nvcc_home(Path(path)))
+        if home in homes:
+            continue
+        homes.add(home)
         result.append(Nvcc(Path(path), nvcc_version(Path(path)), origin))
     return result
 

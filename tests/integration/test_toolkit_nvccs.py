@@ -76,3 +76,31 @@ def test_cuda_12_torch_gets_the_no_compiler_on_the_index_error(tmp_path, mode):
         _toolkit.choose(_torch("2.6.0+cu124", "12.4"), _settings_for(tmp_path, cuda_toolkit=mode))
     assert raised.value.cause == error.cause
     assert not (tmp_path / "cache" / "toolkits").exists()  # nothing was fetched
+
+
+def test_one_toolkit_reached_by_a_symlink_is_asked_once(tmp_path, monkeypatch):
+    """A symlink to an nvcc already seen needs no dry run (one process fewer per path on every
+    build and wheel-cache hit); a wrapper script in another place still gets one."""
+    toolkit, log = tmp_path / "toolkit", tmp_path / "calls.log"
+    (toolkit / "bin").mkdir(parents=True)
+    nvcc = toolkit / "bin" / "nvcc"
+    nvcc.write_text(
+        f'#!/bin/sh\necho "$*" >> {log}\ncase "$*" in\n'
+        f'  *--dryrun*) echo "#\\$ TOP={toolkit}" >&2 ;;\n'
+        '  *--version*) echo "Cuda compilation tools, release 13.0, V13.0.88" ;;\nesac\n'
+    )
+    nvcc.chmod(0o755)
+    (tmp_path / "link").mkdir()
+    (tmp_path / "link" / "nvcc").symlink_to(nvcc)
+    (tmp_path / "wrap").mkdir()
+    wrapper = tmp_path / "wrap" / "nvcc"
+    wrapper.write_text(f'#!/bin/sh\nexec {nvcc} "$@"\n')
+    wrapper.chmod(0o755)
+    monkeypatch.setenv("CUDA_HOME", str(toolkit))
+    monkeypatch.setenv("PATH", f"{tmp_path / 'wrap'}:/usr/bin:/bin")
+    found = _compilers.find_nvccs(tmp_path / "link" / "nvcc")
+    ours = [n for n in found if n.cuda_home == toolkit.resolve()]
+    assert [(n.path, n.origin) for n in ours] == [(tmp_path / "link" / "nvcc", "setting nvcc")]
+    dry_runs = [line for line in log.read_text().splitlines() if "--dryrun" in line]
+    # the file (through the link; not again through CUDA_HOME), then the wrapper
+    assert len(dry_runs) == 2, dry_runs
