@@ -13,6 +13,8 @@
 #       # started as fa-shim plans it, run for 8 minutes and stopped: each unit's time and peak
 #       # (the launcher's records), the machine's memory in use every 5 s, the log's plan; then
 #       # bench/fa3_full_model.py with those units measured
+#   bash bench/speed_device.sh fa3-slice-start; ... fa3-slice-wait SECONDS (repeat);
+#   bash bench/speed_device.sh fa3-slice-stop   # the same, longer than one call
 #   bash bench/speed_device.sh fa2-full-start   # the FA2 full one-arch build in the background
 #   bash bench/speed_device.sh fa2-full-wait [SECONDS]  # (repeat) until it ends (~18 min in
 #       # all), then bench/bound_check.py: its compile phase against max(longest, sum/16)
@@ -115,24 +117,37 @@ tailored)
     echo "training check ($causal): exit $?" | tee -a "$OUT/times.txt"
   done
   ;;
-fa3-slice)
-  # in a session of its own, with SIGINT at its default (a background job's is ignored): the
-  # stop below is fa-shim's own Ctrl-C path, which stops the build's process group too
+fa3-slice)  # start, 8 minutes, stop: one call
+  bash "$ROOT/bench/speed_device.sh" fa3-slice-start
+  bash "$ROOT/bench/speed_device.sh" fa3-slice-wait 480
+  bash "$ROOT/bench/speed_device.sh" fa3-slice-stop
+  ;;
+fa3-slice-start)  # the full FA3 set as fa-shim plans it, in the background, and the machine's
+  # memory in use every 5 s; in a session of its own, with SIGINT at its default (a background
+  # job's is ignored): the stop is fa-shim's own Ctrl-C path, which stops the build's group too
+  rm -rf "$WORK"/slice.* "$WORK/fa3-slice-memory.txt"
   python3 - "$WORK/slice.pid" python3 -m pip wheel -v --no-deps --no-build-isolation --no-index \
     -w "$WORK/w-full3" "$ROOT/flash-attn-3" -C fa3-source-dir="$ROOT/.carry/fa3" "${COMMON[@]}" \
-    > "$OUT/fa3-slice.log" 2>&1 <<'PY'
+    > "$WORK/fa3-slice.log" 2>&1 <<'PY'
 import signal, subprocess, sys
 proc = subprocess.Popen(sys.argv[2:], start_new_session=True, stdin=subprocess.DEVNULL,
                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 open(sys.argv[1], "w").write(str(proc.pid))
 PY
-  start=$(date +%s)
-  while [ $(( $(date +%s) - start )) -lt 480 ]; do  # the machine's memory in use, every 5 s
-    echo "$(( $(date +%s) - start )) $(free -b | awk '/^Mem:/ {print $3}')" >> "$OUT/fa3-slice-memory.txt"
-    sleep 5
-  done
+  date +%s > "$WORK/slice.start"
+  (setsid bash -c 'start=$(cat "$1/slice.start"); while [ ! -f "$1/slice.stopped" ]; do
+    echo "$(( $(date +%s) - start )) $(free -b | awk "/^Mem:/ {print \$3}")" >> "$1/fa3-slice-memory.txt"
+    sleep 5; done' _ "$WORK" > /dev/null 2>&1 < /dev/null &)
+  ;;
+fa3-slice-wait)  # `fa3-slice-wait SECONDS`: let the slice run on
+  sleep "${2:?seconds}"
+  echo "fa3-slice: $(( $(date +%s) - $(cat "$WORK/slice.start") )) s, $(cat /tmp/fa-shim-build-*/src/compile-stats.jsonl 2>/dev/null | grep -v '"source": "?"' | grep -c '"exit": 0') units done"
+  ;;
+fa3-slice-stop)  # stop the slice, its records and the model with them into $OUT
+  ran=$(( $(date +%s) - $(cat "$WORK/slice.start") ))
   kill -INT -- -"$(cat "$WORK/slice.pid")" 2>/dev/null
   sleep 20
+  touch "$WORK/slice.stopped"
   # whatever of this build is left (ninja and the compilers run in a group of their own)
   for group in $(ps -eo pgid=,args= | grep "fa-shim-build-" | grep -v grep | awk '{print $1}' | sort -u); do
     kill -9 -- -"$group" 2>/dev/null
@@ -140,9 +155,10 @@ PY
   for f in /tmp/fa-shim-build-*/src/compile-stats.jsonl; do
     [ -f "$f" ] && cp "$f" "$OUT/fa3-slice-tus.jsonl" && cp "$f.started" "$OUT/fa3-slice-started.jsonl"
   done
-  grep -o "fa-shim: .*" "$OUT/fa3-slice.log" > "$OUT/fa3-slice-fa-shim.log"
+  cp "$WORK/fa3-slice-memory.txt" "$OUT/"
+  grep -o "fa-shim: .*" "$WORK/fa3-slice.log" > "$OUT/fa3-slice-fa-shim.log"
   done_units=$(grep -v '"source": "?"' "$OUT/fa3-slice-tus.jsonl" | grep -c '"exit": 0')
-  echo "fa3-slice: $done_units units finished in 480 s" | tee -a "$OUT/times.txt"
+  echo "fa3-slice: $done_units units finished in $ran s" | tee -a "$OUT/times.txt"
   python3 "$ROOT/bench/fa3_full_model.py" --stats "$OUT/fa3-slice-tus.jsonl" \
     --json "$OUT/fa3-model.json" > "$OUT/fa3-model.txt" 2>&1
   rm -rf /tmp/fa-shim-build-*
