@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""The full FlashAttention-3 v2.8.3 set (every head dim, dtype and feature, sm_90a) modelled on
+"""The full FlashAttention-3 set (every head dim, dtype and feature, sm_90a: v2.8.3 cut into the
+files its aggregates include, or main-0251105a, which compiles the same 233 files) modelled on
 one 16-core, 128 GiB machine and on N such machines through sccache-dist (issue 24). A full
 build takes longer than a GPU machine is lent, so per-unit times and peaks measured on the H100
 stand in for each kind of unit; the result is a model, never a measurement.

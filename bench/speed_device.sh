@@ -141,7 +141,7 @@ PY
   ;;
 fa3-slice-wait)  # `fa3-slice-wait SECONDS`: let the slice run on
   sleep "${2:?seconds}"
-  echo "fa3-slice: $(( $(date +%s) - $(cat "$WORK/slice.start") )) s, $(cat /tmp/fa-shim-build-*/src/compile-stats.jsonl 2>/dev/null | grep -v '"source": "?"' | grep -c '"exit": 0') units done"
+  echo "fa3-slice: $(( $(date +%s) - $(cat "$WORK/slice.start") )) s, $(cat $(find /tmp -maxdepth 3 -name compile-stats.jsonl) 2>/dev/null | grep -v '"source": "?"' | grep -c '"exit": 0') units done"
   ;;
 fa3-slice-stop)  # stop the slice, its records and the model with them into $OUT
   ran=$(( $(date +%s) - $(cat "$WORK/slice.start") ))
@@ -152,8 +152,9 @@ fa3-slice-stop)  # stop the slice, its records and the model with them into $OUT
   for group in $(ps -eo pgid=,args= | grep "fa-shim-build-" | grep -v grep | awk '{print $1}' | sort -u); do
     kill -9 -- -"$group" 2>/dev/null
   done
-  for f in /tmp/fa-shim-build-*/src/compile-stats.jsonl; do
-    [ -f "$f" ] && cp "$f" "$OUT/fa3-slice-tus.jsonl" && cp "$f.started" "$OUT/fa3-slice-started.jsonl"
+  # the kept build directory, or the stable source slot where the stop left it
+  for f in /tmp/fa-shim-build-*/src/compile-stats.jsonl /tmp/fa-shim-src-*/src/compile-stats.jsonl; do
+    [ -f "$f" ] && cp "$f" "$OUT/fa3-slice-tus.jsonl" && cp "$f.started" "$OUT/fa3-slice-started.jsonl" && break
   done
   cp "$WORK/fa3-slice-memory.txt" "$OUT/"
   grep -o "fa-shim: .*" "$WORK/fa3-slice.log" > "$OUT/fa3-slice-fa-shim.log"
