@@ -9,6 +9,9 @@ Measured (docs/benchmarks.md, docs/fa3-design.md#per-head-dim-units-their-cost-a
   lines): 146-178 s at 5.95-7.04 GiB each with 7 at once; 181-234 s at 5.2-7.0 GiB in a 16-way
   slice (bf16, fp16, e4m3 x head dims 64-256, and backward hdim128); v2.8.3's `hdimdiff` unit
   (three head-dim pairs) 497 s at 13.2 GiB;
+- main's full set in a 1,417 s slice on the H100 (2026-11-25, lease f: 93 units at 16 jobs, each
+  in units.json): per-head-dim forward units 168-239 s at 4.7-7.11 GiB, head-dim pair units
+  193-326 s (mean 255 s) at 6.0-7.46 GiB, backward units 180-349 s at 5.8-6.5 GiB;
 - tailored sets, every in-unit feature switch off: on the H100 v2.8.3's backward hdim128 about
   119 s; on a 2-core box (varlen kept) main's forward hdim128 135 s at 4.96 GiB, backward 165 s at
   6.18 GiB, the scheduler 32 s at 1.28 GiB, flash_api_stable.cpp 14 s at 0.51 GiB.
@@ -25,6 +28,7 @@ from typing import TYPE_CHECKING
 
 from ...core._errors import FaShimError
 from ...toolchain import _schedule
+from .. import _unit_table
 from . import _kernels, _units
 from ._kernels import Fa3Tailoring
 from ._units import COMBINE, DIFF64, DIFF192, SCHEDULER
@@ -36,7 +40,8 @@ GIB = 1024**3
 # one core, every feature compiled (16 jobs on 16 cores)
 BWD_SECONDS = {"64": 270, "96": 247, "128": 256, "192": 236, "256": 241}  # bf16/fp16 mean
 FWD_SECONDS = 210  # a per-head-dim forward unit: the 16-way slice's middle (181-234 s)
-PAIR_SECONDS = 180  # a head-dim pair: hdimdiff's 497 s for three, 7 at once, plus contention
+PAIR_SECONDS = 255  # a head-dim pair unit: 22 measured at 16 jobs, 193-326 s (lease f)
+DIFF_SECONDS_PER_PAIR = 180  # v2.8.3's hdimdiff: 497 s for three pairs, 7 at once, + contention
 HDIMALL_SECONDS_PER_HDIM = 190  # hdimall: 955 s for five head dims (bf16)
 OTHER_SECONDS = {
     "flash_api.cpp": 40,
@@ -49,8 +54,10 @@ DEFAULT_SECONDS = 60
 # hdim128 119 s of 256 s, hdimall at one head dim about 100 s of 190 s), fewer geometrically
 IN_UNIT = ("local", "varlen", "appendkv", "cluster", "softcap")
 DISABLE_ALL_FACTOR = 0.5
-# peak memory of one unit's compiler (not scaled down for a tailored set: an OOM costs more)
-FWD_PEAK = 7.0 * GIB  # 7.04 GiB measured at most
+# peak memory of one unit's compiler (not scaled down for a tailored set: an OOM costs more);
+# a unit its line's units.json has takes its measured figure instead (memory_model)
+FWD_PEAK = 7.25 * GIB  # 7.11 GiB measured at most
+PAIR_PEAK = 7.5 * GIB  # 7.46 GiB
 BWD_PEAK = 6.5 * GIB  # 6.41 GiB
 AGGREGATE_PEAK_PER_HDIM = 4.5 * GIB  # hdimall 22.0 GiB for five, hdimdiff 13.2 GiB for three pairs
 AGGREGATE_MIN_PEAK = 6 * GIB  # one head dim (or none) still parses the launch templates
@@ -82,7 +89,7 @@ def unit_seconds(name: str, tailoring: Fa3Tailoring) -> float:
     if kind == "bwd":
         seconds = BWD_SECONDS.get(hdim, max(BWD_SECONDS.values()))
     elif hdim in ("all", "diff"):
-        per = HDIMALL_SECONDS_PER_HDIM if hdim == "all" else PAIR_SECONDS
+        per = HDIMALL_SECONDS_PER_HDIM if hdim == "all" else DIFF_SECONDS_PER_PAIR
         seconds = max(OTHER_SECONDS[SCHEDULER], per * _aggregate_width(hdim, tailoring))
     else:
         seconds = PAIR_SECONDS if "_" in hdim else FWD_SECONDS
@@ -98,15 +105,26 @@ def unit_peak(name: str, tailoring: Fa3Tailoring) -> int:
     if m["hdim"] in ("all", "diff"):
         width = _aggregate_width(m["hdim"], tailoring)
         return int(max(AGGREGATE_MIN_PEAK, AGGREGATE_PEAK_PER_HDIM * width))
-    return int(BWD_PEAK if m["kind"] == "bwd" else FWD_PEAK)
+    if m["kind"] == "bwd":
+        return int(BWD_PEAK)
+    return int(PAIR_PEAK if "_" in m["hdim"] else FWD_PEAK)
 
 
 def cost_model(tailoring: Fa3Tailoring) -> Callable[[str], float]:
     return lambda name: unit_seconds(name, tailoring)
 
 
-def memory_model(tailoring: Fa3Tailoring) -> Callable[[str], int]:
-    return lambda name: unit_peak(name, tailoring)
+def memory_model(
+    tailoring: Fa3Tailoring, table: _unit_table.UnitTable | None = None
+) -> Callable[[str], int]:
+    """Each unit's peak: its line's measured figure (units.json beside its release.toml, from
+    full-set builds: a unit with switches turned off holds no more), else unit_peak's."""
+
+    def peak(name: str) -> int:
+        measured = table.peak_bytes(name) if table else None
+        return measured or unit_peak(name, tailoring)
+
+    return peak
 
 
 # what faster_options proposes for a long build: a training set, varlen kept

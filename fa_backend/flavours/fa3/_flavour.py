@@ -19,6 +19,7 @@ from ...toolchain import _archs, _cuda_driver, _jobs, _space
 from ...toolchain._torch import TorchInfo
 from ...wheel import _metadata
 from ...wheel._names import Names
+from .. import _unit_table
 from .._interface import Flavour, Plan, Sizing, Tools
 from . import _costs, _kernels, _releases, _sources, _tree_facts, _trees, _units
 
@@ -308,7 +309,9 @@ class Fa3(Flavour):
         return _costs.cost_model(plan.source.tailoring)
 
     def memory_model(self, plan: Plan):
-        return _costs.memory_model(plan.source.tailoring)
+        directory = plan.source.release.directory
+        table = _unit_table.load(directory) if directory else None
+        return _costs.memory_model(plan.source.tailoring, table)
 
     def faster_options(self, plan: Plan, tools: Tools, sources, machine):
         return _costs.faster_options(plan, sources, machine)

@@ -71,6 +71,7 @@ class Fa3Release:
     torch_abi: str = "torch"
     torch_target: str | None = None  # with torch_abi "stable": the oldest torch it runs on
     forward_units: str = "aggregate"
+    directory: Path | None = None  # its registry directory (release.toml, patches, units.json)
 
     @property
     def ref(self) -> str:
@@ -226,4 +227,5 @@ def load(directory: Path) -> Fa3Release:
         data.get("torch-abi", "torch"),
         data.get("torch-target"),
         data["forward-units"],
+        directory,
     )

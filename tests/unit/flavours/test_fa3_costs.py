@@ -7,12 +7,18 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from conftest import REPO
+from packaging import tags
 
-from fa_backend.flavours.fa3 import _costs, _kernels
+from fa_backend.flavours import _unit_table
+from fa_backend.flavours._interface import Plan
+from fa_backend.flavours.fa3 import _costs, _flavour, _kernels, _releases
 from fa_backend.settings import _settings
 from fa_backend.toolchain import _schedule
+from fa_backend.toolchain._torch import TorchInfo
 
 GIB = 1024**3
+MIB = 1024**2
 RECORDED = Path(__file__).parent / "fa3_units"
 MAIN = (
     "BACKWARD", "SPLIT", "PAGEDKV", "APPENDKV", "LOCAL", "SOFTCAP", "PACKGQA", "FP16", "FP8",
@@ -39,11 +45,14 @@ def test_units_cost_what_was_measured_with_every_feature():
     # v2.8.3's aggregates: hdimall 864-973 s for five head dims, hdimdiff 497 s for three pairs
     assert 864 <= _costs.unit_seconds("flash_fwd_hdimall_bf16_sm90.cu", full) <= 973
     assert 497 <= _costs.unit_seconds("flash_fwd_hdimdiff_bf16_sm90.cu", full) <= 600
+    # main's head-dim pair units, 22 measured at 16 jobs: 193-326 s
+    assert 193 <= _costs.unit_seconds("flash_fwd_hdim192_128_fp16_sm90.cu", full) <= 326
 
 
 def test_peaks_are_the_measured_maxima():
     full = _tailoring()
-    assert _costs.unit_peak("flash_fwd_hdim128_bf16_sm90.cu", full) == 7 * GIB  # 5.2-7.04
+    assert _costs.unit_peak("flash_fwd_hdim128_bf16_sm90.cu", full) == 7.25 * GIB  # 4.7-7.11
+    assert _costs.unit_peak("flash_fwd_hdim64_256_bf16_sm90.cu", full) == 7.5 * GIB  # 6.0-7.46
     assert _costs.unit_peak("flash_bwd_hdim64_fp16_softcapall_sm90.cu", full) == 6.5 * GIB  # 6.41
     assert 22 * GIB <= _costs.unit_peak("flash_fwd_hdimall_e4m3_sm90.cu", full) <= 23 * GIB
     assert 13.2 * GIB <= _costs.unit_peak("flash_fwd_hdimdiff_bf16_sm90.cu", full) <= 14 * GIB
@@ -52,6 +61,40 @@ def test_peaks_are_the_measured_maxima():
     one = _tailoring(head_dims="128")
     assert _costs.unit_peak("flash_fwd_hdimall_bf16_sm90.cu", one) == 6 * GIB
     assert _costs.unit_peak("flash_fwd_hdimdiff_bf16_sm90.cu", one) == 6 * GIB
+
+
+def test_a_unit_its_lines_table_has_takes_its_measured_peak():
+    """main-0251105a's units.json (two slices of its full set on the H100): a measured unit
+    plans by its own peak; a unit the table lacks by the constants, which are above every
+    measured unit of their kind."""
+    directory = _releases.release("main-0251105a").directory
+    table = _unit_table.load(directory)
+    full = _tailoring()
+    peak = _costs.memory_model(full, table)
+    heaviest = max(table.units, key=lambda n: table.units[n]["peak_mib"])
+    lightest = min(table.units, key=lambda n: table.units[n]["peak_mib"])
+    assert peak(heaviest) == table.units[heaviest]["peak_mib"] * MIB <= _costs.PAIR_PEAK
+    assert peak(lightest) == table.units[lightest]["peak_mib"] * MIB < 5 * GIB
+    assert peak("flash_fwd_hdim128_bf16_sm90.cu") == _costs.FWD_PEAK  # a tailored unit's name
+    for name, unit in table.units.items():
+        assert unit["peak_mib"] * MIB <= _costs.unit_peak(name, full), name
+
+
+def test_the_flavour_sizes_the_full_main_set_by_its_lines_table():
+    """A measured unit plans by its own peak; the heaviest figure (7.5 GiB: a pair unit not yet
+    measured, 7.46 GiB the heaviest that was) bounds the jobs: 16 on the H100 box's 124 GiB, 8
+    on 64 GiB, the cut said."""
+    settings = _settings.load({}, environ={}, project_dir=REPO / "flash-attn-3")
+    release = _releases.release("main-0251105a")
+    source = _flavour.Fa3Source(release, None, _kernels.tailoring(settings, MAIN))
+    torch = TorchInfo("2.11.0", "13.0", 1, None, "/venv/torch", "c++17", "python", False)
+    tag = tags.Tag("cp310", "abi3", "linux_x86_64")
+    plan = Plan(settings, torch, _flavour.FLAVOUR, source, (), "3.0.0", tag, "", "2.9.0")
+    heaviest = "flash_fwd_hdim192_128_e4m3_softcap_packgqa_sm90.cu"
+    assert _flavour.FLAVOUR.memory_model(plan)(heaviest) == 7639 * MIB
+    assert _flavour.FLAVOUR.sizing(plan, None, 16, 124 * GIB).jobs == 16
+    small = _flavour.FLAVOUR.sizing(plan, None, 16, 64 * GIB)
+    assert small.jobs == 8 and "a FlashAttention-3 unit of this set needs 8 GiB" in small.cut
 
 
 def test_the_tailored_stable_set_is_predicted_as_measured():
