@@ -53,7 +53,7 @@ def test_peaks_are_the_measured_maxima():
     full = _tailoring()
     assert _costs.unit_peak("flash_fwd_hdim128_bf16_sm90.cu", full) == 7.25 * GIB  # 4.7-7.11
     assert _costs.unit_peak("flash_fwd_hdim64_256_bf16_sm90.cu", full) == 7.5 * GIB  # 6.0-7.46
-    assert _costs.unit_peak("flash_bwd_hdim64_fp16_softcapall_sm90.cu", full) == 6.5 * GIB  # 6.41
+    assert _costs.unit_peak("flash_bwd_hdim64_fp16_softcapall_sm90.cu", full) == 6.5 * GIB  # 6.49
     assert 22 * GIB <= _costs.unit_peak("flash_fwd_hdimall_e4m3_sm90.cu", full) <= 23 * GIB
     assert 13.2 * GIB <= _costs.unit_peak("flash_fwd_hdimdiff_bf16_sm90.cu", full) <= 14 * GIB
     assert _costs.unit_peak("flash_api_stable.cpp", full) < 1 * GIB  # 0.51 measured
