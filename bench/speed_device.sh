@@ -9,6 +9,7 @@
 #       # and the FA3 training set (bf16, head dim 128, fwd+bwd, every feature off but varlen;
 #       # per-head-dim units), each a cold timed `pip wheel` with its per-unit records, then
 #       # both wheels installed and checked against SDPA (bench/fa3_speed.py, one seqlen)
+#   bash bench/speed_device.sh fa3-training # ~4 min: the FA3 training set alone (cold, timed)
 #   bash bench/speed_device.sh fa3-slice    # ~9 min: the full FA3 set (233 per-head-dim units)
 #       # started as fa-shim plans it, run for 8 minutes and stopped: each unit's time and peak
 #       # (the launcher's records), the machine's memory in use every 5 s, the log's plan; then
@@ -116,6 +117,9 @@ tailored)
       2> "$OUT/training-check-$causal.err")
     echo "training check ($causal): exit $?" | tee -a "$OUT/times.txt"
   done
+  ;;
+fa3-training)  # ~4 min: the FA3 training set alone, cold, with its per-unit records
+  wheel fa3-training "$ROOT/flash-attn-3" -C fa3-source-dir="$ROOT/.carry/fa3" "${FA3_TRAINING[@]}"
   ;;
 fa3-slice)  # start, 8 minutes, stop: one call
   bash "$ROOT/bench/speed_device.sh" fa3-slice-start
