@@ -19,6 +19,8 @@
 #   bash bench/speed_device.sh fa2-full-start   # the FA2 full one-arch build in the background
 #   bash bench/speed_device.sh fa2-full-wait [SECONDS]  # (repeat) until it ends (~18 min in
 #       # all), then bench/bound_check.py: its compile phase against max(longest, sum/16)
+#   bash bench/speed_device.sh fa2-headers  # ~6 min: the FA2 training set with and without the
+#       # kernel-headers patch, the patched wheel against SDPA, then fa2-full-start
 #   bash bench/speed_device.sh hits-final   # ~4 min: the FA2 training set and its cache hits
 #   bash bench/speed_device.sh batch-start [batch|final]; bash bench/speed_device.sh batch-wait
 #       # a longer sequence in the background (see the two phases below), its results as
@@ -229,6 +231,24 @@ final)  # ~7 min (lease d): the image's own CXX refused before compiling (its li
   rm -rf "$WORK/clone" && cp -a "$ROOT" "$WORK/clone" && rm -rf "$WORK/clone/.carry"
   hits "$WORK/clone" "-clone" "${FA2_SET[@]}"
   touch "$OUT/batch.done"
+  ;;
+fa2-headers)  # ~6 min (lease h): the FA2 training set cold from a copy of this checkout without
+  # vendored 40-kernel-headers.patch (upstream's flash.h) and from this checkout, the patched
+  # wheel checked against SDPA, then the FA2 full build started (fa2-full-wait to follow)
+  rm -rf "$WORK/upstream-headers" && cp -a "$ROOT" "$WORK/upstream-headers"
+  rm -rf "$WORK/upstream-headers/.carry" "$WORK"/upstream-headers/vendored_patches/*/40-kernel-headers.patch
+  wheel fa2-training-upstream-headers "$WORK/upstream-headers" "${FA2_SET[@]}"
+  wheel fa2-training "$ROOT" "${FA2_SET[@]}"
+  python3 -m pip install -q --no-deps --no-index --force-reinstall "$WORK"/w-fa2-training/*.whl \
+    > "$OUT/install.log" 2>&1
+  for causal in causal no-causal; do
+    flag=$([ $causal = no-causal ] && echo --no-causal)
+    (cd /tmp && python3 "$ROOT/bench/fa3_speed.py" --seqlens 4096 --warmup 2 --repeats 5 $flag \
+      --json "$OUT/training-check-$causal.json" > "$OUT/training-check-$causal.md" \
+      2> "$OUT/training-check-$causal.err")
+    echo "training check ($causal): exit $?" | tee -a "$OUT/times.txt"
+  done
+  bash "$ROOT/bench/speed_device.sh" fa2-full-start
   ;;
 hits-final)  # ~4 min (lease e, after the FA2 full build): whether this image's Python writes
   # bytecode, the FA2 training set with the wheel cache, its hits from the checkout, from a

@@ -1,7 +1,8 @@
 """The CUDA kernels an object file defines, by `nm`: nvcc gives every __global__ instance a host
 stub `__device_stub__<the kernel's mangled name>` (internal linkage since CUDA 13, so read from
-the length-prefixed local symbol and its statics); and compiling one build command with
-another source file, as the e2e symbol tests compare builds."""
+the length-prefixed local symbol and its statics); each kernel's machine code in a cubin (its
+`.text.<kernel>` section, by pyelftools); and compiling one build command with another source
+file, as the e2e symbol tests compare builds."""
 
 from __future__ import annotations
 
@@ -28,6 +29,18 @@ def kernels(obj: Path) -> set[str]:
     return found
 
 
+def kernel_code(cubin: Path) -> dict[str, bytes]:
+    """Each kernel's machine code in a cubin: its `.text.<mangled name>` section's bytes."""
+    from elftools.elf.elffile import ELFFile
+
+    with cubin.open("rb") as f:
+        return {
+            s.name[len(".text.") :]: s.data()
+            for s in ELFFile(f).iter_sections()
+            if s.name.startswith(".text.")
+        }
+
+
 def command_for(args: list[str], source: Path, obj: Path) -> list[str]:
     """The build's compile command for another source file and object (no dependency file)."""
     out, i = [], 0
@@ -42,6 +55,13 @@ def command_for(args: list[str], source: Path, obj: Path) -> list[str]:
         out.append(str(source) if args[i].endswith((".cu", ".cpp")) else args[i])
         i += 1
     return out
+
+
+def cubin_command(args: list[str], source: Path, cubin: Path) -> list[str]:
+    """The build's compile command (one real architecture) writing `source`'s cubin instead of
+    an object file: the device code alone, as the GPU loads it."""
+    command = command_for(args, source, cubin)
+    return [a for a in command if a != "-c"] + ["-cubin"]
 
 
 def compile_all(commands: list[list[str]], jobs: int = 2) -> None:

@@ -22,7 +22,8 @@ import pytest
 from conftest import REPO, SHARED_SDISTS, clean_env, run
 from kernel_symbols import command_for, compile_all, kernels
 
-from fa_backend.flavours.fa2 import _tu_parts
+from fa_backend.flavours.fa2 import _releases, _tu_parts
+from fa_backend.sources import _patches
 
 pytestmark = [pytest.mark.slow, pytest.mark.realbuild]
 
@@ -90,7 +91,9 @@ def _symbols(obj: Path, which: str) -> set[str]:
 def test_unsplit_the_patched_backward_source_preprocesses_as_upstreams(prepared, tmp_path):
     """Without FA_SHIM_TU_PARTS the patch is inert: nvcc -E of the whole backward source in the
     patched tree and in the pristine sdist give the same code (line markers and blank lines
-    dropped: the patch's inactive blocks leave blank lines)."""
+    dropped: the patch's inactive blocks leave blank lines). The pristine tree takes the one
+    patch that changes what every kernel source reads, 40-kernel-headers.patch
+    (test_fa2_kernel_headers.py shows it compiles the same kernels)."""
     command = next(
         c["args"]
         for c in prepared["compile_commands"]
@@ -100,6 +103,9 @@ def test_unsplit_the_patched_backward_source_preprocesses_as_upstreams(prepared,
     with tarfile.open(SHARED_SDISTS / "flash_attn-2.8.3.tar.gz") as tar:
         tar.extractall(tmp_path / "u", filter="data")
     pristine = tmp_path / "u" / "flash_attn-2.8.3"
+    headers = [p for p in _releases.patches("2.8.3") if p.name == "40-kernel-headers.patch"]
+    assert len(headers) == 1
+    _patches.apply_all(headers, pristine)
     codes = []
     for root in (source, pristine):
         # fa-shim's prefix maps only rename paths (docs/reproducibility.md): compared without
