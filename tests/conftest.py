@@ -169,6 +169,23 @@ def demo_flavour(monkeypatch):
     sys.modules.pop("fa_shim_demo_flavour", None)
 
 
+def upstream_kernel_tree(dest: Path, version: str = "2.8.3") -> Path:
+    """The pinned sdist extracted into dest as upstream ships it, with the one vendored patch that
+    changes what every kernel source reads (40-kernel-headers.patch: its kernels compile to the
+    same machine code, tests/e2e/test_fa2_kernel_headers.py): what a patched tree's kernel
+    sources preprocess like while fa-shim's other patches are inert."""
+    from fa_backend.flavours.fa2 import _releases
+    from fa_backend.sources import _patches
+
+    with tarfile.open(SHARED_SDISTS / f"flash_attn-{version}.tar.gz") as tar:
+        tar.extractall(dest, filter="data")
+    tree = dest / f"flash_attn-{version}"
+    headers = [p for p in _releases.patches(version) if p.name == "40-kernel-headers.patch"]
+    assert len(headers) == 1, version
+    _patches.apply_all(headers, tree)
+    return tree
+
+
 def pack_sample(dest: Path, version: str = SAMPLE_VERSION, cuda: bool = False) -> Path:
     """The sample project as an sdist named like upstream's: flash_attn-<version>.tar.gz.
     With `cuda`, it also compiles a real CUDA file (tests/packages/sample-cuda) through nvcc."""

@@ -15,15 +15,13 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-import tarfile
 from pathlib import Path
 
 import pytest
-from conftest import REPO, SHARED_SDISTS, clean_env, run
+from conftest import REPO, SHARED_SDISTS, clean_env, run, upstream_kernel_tree
 from kernel_symbols import command_for, compile_all, kernels
 
-from fa_backend.flavours.fa2 import _releases, _tu_parts
-from fa_backend.sources import _patches
+from fa_backend.flavours.fa2 import _tu_parts
 
 pytestmark = [pytest.mark.slow, pytest.mark.realbuild]
 
@@ -91,21 +89,15 @@ def _symbols(obj: Path, which: str) -> set[str]:
 def test_unsplit_the_patched_backward_source_preprocesses_as_upstreams(prepared, tmp_path):
     """Without FA_SHIM_TU_PARTS the patch is inert: nvcc -E of the whole backward source in the
     patched tree and in the pristine sdist give the same code (line markers and blank lines
-    dropped: the patch's inactive blocks leave blank lines). The pristine tree takes the one
-    patch that changes what every kernel source reads, 40-kernel-headers.patch
-    (test_fa2_kernel_headers.py shows it compiles the same kernels)."""
+    dropped: the patch's inactive blocks leave blank lines); the pristine tree with the kernel
+    headers patch (conftest's upstream_kernel_tree)."""
     command = next(
         c["args"]
         for c in prepared["compile_commands"]
         if Path(c["file"]).name.startswith("flash_bwd")
     )
     source = Path(prepared["source"])
-    with tarfile.open(SHARED_SDISTS / "flash_attn-2.8.3.tar.gz") as tar:
-        tar.extractall(tmp_path / "u", filter="data")
-    pristine = tmp_path / "u" / "flash_attn-2.8.3"
-    headers = [p for p in _releases.patches("2.8.3") if p.name == "40-kernel-headers.patch"]
-    assert len(headers) == 1
-    _patches.apply_all(headers, pristine)
+    pristine = upstream_kernel_tree(tmp_path / "u")
     codes = []
     for root in (source, pristine):
         # fa-shim's prefix maps only rename paths (docs/reproducibility.md): compared without

@@ -10,11 +10,10 @@ import json
 import os
 import re
 import subprocess
-import tarfile
 from pathlib import Path
 
 import pytest
-from conftest import INFERENCE, INFERENCE_KERNELS, REPO, SHARED_SDISTS, run
+from conftest import INFERENCE, INFERENCE_KERNELS, REPO, SHARED_SDISTS, run, upstream_kernel_tree
 
 from fa_backend.flavours.fa2 import _kernels
 from fa_backend.settings._settings import Settings
@@ -94,7 +93,8 @@ def preprocess(args: list[str], out: Path) -> str:
 def test_kernel_files_preprocess_exactly_as_upstream(torch211_python, tmp_path):
     """The patch and the tailoring defines change no kernel: the kept kernel files of a tailored
     build preprocess to the same code as in the pristine sdist with upstream's flags (unsplit:
-    the tu-parts patch is inert too)."""
+    the tu-parts patch is inert too; the pristine tree with the kernel headers patch, which
+    changes what they read: conftest's upstream_kernel_tree)."""
     summary = prepare(
         torch211_python,
         tmp_path / "b",
@@ -104,9 +104,7 @@ def test_kernel_files_preprocess_exactly_as_upstream(torch211_python, tmp_path):
         "tu-parts=1",
     )
     source = Path(summary["source"])
-    with tarfile.open(SHARED_SDISTS / "flash_attn-2.8.3.tar.gz") as tar:
-        tar.extractall(tmp_path / "u", filter="data")
-    pristine = tmp_path / "u" / "flash_attn-2.8.3"
+    pristine = upstream_kernel_tree(tmp_path / "u")
     checked = 0
     for c in summary["compile_commands"]:
         if not c["file"].endswith(
