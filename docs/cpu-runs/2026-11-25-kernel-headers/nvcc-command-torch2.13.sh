@@ -1,0 +1,4 @@
+#!/bin/bash
+# $1 = csrc root, $2 = unit, $3 = time csv
+R=$1
+/usr/local/cuda-13.0/bin/nvcc -I$R/flash_attn -I$R/flash_attn/src -I$R/cutlass/include -I$TORCH_INCLUDE -I$TORCH_INCLUDE/torch/csrc/api/include -I/usr/local/cuda-13.0/include -I$STUB_INCLUDE -D__CUDA_NO_HALF_OPERATORS__ -D__CUDA_NO_HALF_CONVERSIONS__ -D__CUDA_NO_BFLOAT16_CONVERSIONS__ -D__CUDA_NO_HALF2_OPERATORS__ --expt-relaxed-constexpr --compiler-options '-fPIC' -O3 -std=c++20 -U__CUDA_NO_HALF_OPERATORS__ -U__CUDA_NO_HALF_CONVERSIONS__ -U__CUDA_NO_HALF2_OPERATORS__ -U__CUDA_NO_BFLOAT16_CONVERSIONS__ --expt-extended-lambda --use_fast_math -DFLASHATTENTION_DISABLE_DROPOUT -DFLASHATTENTION_DISABLE_ALIBI -DFLASHATTENTION_DISABLE_SOFTCAP -DFLASHATTENTION_DISABLE_LOCAL -gencode arch=compute_90,code=sm_90 -DTORCH_API_INCLUDE_EXTENSION_H -DTORCH_EXTENSION_NAME=flash_attn_2_cuda -D_GLIBCXX_USE_CXX11_ABI=1 -c $R/flash_attn/src/$2 -o $OUT/$(basename $R)-$2.o --time $3 --frandom-seed=fixed
