@@ -106,19 +106,23 @@ hits() {  # CHECKOUT SUFFIX SETTINGS...: 3 timed cache hits, 3 of pip alone, one
     -C cache-dir="$WORK/cache" "$@" > "$OUT/hit$suffix-profile.txt" 2>&1
 }
 
-case $phase in
-tailored)
-  wheel fa2-training "$ROOT" -C sdist-dir="$ROOT/.carry/sdists" -C cuda-archs=90 "${FA2_TRAINING[@]}"
-  wheel fa3-training "$ROOT/flash-attn-3" -C fa3-source-dir="$ROOT/.carry/fa3" "${FA3_TRAINING[@]}"
-  python3 -m pip install -q --no-deps --no-index --force-reinstall \
-    "$WORK"/w-fa2-training/*.whl "$WORK"/w-fa3-training/*.whl > "$OUT/install.log" 2>&1
-  for causal in causal no-causal; do  # both wheels' forward and backward against SDPA
+check_against_sdpa() {  # the installed wheels' forward and backward against SDPA, both masks
+  for causal in causal no-causal; do
     flag=$([ $causal = no-causal ] && echo --no-causal)
     (cd /tmp && python3 "$ROOT/bench/fa3_speed.py" --seqlens 4096 --warmup 2 --repeats 5 $flag \
       --json "$OUT/training-check-$causal.json" > "$OUT/training-check-$causal.md" \
       2> "$OUT/training-check-$causal.err")
     echo "training check ($causal): exit $?" | tee -a "$OUT/times.txt"
   done
+}
+
+case $phase in
+tailored)
+  wheel fa2-training "$ROOT" -C sdist-dir="$ROOT/.carry/sdists" -C cuda-archs=90 "${FA2_TRAINING[@]}"
+  wheel fa3-training "$ROOT/flash-attn-3" -C fa3-source-dir="$ROOT/.carry/fa3" "${FA3_TRAINING[@]}"
+  python3 -m pip install -q --no-deps --no-index --force-reinstall \
+    "$WORK"/w-fa2-training/*.whl "$WORK"/w-fa3-training/*.whl > "$OUT/install.log" 2>&1
+  check_against_sdpa
   ;;
 fa3-training)  # ~4 min: the FA3 training set alone, cold, with its per-unit records
   wheel fa3-training "$ROOT/flash-attn-3" -C fa3-source-dir="$ROOT/.carry/fa3" "${FA3_TRAINING[@]}"
@@ -241,13 +245,7 @@ fa2-headers)  # ~6 min (lease h): the FA2 training set cold from a copy of this 
   wheel fa2-training "$ROOT" "${FA2_SET[@]}"
   python3 -m pip install -q --no-deps --no-index --force-reinstall "$WORK"/w-fa2-training/*.whl \
     > "$OUT/install.log" 2>&1
-  for causal in causal no-causal; do
-    flag=$([ $causal = no-causal ] && echo --no-causal)
-    (cd /tmp && python3 "$ROOT/bench/fa3_speed.py" --seqlens 4096 --warmup 2 --repeats 5 $flag \
-      --json "$OUT/training-check-$causal.json" > "$OUT/training-check-$causal.md" \
-      2> "$OUT/training-check-$causal.err")
-    echo "training check ($causal): exit $?" | tee -a "$OUT/times.txt"
-  done
+  check_against_sdpa
   bash "$ROOT/bench/speed_device.sh" fa2-full-start
   ;;
 hits-final)  # ~4 min (lease e, after the FA2 full build): whether this image's Python writes

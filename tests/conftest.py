@@ -169,6 +169,19 @@ def demo_flavour(monkeypatch):
     sys.modules.pop("fa_shim_demo_flavour", None)
 
 
+def prepared_set(python: Path, tmp: Path, settings: dict[str, str], project: Path = REPO) -> dict:
+    """`python -m fa_backend prepare` of a set into tmp (its cache there too): the summary it
+    prints (the build's compile commands, the wheel's name, the provenance)."""
+    settings = {**settings, "cache-dir": str(tmp / "cache")}
+    options = [a for k, v in settings.items() for a in ("-C", f"{k}={v}")]
+    proc = run(
+        [python, "-m", "fa_backend", "prepare", "--build-dir", tmp / "b", *options],
+        cwd=project,
+        env=clean_env(),
+    )
+    return json.loads(proc.stdout)
+
+
 def upstream_kernel_tree(dest: Path, version: str = "2.8.3") -> Path:
     """The pinned sdist extracted into dest as upstream ships it, with the one vendored patch that
     changes what every kernel source reads (40-kernel-headers.patch: its kernels compile to the

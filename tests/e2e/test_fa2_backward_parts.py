@@ -12,13 +12,12 @@ backward header preprocesses to upstream's. About 4 CPU-minutes."""
 
 from __future__ import annotations
 
-import json
 import re
 import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import REPO, SHARED_SDISTS, clean_env, run, upstream_kernel_tree
+from conftest import SHARED_SDISTS, prepared_set, upstream_kernel_tree
 from kernel_symbols import command_for, compile_all, kernels
 
 from fa_backend.flavours.fa2 import _tu_parts
@@ -40,14 +39,7 @@ LABEL = ".hdim32.bf16.nodropout.noalibi.nosoftcap.nolocal.nounevenk-"
 @pytest.fixture(scope="module")
 def prepared(torch211_python, tmp_path_factory) -> dict:
     tmp = tmp_path_factory.mktemp("fa2-bwd-parts")
-    settings = {**SET, "cache-dir": str(tmp / "cache"), "sdist-dir": str(SHARED_SDISTS)}
-    options = [a for k, v in settings.items() for a in ("-C", f"{k}={v}")]
-    proc = run(
-        [torch211_python, "-m", "fa_backend", "prepare", "--build-dir", tmp / "b", *options],
-        cwd=REPO,
-        env=clean_env(),
-    )
-    return json.loads(proc.stdout)
+    return prepared_set(torch211_python, tmp, {**SET, "sdist-dir": str(SHARED_SDISTS)})
 
 
 def test_every_kernel_source_is_compiled_as_its_parts(prepared):

@@ -11,14 +11,13 @@ a benchmark (docs/benchmarks.md), not asserted here. About 2 CPU-minutes."""
 
 from __future__ import annotations
 
-import json
 import shutil
 import subprocess
 import tarfile
 from pathlib import Path
 
 import pytest
-from conftest import REPO, SHARED_SDISTS, clean_env, run
+from conftest import SHARED_SDISTS, prepared_set
 from kernel_symbols import command_for, compile_all, cubin_command, kernel_code
 
 from fa_backend.flavours.fa2 import _tu_parts
@@ -40,14 +39,7 @@ SOURCE = "flash_fwd_hdim32_bf16_sm80.cu"
 @pytest.fixture(scope="module")
 def prepared(torch211_python, tmp_path_factory) -> dict:
     tmp = tmp_path_factory.mktemp("fa2-headers")
-    settings = {**SET, "cache-dir": str(tmp / "cache"), "sdist-dir": str(SHARED_SDISTS)}
-    options = [a for k, v in settings.items() for a in ("-C", f"{k}={v}")]
-    proc = run(
-        [torch211_python, "-m", "fa_backend", "prepare", "--build-dir", tmp / "b", *options],
-        cwd=REPO,
-        env=clean_env(),
-    )
-    return json.loads(proc.stdout)
+    return prepared_set(torch211_python, tmp, {**SET, "sdist-dir": str(SHARED_SDISTS)})
 
 
 @pytest.fixture(scope="module")

@@ -13,11 +13,10 @@ compared by `nm`. About 2 CPU-minutes; the GPU run is upstream's tests (docs/ben
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
-from conftest import FA3_SHARED, REPO, clean_env, run
+from conftest import FA3_SHARED, REPO, prepared_set
 from kernel_symbols import command_for, compile_all, kernels
 
 pytestmark = [pytest.mark.slow, pytest.mark.realbuild]
@@ -39,14 +38,8 @@ AGGREGATES = ("flash_fwd_hdimall_bf16_sm90.cu", "flash_fwd_hdimdiff_bf16_sm90.cu
 @pytest.fixture(scope="module")
 def prepared(torch211_python, fa3_tarballs, tmp_path_factory) -> dict:
     tmp = tmp_path_factory.mktemp("fa3-units")
-    settings = {**SET, "cache-dir": str(tmp / "cache"), "fa3-source-dir": str(FA3_SHARED)}
-    options = [a for k, v in settings.items() for a in ("-C", f"{k}={v}")]
-    proc = run(
-        [torch211_python, "-m", "fa_backend", "prepare", "--build-dir", tmp / "b", *options],
-        cwd=REPO / "flash-attn-3",
-        env=clean_env(),
-    )
-    return json.loads(proc.stdout)
+    settings = {**SET, "fa3-source-dir": str(FA3_SHARED)}
+    return prepared_set(torch211_python, tmp, settings, project=REPO / "flash-attn-3")
 
 
 def test_the_build_compiles_the_per_head_dim_file_not_the_aggregates(prepared):
