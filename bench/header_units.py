@@ -28,21 +28,9 @@ import tarfile
 import time
 from pathlib import Path
 
-_DROP = {"-MD": 1, "-MF": 2, "--generate-dependencies-with-compile": 1, "--dependency-output": 2}
-
-
-def command_for(args: list[str], source: Path, obj: Path) -> list[str]:
-    out, i = [], 0
-    while i < len(args):
-        if args[i] in _DROP:
-            i += _DROP[args[i]]
-        elif args[i] == "-o":
-            out += ["-o", str(obj)]
-            i += 2
-        else:
-            out.append(str(source) if args[i].endswith(".cu") else args[i])
-            i += 1
-    return out
+# the e2e symbol tests' helper: the build's compile command for another source and object
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "e2e"))
+from kernel_symbols import command_for
 
 
 def main() -> int:

@@ -236,9 +236,10 @@ final)  # ~7 min (lease d): the image's own CXX refused before compiling (its li
   hits "$WORK/clone" "-clone" "${FA2_SET[@]}"
   touch "$OUT/batch.done"
   ;;
-fa2-headers)  # ~6 min (lease h): the FA2 training set cold from a copy of this checkout without
-  # vendored 40-kernel-headers.patch (upstream's flash.h) and from this checkout, the patched
-  # wheel checked against SDPA, then the FA2 full build started (fa2-full-wait to follow)
+fa2-headers)  # ~6 min, not run yet (lease h's 263 s ran bench/header_units.py): the FA2
+  # training set cold from a copy of this checkout without vendored 40-kernel-headers.patch
+  # (upstream's flash.h) and from this checkout, the patched wheel checked against SDPA, then
+  # the FA2 full build started (fa2-full-wait to follow)
   rm -rf "$WORK/upstream-headers" && cp -a "$ROOT" "$WORK/upstream-headers"
   rm -rf "$WORK/upstream-headers/.carry" "$WORK"/upstream-headers/vendored_patches/*/40-kernel-headers.patch
   wheel fa2-training-upstream-headers "$WORK/upstream-headers" "${FA2_SET[@]}"
