@@ -21,6 +21,9 @@
 #       # all), then bench/bound_check.py: its compile phase against max(longest, sum/16)
 #   bash bench/speed_device.sh fa2-headers  # ~6 min: the FA2 training set with and without the
 #       # kernel-headers patch, the patched wheel against SDPA, then fa2-full-start
+#   bash bench/speed_device.sh memo         # ~8 min: the FA2 training set with and without the
+#       # kernel-headers patch, the patched wheel against SDPA, its cache hits with and without
+#       # the plan's memo (pipeline/_hit_memo), pip's floor
 #   bash bench/speed_device.sh hits-final   # ~4 min: the FA2 training set and its cache hits
 #   bash bench/speed_device.sh batch-start [batch|final]; bash bench/speed_device.sh batch-wait
 #       # a longer sequence in the background (see the two phases below), its results as
@@ -104,6 +107,31 @@ hits() {  # CHECKOUT SUFFIX SETTINGS...: 3 timed cache hits, 3 of pip alone, one
   done
   python3 "$ROOT/bench/hit_profile.py" "$checkout" "$OUT/hit$suffix-profile" -C compiler-cache=none \
     -C cache-dir="$WORK/cache" "$@" > "$OUT/hit$suffix-profile.txt" 2>&1
+}
+
+hit_rounds() {  # CHECKOUT SETTINGS...: 7 rounds (the first a warm-up) of a cache hit answered
+  # from the memo, one planned again (the memos removed first) and pip's floor, interleaved so
+  # that the machine's drift falls on all three alike
+  local checkout=$1 i kind seconds; shift
+  for i in 0 1 2 3 4 5 6; do
+    for kind in memo planned floor; do
+      [ $kind = planned ] && rm -rf "$WORK/cache/hits"
+      if [ $kind = floor ]; then
+        cmd=(python3 -m pip install --force-reinstall --no-deps --no-index "$WORK"/cache/wheels/flash_attn-*.whl)
+      else
+        cmd=(python3 -m pip install -v --force-reinstall --no-deps --no-build-isolation --no-index
+          "$checkout" -C compiler-cache=none -C cache-dir="$WORK/cache" "$@")
+      fi
+      seconds=$( { TIMEFORMAT=%R; time (cd /tmp && "${cmd[@]}" > "$OUT/hit-$kind-$i.log" 2>&1); } 2>&1)
+      echo "$kind $i: $seconds s; memo lines $(grep -c "inputs are those of an earlier build" \
+        "$OUT/hit-$kind-$i.log"), hit lines $(grep -c 'wheel cache hit' "$OUT/hit-$kind-$i.log")" |
+        tee -a "$OUT/times.txt"
+    done
+  done
+  for kind in planned memo; do  # the profile's own key: its first run leaves the memo
+    python3 "$ROOT/bench/hit_profile.py" "$checkout" "$OUT/hit-$kind-profile" -C compiler-cache=none \
+      -C cache-dir="$WORK/cache" "$@" > "$OUT/hit-$kind-profile.txt" 2>&1
+  done
 }
 
 check_against_sdpa() {  # the installed wheels' forward and backward against SDPA, both masks
@@ -248,6 +276,21 @@ fa2-headers)  # ~6 min, not run yet (lease h's 263 s ran bench/header_units.py):
     > "$OUT/install.log" 2>&1
   check_against_sdpa
   bash "$ROOT/bench/speed_device.sh" fa2-full-start
+  ;;
+memo)  # ~8 min (lease i): the FA2 training set cold with upstream's flash.h and with the
+  # kernel-headers patch (that one into the wheel cache), the patched wheel against SDPA, then
+  # its cache hits from the memo against those planned again, and pip's floor (hit_rounds)
+  rm -rf "$WORK/upstream-headers" && cp -a "$ROOT" "$WORK/upstream-headers"
+  rm -rf "$WORK/upstream-headers/.carry" "$WORK"/upstream-headers/vendored_patches/*/40-kernel-headers.patch
+  wheel fa2-training-upstream-headers "$WORK/upstream-headers" "${FA2_SET[@]}"
+  COMMON=(-C compiler-cache=none -C wheel-cache=true -C keep-build-dir=true -C cache-dir="$WORK/cache")
+  wheel fa2-training "$ROOT" "${FA2_SET[@]}"
+  python3 -m pip install -q --no-deps --no-index --force-reinstall "$WORK"/w-fa2-training/*.whl \
+    > "$OUT/install.log" 2>&1
+  check_against_sdpa
+  { env | grep -E '^PYTHON'; python3 -c 'import sys; print("dont_write_bytecode",
+    sys.flags.dont_write_bytecode)'; } > "$OUT/python-env.txt" 2>&1
+  hit_rounds "$ROOT" "${FA2_SET[@]}"
   ;;
 hits-final)  # ~4 min (lease e, after the FA2 full build): whether this image's Python writes
   # bytecode, the FA2 training set with the wheel cache, its hits from the checkout, from a

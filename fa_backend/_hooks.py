@@ -1,5 +1,6 @@
-"""The PEP 517 hooks. Each one is a line or two; the work lives in _plan and _build (imported
-when a wheel is built: a metadata or sdist hook loads none of the compile pipeline)."""
+"""The PEP 517 hooks. Each one is a line or two; the work lives in _plan and _build, imported
+only when needed: a wheel-cache hit whose inputs an earlier build's memo (_hit_memo) vouches
+for loads neither, and a metadata or sdist hook none of the compile pipeline."""
 
 from __future__ import annotations
 
@@ -7,9 +8,7 @@ from pathlib import Path
 
 from .core._boundary import boundary
 from .core._errors import FaShimError
-from .pipeline import _plan
-from .settings import _settings
-from .wheel import _sdist_self
+from .pipeline import _hit_memo
 
 
 @boundary
@@ -24,18 +23,29 @@ def get_requires_for_build_sdist(config_settings=None):
 
 @boundary
 def prepare_metadata_for_build_wheel(metadata_directory, config_settings=None):
+    known = _hit_memo.metadata(config_settings, metadata_directory)
+    if known:
+        return known
+    from .pipeline import _plan
+
     return _plan.write_metadata(_plan.plan(config_settings), metadata_directory)
 
 
 @boundary
 def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
+    known = _hit_memo.wheel(config_settings, wheel_directory, metadata_directory)
+    if known:
+        return known
     from .pipeline import _build
 
-    return _build.build(_plan.plan(config_settings), wheel_directory, metadata_directory)
+    return _build.build(_build.plan(config_settings), wheel_directory, metadata_directory)
 
 
 @boundary
 def build_sdist(sdist_directory, config_settings=None):
+    from .settings import _settings
+    from .wheel import _sdist_self
+
     settings = _settings.load(config_settings)
     return _sdist_self.write(Path.cwd(), sdist_directory, settings.flash_attn_version or "0")
 

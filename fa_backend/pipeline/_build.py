@@ -30,6 +30,7 @@ from ..wheel._wheelfile import publish
 from . import (
     _compile_plan,
     _estimate,
+    _hit_memo,
     _progress,
     _reproducible,
     _runner,
@@ -219,9 +220,10 @@ def build(plan: Plan, wheel_directory: str, metadata_directory: str | None) -> s
     with scratch_dir(plan.settings) as scratch:
         if plan.settings.wheel_cache:
             how: dict = {}
+            facts = fingerprint(plan, tools)
             path = _wheel_cache.obtain(
                 plan.settings.resolved_wheel_cache_dir,
-                fingerprint(plan, tools),
+                facts,
                 plan.wheel_name,
                 out_dir,
                 lambda wheel: _verified.once(
@@ -232,6 +234,7 @@ def build(plan: Plan, wheel_directory: str, metadata_directory: str | None) -> s
                 plan.settings.wheel_cache_heartbeat,
                 built=lambda: how,
             )
+            _hit_memo.record(plan, tools, _wheel_cache.key(facts))
         else:
             path = publish(fresh_wheel(plan, tools, scratch), out_dir)
     _log.info(f"built {path}")

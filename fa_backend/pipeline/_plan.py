@@ -14,6 +14,7 @@ from ..flavours import _registry
 from ..flavours._interface import Plan
 from ..settings import _settings
 from ..toolchain import _requirements, _torch
+from ..wheel._wheelfile import write_dist_info
 from . import _progress
 
 
@@ -33,10 +34,7 @@ def plan(config_settings: _settings.ConfigSettings | None) -> Plan:
 
 
 def write_metadata(plan: Plan, metadata_directory: str) -> str:
-    target = Path(metadata_directory) / plan.dist_info
-    target.mkdir(parents=True, exist_ok=True)
-    _atomic.write(target / "METADATA", plan.metadata.encode("utf-8"))
-    return plan.dist_info
+    return write_dist_info(Path(metadata_directory), plan.dist_info, plan.metadata)
 
 
 def check_prepared_metadata(plan: Plan, metadata_directory: str) -> None:

@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING
 from ..core._errors import FaShimError
 from ..wheel import _metadata
 from ..wheel._wheelfile import WheelWriter
-from ._provenance import GUARD, PROVENANCE, fa_shim_version
+from ._provenance import GUARD, PROVENANCE
+from ._self import fa_shim_version
 
 if TYPE_CHECKING:
     from ..pipeline._plan import Plan

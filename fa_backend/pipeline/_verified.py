@@ -16,7 +16,7 @@ from pathlib import Path
 from ..core import _atomic, _log
 from ..core._digest import sha256_of
 from ..toolchain._torch import TorchInfo
-from ._provenance import fa_shim_sources
+from ._self import fa_shim_sources
 
 
 def _torch_identity(torch: TorchInfo) -> list:
@@ -34,9 +34,18 @@ def key(wheel: Path, torch: TorchInfo) -> str:
     return hashlib.sha256(json.dumps(facts).encode()).hexdigest()[:32]
 
 
+def _marker(cache_dir: Path, wheel: Path, torch: TorchInfo) -> Path:
+    return cache_dir / "verified" / key(wheel, torch)
+
+
+def passed(cache_dir: Path, wheel: Path, torch: TorchInfo) -> bool:
+    """These bytes passed RECORD and verify against this torch before."""
+    return _marker(cache_dir, wheel, torch).is_file()
+
+
 def once(cache_dir: Path, wheel: Path, torch: TorchInfo, check: Callable[[], None]) -> None:
     """Run `check` (it raises on a failure) unless these bytes passed it against this torch."""
-    marker = cache_dir / "verified" / key(wheel, torch)
+    marker = _marker(cache_dir, wheel, torch)
     if marker.is_file():
         _log.info(
             f"{wheel.name}: these bytes passed RECORD and verify against this torch before "

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from ._torch import TorchInfo
 
 MIN_ARCH = 80  # flash-attn 2 needs Ampere or newer
+FROM_GPUS = "the visible GPUs"  # a Selection's source when no setting named the architectures
 
 
 @dataclasses.dataclass(frozen=True)
@@ -122,7 +123,7 @@ def select_archs(
         candidates, source, strict = list(setting), setting_source, True
     elif gpu_caps:
         candidates = [f"{major}{minor}" for major, minor in gpu_caps]
-        source, strict = "the visible GPUs", False
+        source, strict = FROM_GPUS, False
     elif env and env.strip() and env.strip().lower() != "native" and parse_arch_list(env):
         candidates, source, strict = parse_arch_list(env), "TORCH_CUDA_ARCH_LIST", False
     elif torch_arch_list:
@@ -286,6 +287,11 @@ class ArchChoice:
     targets: tuple[str, ...]  # what nvcc compiles (sm_<t>)
     notes: tuple[str, ...]
     env: dict[str, str]
+
+    @property
+    def from_gpus(self) -> bool:
+        """Chosen from the GPUs this process sees (what a wheel-cache hit must see again)."""
+        return self.selection.source == FROM_GPUS
 
     def describe(self) -> dict:
         return {

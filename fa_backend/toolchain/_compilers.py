@@ -190,10 +190,15 @@ def choose_nvcc(torch: TorchInfo, explicit: Path | None) -> Nvcc:
     return matching[0]
 
 
-def host_compiler() -> dict[str, str]:
-    """The C++ compiler setuptools/torch will call (CXX, else c++), with its version line."""
+def host_compiler_program() -> tuple[str, str]:
+    """The C++ compiler setuptools/torch will call: CXX (else c++) and the program it names."""
     cxx = os.environ.get("CXX", "c++")
-    exe = shutil.which(cxx.split()[0]) or cxx
+    return cxx, shutil.which(cxx.split()[0]) or cxx
+
+
+def host_compiler() -> dict[str, str]:
+    """The host compiler (host_compiler_program) with its version line."""
+    cxx, exe = host_compiler_program()
     try:
         # in a group of its own, killed whole if the build is stopped meanwhile
         out = _subprocess.completed([exe, "--version"], timeout=30).stdout

@@ -86,6 +86,12 @@ class WheelWriter:
         return base64.urlsafe_b64encode(sha.digest()).rstrip(b"=").decode()
 
 
+def write_dist_info(metadata_directory: Path, dist_info: str, metadata: str) -> str:
+    """prepare_metadata_for_build_wheel's answer: <dist_info>/METADATA, written whole."""
+    _atomic.write(metadata_directory / dist_info / "METADATA", metadata.encode("utf-8"))
+    return dist_info
+
+
 def publish(wheel: Path, out_dir: Path) -> Path:
     """Copy a finished wheel into out_dir under a temporary name, then rename it into place."""
     target = out_dir / wheel.name

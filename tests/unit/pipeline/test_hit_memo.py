@@ -1,0 +1,33 @@
+"""The memo's key and what it re-reads (pipeline/_hit_memo): the names a frontend changes on
+every run are left out of the key, every other name counts; the GPUs by the driver's listing."""
+
+from __future__ import annotations
+
+from fa_backend.pipeline import _hit_memo
+from fa_backend.settings import _settings
+
+
+def test_the_key_counts_the_environment_but_for_what_changes_every_run(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    settings = _settings.load({})
+    monkeypatch.setenv("PIP_BUILD_TRACKER", "/tmp/pip-build-tracker-1")
+    before = _hit_memo._path(settings)
+    monkeypatch.setenv("PIP_BUILD_TRACKER", "/tmp/pip-build-tracker-2")
+    assert _hit_memo._path(settings) == before
+    monkeypatch.setenv("LD_LIBRARY_PATH", "/opt/other-cuda/lib64")
+    assert _hit_memo._path(settings) != before
+    assert before.parent == tmp_path / "fa-shim" / "hits"
+
+
+def test_the_gpus_are_told_by_the_drivers_listing(tmp_path, monkeypatch):
+    """Architectures taken from the visible GPUs are recorded by /proc/driver/nvidia/gpus: a
+    board swapped or added changes the memo's GPUs; no listing, no memo for such a plan."""
+    monkeypatch.setattr(_hit_memo, "_GPUS", tmp_path / "gpus")
+    assert _hit_memo._gpus() is None
+    board = tmp_path / "gpus" / "0000:19:00.0"
+    board.mkdir(parents=True)
+    (board / "information").write_text("Model: \t\t NVIDIA H100 80GB HBM3\n")
+    h100 = _hit_memo._gpus()
+    (board / "information").write_text("Model: \t\t NVIDIA H200\n")
+    h200 = _hit_memo._gpus()
+    assert None not in (h100, h200) and h100 != h200
