@@ -212,6 +212,11 @@ fa2-full-wait)  # `fa2-full-wait [SECONDS]` (default 540)
   for _ in $(seq 1 $(( ${2:-540} / 10 ))); do [ -f "$WORK/fa2-full.json" ] && break; sleep 10; done
   cp "$WORK/fa2-full.log" "$OUT/fa2-full.log"  # this call's $OUT (the start call's is gone)
   echo "fa2-full: $(( $(date +%s) - $(cat "$WORK/fa2-full.start") )) s; $(grep -o 'compiled [0-9]*/[0-9]*' "$OUT/fa2-full.log" | tail -1)"
+  if [ ! -f "$WORK/fa2-full.json" ]; then  # still compiling: the units finished so far
+    for f in /tmp/fa-shim-src-*/src/compile-stats.jsonl /tmp/fa-shim-build-*/src/compile-stats.jsonl; do
+      [ -f "$f" ] && cp "$f" "$OUT/fa2-full-partial-tus.jsonl" && break
+    done
+  fi
   if [ -f "$WORK/fa2-full.json" ]; then
     cp "$WORK/fa2-full.json" "$OUT/fa2-full.json"
     grep -o "fa-shim: .*" "$OUT/fa2-full.log" > "$OUT/fa2-full-fa-shim.log"
