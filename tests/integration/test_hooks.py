@@ -215,8 +215,9 @@ def test_build_sdist_for_another_version_builds_that_version(tmp_path):
 
 
 def test_the_hooks_module_loads_no_compile_pipeline():
-    """A wheel-cache hit runs two hooks in fresh interpreters: the metadata one imports the plan
-    only (the pipeline, the toolchain's compilers and verify come with build_wheel)."""
+    """A wheel-cache hit runs two hooks in fresh interpreters: importing the backend loads the
+    memo that may answer them (pipeline/_hit_memo), not the plan (the flavour registry, the torch
+    probe) nor the pipeline, the toolchain's compilers and verify, which come with a miss."""
     code = (
         "import sys, fa_backend; "
         "print(sorted(m for m in sys.modules if m.startswith('fa_backend.')))"
@@ -224,6 +225,7 @@ def test_the_hooks_module_loads_no_compile_pipeline():
     loaded = subprocess.run(
         [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True
     ).stdout
-    for heavy in ("pipeline._build", "verify._verify", "fleet._wheel_cache", "toolchain._toolkit"):
-        assert f"fa_backend.{heavy}'" not in loaded, heavy
-    assert "fa_backend.pipeline._plan'" in loaded
+    heavy = ("pipeline._build", "pipeline._plan", "flavours._registry", "toolchain._torch")
+    for module in (*heavy, "verify._verify", "fleet._wheel_cache", "toolchain._toolkit"):
+        assert f"fa_backend.{module}'" not in loaded, module
+    assert "fa_backend.pipeline._hit_memo'" in loaded
