@@ -19,8 +19,6 @@
 #   bash bench/speed_device.sh fa2-full-start   # the FA2 full one-arch build in the background
 #   bash bench/speed_device.sh fa2-full-wait [SECONDS]  # (repeat) until it ends (~18 min in
 #       # all), then bench/bound_check.py: its compile phase against max(longest, sum/16)
-#   bash bench/speed_device.sh fa2-headers  # ~6 min: the FA2 training set with and without the
-#       # kernel-headers patch, the patched wheel against SDPA, then fa2-full-start
 #   bash bench/speed_device.sh memo         # ~8 min: the FA2 training set with and without the
 #       # kernel-headers patch, the patched wheel against SDPA, its cache hits with and without
 #       # the plan's memo (pipeline/_hit_memo), pip's floor
@@ -202,10 +200,13 @@ fa3-slice-stop)  # stop the slice, its records and the model with them into $OUT
     --json "$OUT/fa3-model.json" > "$OUT/fa3-model.txt" 2>&1
   rm -rf /tmp/fa-shim-build-*
   ;;
-fa2-full-start)
+fa2-full-start)  # from a copy of the checkout: the next device call copies the checkout again,
+  # and a build running from it lost its compiler launcher meanwhile (lease i, call 2)
+  rm -rf "$WORK/fa2-full-src" && cp -a "$ROOT" "$WORK/fa2-full-src"
   (setsid python3 "$ROOT/bench/measure.py" "$WORK/fa2-full.json" -- python3 -m pip wheel -v \
-    --no-deps --no-build-isolation --no-index -w "$WORK/w-fa2-full" "$ROOT" "${COMMON[@]}" \
-    -C sdist-dir="$ROOT/.carry/sdists" > "$WORK/fa2-full.log" 2>&1 < /dev/null &)
+    --no-deps --no-build-isolation --no-index -w "$WORK/w-fa2-full" "$WORK/fa2-full-src" \
+    "${COMMON[@]}" -C sdist-dir="$WORK/fa2-full-src/.carry/sdists" > "$WORK/fa2-full.log" 2>&1 \
+    < /dev/null &)
   date +%s > "$WORK/fa2-full.start"
   ;;
 fa2-full-wait)  # `fa2-full-wait [SECONDS]` (default 540)
@@ -268,19 +269,6 @@ final)  # ~7 min (lease d): the image's own CXX refused before compiling (its li
   rm -rf "$WORK/clone" && cp -a "$ROOT" "$WORK/clone" && rm -rf "$WORK/clone/.carry"
   hits "$WORK/clone" "-clone" "${FA2_SET[@]}"
   touch "$OUT/batch.done"
-  ;;
-fa2-headers)  # ~6 min, not run yet (lease h's 263 s ran bench/header_units.py): the FA2
-  # training set cold from a copy of this checkout without vendored 40-kernel-headers.patch
-  # (upstream's flash.h) and from this checkout, the patched wheel checked against SDPA, then
-  # the FA2 full build started (fa2-full-wait to follow)
-  rm -rf "$WORK/upstream-headers" && cp -a "$ROOT" "$WORK/upstream-headers"
-  rm -rf "$WORK/upstream-headers/.carry" "$WORK"/upstream-headers/vendored_patches/*/40-kernel-headers.patch
-  wheel fa2-training-upstream-headers "$WORK/upstream-headers" "${FA2_SET[@]}"
-  wheel fa2-training "$ROOT" "${FA2_SET[@]}"
-  python3 -m pip install -q --no-deps --no-index --force-reinstall "$WORK"/w-fa2-training/*.whl \
-    > "$OUT/install.log" 2>&1
-  check_against_sdpa
-  bash "$ROOT/bench/speed_device.sh" fa2-full-start
   ;;
 memo)  # ~8 min (lease i): the FA2 training set cold with upstream's flash.h and with the
   # kernel-headers patch (that one into the wheel cache), the patched wheel against SDPA, then
