@@ -8,9 +8,12 @@ user's cache directory (`<cache-dir>/hits/<key>.json`):
   - under a key of what its plan read that a hook can see at no cost: the settings as resolved,
     the whole environment but for names a frontend changes on every run, the interpreter and
     its import path, the working directory, fa-shim's own sources and vendored patches;
-  - with the identity (inode, size, mtime) of each program and file the plan read beyond that:
-    the interpreter, torch's `__init__.py` and `version.py`, nvcc, the host compiler, and the
-    visible GPUs' /proc entries when the architectures came from them;
+  - with the identity (inode, size, mtime) of each program and file the plan read beyond that,
+    found again as the plan would look for them: the interpreter, the torch it imports
+    (`__init__.py`, `version.py`), the host compiler the environment names, every place an nvcc
+    is looked for (so a toolkit installed since is seen) and the nvcc used, and the visible
+    GPUs' /proc entries (a plan whose architectures came from GPUs /proc does not list leaves no
+    memo);
   - and what the plan concluded: the metadata and the wheel-cache entry.
 A hook whose key and identities all match answers from the memo: the same metadata, the same
 entry checked as a hit always is (its recorded sha256, verify's record for these bytes and this
@@ -77,22 +80,18 @@ def wheel(config_settings, wheel_directory: str, metadata_directory: str | None)
 def record(plan, tools, entry_key: str) -> None:
     """Leave the memo of this build's plan, when everything it read can be told again cheaply
     (else none: the next hit makes the plan, as before). Never fails the build."""
-    from ..toolchain import _compilers
-
     torch, settings = plan.torch, plan.settings
-    init = Path(torch.package_dir) / "__init__.py"
-    if torch.python != sys.executable or _torch_here() != str(init):
+    init = str(Path(torch.package_dir, "__init__.py"))
+    if torch.python != sys.executable or _torch_here() != init:
         return  # another interpreter's torch, or one found past an isolation overlay
     gpus = _gpus()
     if tools.archs and tools.archs.from_gpus and gpus is None:
         return  # architectures from GPUs this machine does not list in /proc
-    files = [sys.executable, str(init), str(init.with_name("version.py"))]
-    files.append(_compilers.host_compiler_program()[1])
-    if tools.nvcc:
-        files.append(str(tools.nvcc.path))
+    used = [str(tools.nvcc.path)] if tools.nvcc else []  # a provisioned one is no candidate
     memo = {
         "format": _FORMAT,
-        "files": {path: _identity(path) for path in files},
+        "watched": _watched(settings),
+        "used": {path: _identity(path) for path in used},
         "gpus": gpus,
         "dist_info": plan.dist_info,
         "metadata": plan.metadata,
@@ -103,7 +102,7 @@ def record(plan, tools, entry_key: str) -> None:
         "torch": dataclasses.asdict(torch),
     }
     path = _path(settings)
-    if path is None or None in memo["files"].values():
+    if None in memo["used"].values():
         return
     with contextlib.suppress(OSError):  # an unwritable cache only costs the next hit its plan
         _atomic.write(path, json.dumps(memo, indent=1).encode())
@@ -137,10 +136,10 @@ def _lookup(config_settings) -> dict | None:
         return None  # bad settings, no memo: the full path says what it must
     if not isinstance(memo, dict) or memo.get("format") != _FORMAT:
         return None
-    files = memo.get("files", {})
-    if any(_identity(p) != seen for p, seen in files.items()) or memo["gpus"] != _gpus():
+    used = memo.get("used", {})
+    if any(_identity(p) != seen for p, seen in used.items()) or memo["gpus"] != _gpus():
         return None
-    if _torch_here() not in files:  # another torch now comes first on the import path
+    if memo.get("watched") != _watched(settings):
         return None
     return {**memo, "path": str(path)}
 
@@ -156,6 +155,19 @@ def _prepared_matches(memo: dict, metadata_directory: str | None) -> bool:
 
 
 # ------------------------------------------------------------------------------ what is read
+
+
+def _watched(settings) -> dict[str, list | None]:
+    """Each program and file the plan finds by looking, found again the same way, with its
+    identity (None: not there): the same answer means the plan would find the same things."""
+    from ..toolchain import _compilers
+
+    torch = _torch_here()
+    files = [sys.executable, _compilers.host_compiler_program()[1]]
+    if torch:
+        files += [torch, os.path.join(os.path.dirname(torch), "version.py")]
+    files += [path for path, _ in _compilers.nvcc_candidates(settings.nvcc)]
+    return {path: _identity(path) for path in files}
 
 
 def _identity(path: str) -> list | None:

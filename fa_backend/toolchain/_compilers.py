@@ -96,8 +96,9 @@ def nvcc_home(path: Path) -> Path:
     return Path(os.path.realpath(path)).parent.parent
 
 
-def find_nvccs(explicit: Path | None = None) -> list[Nvcc]:
-    """Every nvcc, in the order torch's cpp_extension would consider them, duplicates removed."""
+def nvcc_candidates(explicit: Path | None = None) -> list[tuple[str, str]]:
+    """(path, where it comes from) of every place an nvcc is looked for, in the order torch's
+    cpp_extension would consider them; the paths need not exist."""
     candidates: list[tuple[str, str]] = []
     if explicit:
         candidates.append((str(explicit), "setting nvcc"))
@@ -110,6 +111,12 @@ def find_nvccs(explicit: Path | None = None) -> list[Nvcc]:
     candidates.append(("/usr/local/cuda/bin/nvcc", "/usr/local/cuda"))
     for found in sorted(glob.glob("/usr/local/cuda-*/bin/nvcc"), reverse=True):
         candidates.append((found, "/usr/local/cuda-*"))
+    return candidates
+
+
+def find_nvccs(explicit: Path | None = None) -> list[Nvcc]:
+    """Every nvcc, in the order torch's cpp_extension would consider them, duplicates removed."""
+    candidates = nvcc_candidates(explicit)
     files: set[str] = set()
     homes: set[str] = set()
     result = []

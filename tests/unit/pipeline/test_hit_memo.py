@@ -31,3 +31,25 @@ def test_the_gpus_are_told_by_the_drivers_listing(tmp_path, monkeypatch):
     (board / "information").write_text("Model: \t\t NVIDIA H200\n")
     h200 = _hit_memo._gpus()
     assert None not in (h100, h200) and h100 != h200
+
+
+def test_what_the_plan_looks_for_is_looked_for_again(tmp_path, monkeypatch):
+    """A toolkit installed where an nvcc is looked for, or a compiler replaced under the same
+    name, changes what the memo watches: the plan is made again."""
+    cxx = tmp_path / "bin" / "g++"
+    cxx.parent.mkdir()
+    cxx.write_text('#!/bin/sh\nexec g++ "$@"\n')
+    cxx.chmod(0o755)
+    monkeypatch.setenv("CXX", str(cxx))
+    monkeypatch.setenv("CUDA_HOME", str(tmp_path / "cuda"))
+    settings = _settings.load({})
+    before = _hit_memo._watched(settings)
+    assert before == _hit_memo._watched(settings)
+    assert before[str(tmp_path / "cuda" / "bin" / "nvcc")] is None  # looked for, not there
+    nvcc = tmp_path / "cuda" / "bin" / "nvcc"
+    nvcc.parent.mkdir(parents=True)
+    nvcc.write_text("#!/bin/sh\n")
+    installed = _hit_memo._watched(settings)
+    assert installed != before
+    cxx.write_text('#!/bin/sh\n# another compiler\nexec g++ "$@"\n')
+    assert _hit_memo._watched(settings) != installed
