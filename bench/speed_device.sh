@@ -22,6 +22,7 @@
 #   bash bench/speed_device.sh memo         # ~8 min: the FA2 training set with and without the
 #       # kernel-headers patch, the patched wheel against SDPA, its cache hits with and without
 #       # the plan's memo (pipeline/_hit_memo), pip's floor
+#   bash bench/speed_device.sh memo-final   # ~3 min: the training set, then those hits only
 #   bash bench/speed_device.sh hits-final   # ~4 min: the FA2 training set and its cache hits
 #   bash bench/speed_device.sh batch-start [batch|final]; bash bench/speed_device.sh batch-wait
 #       # a longer sequence in the background (see the two phases below), its results as
@@ -283,6 +284,12 @@ memo)  # ~8 min (lease i): the FA2 training set cold with upstream's flash.h and
   check_against_sdpa
   { env | grep -E '^PYTHON'; python3 -c 'import sys; print("dont_write_bytecode",
     sys.flags.dont_write_bytecode)'; } > "$OUT/python-env.txt" 2>&1
+  hit_rounds "$ROOT" "${FA2_SET[@]}"
+  ;;
+memo-final)  # ~3 min (lease i's last minutes): the FA2 training set into the wheel cache, then
+  # hit_rounds with the memo as it stands (its second look for the toolchain included)
+  COMMON=(-C compiler-cache=none -C wheel-cache=true -C keep-build-dir=true -C cache-dir="$WORK/cache")
+  wheel fa2-training "$ROOT" "${FA2_SET[@]}"
   hit_rounds "$ROOT" "${FA2_SET[@]}"
   ;;
 hits-final)  # ~4 min (lease e, after the FA2 full build): whether this image's Python writes
