@@ -7,7 +7,8 @@ own time (docs/benchmarks.md). So a build that ends in a wheel-cache entry leave
 user's cache directory (`<cache-dir>/hits/<key>.json`):
   - under a key of what its plan read that a hook can see at no cost: the settings as resolved,
     the whole environment but for names a frontend changes on every run, the interpreter and
-    its import path, the working directory, fa-shim's own sources and vendored patches;
+    its import path, the working directory and its pyproject.toml, fa-shim's own sources and
+    vendored patches;
   - with the identity (inode, size, mtime) of each program and file the plan read beyond that,
     found again as the plan would look for them: the interpreter, the torch it imports
     (`__init__.py`, `version.py`), the host compiler the environment names, every place an nvcc
@@ -120,7 +121,8 @@ def _path(settings) -> Path | None:
         "cwd": os.getcwd(),
         "fa_shim": fa_shim_sources(),
         "vendored": tree_digest(str(VENDORED)) if VENDORED.is_dir() else None,
-        "pyproject": _read(PYPROJECT),
+        # fa-shim's own, and the project's being built (flash-attn-3/ has one of its own)
+        "pyproject": [_read(PYPROJECT), _read(_settings.pyproject_of(None))],
     }
     key = hashlib.sha256(json.dumps(facts, sort_keys=True, default=str).encode()).hexdigest()
     return settings.resolved_cache_dir / "hits" / f"{key[:32]}.json"
