@@ -45,6 +45,21 @@ from ._self import fa_shim_sources, tree_digest
 _VOLATILE_ENV = {"PIP_BUILD_TRACKER", "PIP_REQ_TRACKER", "OLDPWD", "_", "SHLVL"}
 _GPUS = Path("/proc/driver/nvidia/gpus")  # one directory per GPU, an `information` file each
 _FORMAT = 1
+# what record writes beside the format: a memo without all of them is not read
+_FIELDS = frozenset(
+    [
+        "watched",
+        "used",
+        "gpus",
+        "dist_info",
+        "metadata",
+        "wheel",
+        "entry",
+        "wheel_cache",
+        "cache_dir",
+        "torch",
+    ]
+)
 
 
 def metadata(config_settings, metadata_directory: str) -> str | None:
@@ -112,7 +127,7 @@ def record(plan, tools, entry_key: str) -> None:
 # ------------------------------------------------------------------------------------ the key
 
 
-def _path(settings) -> Path | None:
+def _path(settings) -> Path:
     facts = {
         "format": _FORMAT,
         "settings": repr(settings),
@@ -136,9 +151,9 @@ def _lookup(config_settings) -> dict | None:
         memo = json.loads(path.read_text(encoding="utf-8"))
     except (FaShimError, OSError, ValueError):
         return None  # bad settings, no memo: the full path says what it must
-    if not isinstance(memo, dict) or memo.get("format") != _FORMAT:
-        return None
-    used = memo.get("used", {})
+    if not isinstance(memo, dict) or memo.get("format") != _FORMAT or not memo.keys() >= _FIELDS:
+        return None  # another fa-shim's memo, or one edited by hand
+    used = memo["used"]
     if any(_identity(p) != seen for p, seen in used.items()) or memo["gpus"] != _gpus():
         return None
     if memo.get("watched") != _watched(settings):

@@ -53,3 +53,14 @@ def test_what_the_plan_looks_for_is_looked_for_again(tmp_path, monkeypatch):
     assert installed != before
     cxx.write_text('#!/bin/sh\n# another compiler\nexec g++ "$@"\n')
     assert _hit_memo._watched(settings) != installed
+
+
+def test_a_memo_without_every_field_is_not_read(tmp_path, monkeypatch):
+    """One another fa-shim wrote, or one edited by hand: the plan is made, nothing raises."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    path = _hit_memo._path(_settings.load({}))
+    path.parent.mkdir(parents=True)
+    path.write_text('{"format": 1, "gpus": null}')
+    assert _hit_memo._lookup({}) is None
+    path.write_text("[1, 2]")
+    assert _hit_memo._lookup({}) is None
