@@ -80,9 +80,10 @@ def wheel(config_settings, wheel_directory: str, metadata_directory: str | None)
     if memo is None or not _prepared_matches(memo, metadata_directory):
         return None
     entry = _entries.load(Path(memo["wheel_cache"]) / memo["entry"], memo["wheel"])
-    if entry is None or _entries.matches(entry):
+    if entry is None or _entries.matches(entry):  # its bytes are entry.sha256 from here on
         return None  # gone or damaged: the full path says so and builds again
-    if not _verified.passed(Path(memo["cache_dir"]), entry.wheel, _torch_info(memo["torch"])):
+    torch = _torch_info(memo["torch"])
+    if not _verified.passed(Path(memo["cache_dir"]), entry.wheel, torch, entry.sha256):
         return None  # not checked against this torch's libraries: the full path checks
     path = publish(entry.wheel, Path(wheel_directory).absolute())
     _log.info(
