@@ -37,7 +37,7 @@ from ..core import _atomic, _log
 from ..core._errors import FaShimError
 from ..resources import PYPROJECT, VENDORED
 from ..settings import _settings
-from ..wheel._wheelfile import publish, write_dist_info
+from ..wheel._wheelfile import publish, read_prepared_metadata, write_dist_info
 from ._self import fa_shim_sources, tree_digest
 
 # Set by pip for one run only (its build tracker's temporary directory) or by the shell around
@@ -166,10 +166,8 @@ def _prepared_matches(memo: dict, metadata_directory: str | None) -> bool:
     """pip resolved against prepared metadata: it must be the memo's (else the full path says)."""
     if not metadata_directory:
         return True
-    prepared = Path(metadata_directory) / "METADATA"
-    if not prepared.is_file():
-        prepared = Path(metadata_directory) / memo["dist_info"] / "METADATA"
-    return _read(prepared) == memo["metadata"]
+    prepared = read_prepared_metadata(Path(metadata_directory), memo["dist_info"])
+    return prepared == memo["metadata"]
 
 
 # ------------------------------------------------------------------------------ what is read

@@ -14,7 +14,7 @@ from ..flavours import _registry
 from ..flavours._interface import Plan
 from ..settings import _settings
 from ..toolchain import _requirements, _torch
-from ..wheel._wheelfile import write_dist_info
+from ..wheel._wheelfile import read_prepared_metadata, write_dist_info
 from . import _progress
 
 
@@ -39,13 +39,7 @@ def write_metadata(plan: Plan, metadata_directory: str) -> str:
 
 def check_prepared_metadata(plan: Plan, metadata_directory: str) -> None:
     """pip resolved against prepared metadata: the wheel must carry exactly that."""
-    prepared_dir = Path(metadata_directory)
-    prepared = (
-        (prepared_dir / "METADATA")
-        if (prepared_dir / "METADATA").is_file()
-        else prepared_dir / plan.dist_info / "METADATA"
-    )
-    old = prepared.read_text(encoding="utf-8") if prepared.is_file() else ""
+    old = read_prepared_metadata(Path(metadata_directory), plan.dist_info)
     if old != plan.metadata:
         diff = difflib.unified_diff(
             old.split("\n\n")[0].splitlines(),

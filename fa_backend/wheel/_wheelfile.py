@@ -92,6 +92,15 @@ def write_dist_info(metadata_directory: Path, dist_info: str, metadata: str) -> 
     return dist_info
 
 
+def read_prepared_metadata(metadata_directory: Path, dist_info: str) -> str:
+    """The METADATA build_wheel was handed: pip passes the dist-info directory itself, other
+    frontends the directory holding it; "" when there is none."""
+    prepared = metadata_directory / "METADATA"
+    if not prepared.is_file():
+        prepared = metadata_directory / dist_info / "METADATA"
+    return prepared.read_text(encoding="utf-8") if prepared.is_file() else ""
+
+
 def publish(wheel: Path, out_dir: Path) -> Path:
     """Copy a finished wheel into out_dir under a temporary name, then rename it into place."""
     target = out_dir / wheel.name
