@@ -25,6 +25,11 @@ order), simulated, plus 90 s of serial steps (prepare, link, repack, verify; ass
 N machines: as bench/dist_model.py, longest first over N x 16 slots, each unit's client-side
 part (0.11 of it) bounded by the 16 client cores, plus the same serial steps.
 --aggregates: v2.8.3 as upstream cuts it (60 aggregates of 17-22 GiB), the 3.3 h of before.
+--group N: the forward variants of each head dim and dtype compiled N to a unit, as fa-shim's
+`-C fa3-group=N` cuts them (flavours/fa3/_groups, its order of setup.py's units): a group is
+its time in a --stats file, else its members' mean time by the rules above times the ratio
+measured groups of N had to theirs (central: the median; high: the largest), its peak the
+heaviest member's plus the extra per variant they had (median; high: the largest).
 """
 
 from __future__ import annotations
@@ -39,7 +44,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from fa_backend.flavours.fa3 import _groups, _kernels, _releases, _units  # noqa: E402
 from fa_backend.pipeline import _stats  # noqa: E402
+from fa_backend.settings import _settings  # noqa: E402
 from fa_backend.toolchain import _pools, _schedule  # noqa: E402
 
 GIB = 1024**3
@@ -137,6 +144,46 @@ def unit_figures(units: list[str], measured: dict[str, dict], high: bool) -> tup
     return seconds, peaks
 
 
+def fa_shim_order() -> list[str]:
+    """setup.py's units in the order fa-shim lists them (a group's members follow it)."""
+    switches = ("BACKWARD", "SPLIT", "PAGEDKV", "APPENDKV", "LOCAL", "SOFTCAP", "PACKGQA",
+                "FP16", "FP8", "VARLEN", "CLUSTER", *(f"HDIM{h}" for h in HDIMS), "SM80",
+                "HDIMDIFF64", "HDIMDIFF192")  # fmt: skip
+    full = _kernels.tailoring(_settings.load({}, environ={}), switches)
+    return _units.planned(_releases.release("main-0251105a"), full)
+
+
+def grouped(size: int, seconds: dict, peaks: dict, stats: dict, high: bool) -> tuple[dict, dict]:
+    """The set cut into groups of `size` (--group), from the single units' figures."""
+    order = [u for u in fa_shim_order() if u in seconds]
+    layout = _groups.layout(order, size)
+    ratios, extras = [], []
+    for name, members in layout.items():
+        r = stats.get(name)
+        if r and len(members) > 1:
+            ratios.append(r["seconds"] / statistics.mean(seconds[m] for m in members))
+            heaviest = max(peaks[m] for m in members)
+            extras.append((r["peak_rss_mib"] * 2**20 - heaviest) / (len(members) - 1))
+    if not ratios:
+        raise SystemExit(f"no group of {size} in the --stats files: nothing to scale from")
+    ratio = max(ratios) if high else statistics.median(ratios)
+    extra = max(extras) if high else statistics.median(extras)
+    print(f"groups of {size}: {len(ratios)} measured, x {statistics.median(ratios):.2f} median "
+          f"(x {min(ratios):.2f}-{max(ratios):.2f}) their members' mean time, "
+          f"+{statistics.median(extras) / 2**20:.0f} MiB median per other variant")  # fmt: skip
+    out_s, out_p = {}, {}
+    for name, members in layout.items():
+        r = stats.get(name)
+        if r:
+            out_s[name], out_p[name] = r["seconds"], r["peak_rss_mib"] * 2**20
+        elif len(members) == 1:
+            out_s[name], out_p[name] = seconds[name], peaks[name]
+        else:
+            out_s[name] = ratio * statistics.mean(seconds[m] for m in members)
+            out_p[name] = int(max(peaks[m] for m in members) + extra * (len(members) - 1))
+    return out_s, out_p
+
+
 def one_machine(seconds: dict, peaks: dict) -> dict:
     plan = _pools.plan(peaks, CORES, MEMORY, seconds)
     order = _schedule.best_order(seconds, plan.jobs, plan.pool_of, plan.depths)
@@ -187,15 +234,22 @@ def main() -> int:
     parser.add_argument("--stats", type=Path, nargs="*", default=[])
     parser.add_argument("--aggregates", type=Path)
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--group", type=int, default=1)
     args = parser.parse_args()
     if args.aggregates:
         aggregates(args.aggregates)
         return 0
     units = full_set()
-    measured = {k: v for k, v in records(args.stats).items() if k in units}
+    found = records(args.stats)
+    measured = {k: v for k, v in found.items() if k in units}
     result = {"units": len(units), "measured_units": len(measured), "estimates": {}}
     for label, high in (("central", False), ("high", True)):
         seconds, peaks = unit_figures(units, measured, high)
+        if args.group > 1:
+            seconds, peaks = grouped(args.group, seconds, peaks, found, high)
+            result["group"] = args.group
+            result["units"] = len(seconds)
+            result["measured_groups"] = sum(n in found for n in seconds if "_group" in n)
         one = one_machine(seconds, peaks)
         dist = [machines(seconds, n) for n in (1, 2, 4, 8)]
         result["estimates"][label] = {
@@ -205,7 +259,7 @@ def main() -> int:
             "sccache_dist": dist,
         }
         print(
-            f"{label:7}: {len(units)} units ({len(measured)} measured), sum "
+            f"{label:7}: {len(seconds)} units ({len(measured)} single units measured), sum "
             f"{sum(seconds.values()):.0f} s, largest peak {max(peaks.values()) / GIB:.1f} GiB"
         )
         print(

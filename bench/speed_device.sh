@@ -162,9 +162,12 @@ fa3-slice)  # start, 8 minutes, stop: one call
 fa3-slice-start)  # the full FA3 set as fa-shim plans it, in the background, and the machine's
   # memory in use every 5 s; in a session of its own, with SIGINT at its default (a background
   # job's is ignored): the stop is fa-shim's own Ctrl-C path, which stops the build's group too
-  rm -rf "$WORK"/slice.* "$WORK/fa3-slice-memory.txt"
+  # from a copy of the checkout, as fa2-full-start; SLICE_SETTINGS adds settings (`-C fa3-group=5`)
+  rm -rf "$WORK"/slice.* "$WORK/fa3-slice-memory.txt" "$WORK/fa3-slice-src"
+  cp -a "$ROOT" "$WORK/fa3-slice-src"
   python3 - "$WORK/slice.pid" python3 -m pip wheel -v --no-deps --no-build-isolation --no-index \
-    -w "$WORK/w-full3" "$ROOT/flash-attn-3" -C fa3-source-dir="$ROOT/.carry/fa3" "${COMMON[@]}" \
+    -w "$WORK/w-full3" "$WORK/fa3-slice-src/flash-attn-3" \
+    -C fa3-source-dir="$WORK/fa3-slice-src/.carry/fa3" "${COMMON[@]}" ${SLICE_SETTINGS:-} \
     > "$WORK/fa3-slice.log" 2>&1 <<'PY'
 import signal, subprocess, sys
 proc = subprocess.Popen(sys.argv[2:], start_new_session=True, stdin=subprocess.DEVNULL,

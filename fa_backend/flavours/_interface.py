@@ -67,12 +67,14 @@ class Plan:
 
 @dataclasses.dataclass(frozen=True)
 class Sizing:
-    """How a flavour sizes its compile: jobs, nvcc threads, parts per kernel source, and why
-    the jobs are fewer than the machine's plan ("not 16: ..."; None: they are not)."""
+    """How a flavour sizes its compile: jobs, nvcc threads, parts per kernel source, kernel
+    files per unit, and why the jobs are fewer than the machine's plan ("not 16: ..."; None:
+    they are not)."""
 
     jobs: int
     threads: int
     tu_parts: int = 1
+    group: int = 1
     cut: str | None = None
 
 
@@ -87,6 +89,7 @@ class Tools:
     nvcc_threads: int | None
     compiler_cache: str | None
     tu_parts: int = 1  # kernel sources compiled as this many parts (fa2's _tu_parts)
+    group: int = 1  # kernel files compiled together, up to this many to a unit (fa3's _groups)
 
 
 class Flavour(abc.ABC):

@@ -45,8 +45,8 @@ def _torch_facts(plan: Plan) -> list:
 
 
 def fingerprint(plan: Plan, tools: Tools) -> dict:
-    """Everything that decides what the wheel computes; jobs, threads and tu-parts do not
-    (parts change how the objects are cut, not a kernel), so machines of any size share it.
+    """Everything that decides what the wheel computes; jobs, threads, tu-parts and groups do
+    not (they change how the objects are cut, not a kernel), so machines of any size share it.
     The applied patches count by content (their sha256s), the host compiler by path + version,
     torch by _torch_facts."""
     compiler = _compilers.host_compiler()
@@ -107,6 +107,7 @@ def provenance(plan: Plan, prep: Prepared) -> dict:
         "compiler_cache": prep.tools.compiler_cache,
         "network_seal": _seal.choose().kind,
         "tu_parts": prep.tools.tu_parts,
+        "group": prep.tools.group,
         "host_compiler": _compilers.host_compiler(),
         "cuda_archs": archs,
         "injected_flags": prep.report.get("extensions", []),

@@ -133,6 +133,14 @@ class Settings:
         missing="create it with the two FlashAttention-3 tarballs in it, or correct the "
         "fa3-source-dir setting.",
     )
+    fa3_group: int | None = _setting(
+        None,
+        "int",
+        "FlashAttention-3: compile the forward variants of one head dim and dtype (split, "
+        "paged, softcap, packgqa) at most this many to a unit, which share most of their "
+        "compile (default: the count the build-time model finds fastest for the set, the jobs "
+        "and the memory, e.g. 1 for a training set; 1 = upstream's units).",
+    )
     fa3_release: str = _setting(
         "auto",
         "str",

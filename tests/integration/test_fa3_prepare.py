@@ -124,3 +124,54 @@ def test_doctor_shows_flash_attn_3s_estimate(torch211_python, tmp_path):
     build = json.loads(proc.stdout)["build"]
     assert build["sources"] == 4 and build["estimate_s"], build
     assert build["wheel"].startswith("flash_attn_3-3.0.0+g0251105a.cu13.torch2.9plus.hdim128")
+
+
+@pytest.mark.parametrize("line", ["v2.8.3", "auto"])
+def test_forward_variants_are_compiled_together_as_the_group_setting_says(
+    torch211_python, tmp_path, line
+):
+    """Split and softcap left on for head dim 128 bf16: upstream's four forward files (plain,
+    _split, _softcap, _split_softcap; v2.8.3's inside its aggregates) compiled as two units that
+    include two each, with the build's own flags; the set, its label and the fingerprint's kernel
+    set are those of upstream's cut; the provenance records the group size."""
+    settings = {
+        "head-dims": "128",
+        "dtypes": "bf16",
+        "disable": "fp8,paged-kv,appendkv,local,packgqa,cluster",
+        "fa3-release": line,
+    }
+    apart = _prepare(torch211_python, tmp_path / "apart", **settings, **{"fa3-group": "1"})
+    grouped = _prepare(torch211_python, tmp_path / "grouped", **settings, **{"fa3-group": "2"})
+    forward = {
+        Path(c["file"]).name: c
+        for c in grouped["compile_commands"]
+        if Path(c["file"]).name.startswith("flash_fwd_hdim")
+    }
+    assert set(forward) == {
+        "flash_fwd_hdim128_bf16_group1of2x2_sm90.cu",
+        "flash_fwd_hdim128_bf16_group2of2x2_sm90.cu",
+    }
+    members = {
+        Path(c["file"]).name
+        for c in apart["compile_commands"]
+        if Path(c["file"]).name.startswith("flash_fwd_hdim")
+    }
+    assert len(members) == 4
+
+    def flags(command: dict) -> list[str]:  # all but the source and the object, rooted alike
+        args = [
+            a.replace(str(tmp_path / "grouped"), str(tmp_path / "apart")) for a in command["args"]
+        ]
+        return [a for a in args if not a.endswith((".cu", ".o", ".o.d"))]
+
+    plain = next(c for c in apart["compile_commands"] if c["file"].endswith("hdim128_bf16_sm90.cu"))
+    included = []
+    for command in forward.values():
+        text = Path(command["file"]).read_text()
+        included += [line.split('"')[1] for line in text.splitlines() if line.startswith("#incl")]
+        assert flags(command) == flags(plain)  # upstream's rule and flags, unchanged
+    assert sorted(included) == sorted(members)
+    assert grouped["wheel"] == apart["wheel"]
+    assert grouped["provenance"]["kernel_set"] == apart["provenance"]["kernel_set"]
+    assert (grouped["provenance"]["group"], apart["provenance"]["group"]) == (2, 1)
+    assert "up to 2 forward variants of a head dim in one unit" in grouped["stderr"]

@@ -15,6 +15,11 @@ Measured (docs/benchmarks.md, docs/fa3-design.md#per-head-dim-units-their-cost-a
 - tailored sets, every in-unit feature switch off: on the H100 v2.8.3's backward hdim128 about
   119 s; on a 2-core box (varlen kept) main's forward hdim128 135 s at 4.96 GiB, backward 165 s at
   6.18 GiB, the scheduler 32 s at 1.28 GiB, flash_api_stable.cpp 14 s at 0.51 GiB.
+- forward variants of one head dim and dtype in one unit (_groups, 2026-11-26): on a 2-core box
+  (main's hdim128 bf16, 126-127 s and 6.14-6.25 GiB each apart) two in one unit 158-184 s (x
+  1.25-1.45), four 269 s (x 2.1) at 6.82 and 7.46 GiB; in the full set on the H200 box (lease
+  j, 12 jobs) 23 groups of five 312-495 s (1.8-2.3 x one of their members at 16 jobs, lease f) at
+  6.4-8.9 GiB.
 Not measured, and sized from their neighbours: flash_fwd_combine.cu, flash_api.cpp (as FA2's,
 36 s at 1.6 GiB), a per-head-dim pair unit (hdim64_256: a third of hdimdiff, each).
 """
@@ -29,7 +34,7 @@ from typing import TYPE_CHECKING
 from ...core._errors import FaShimError
 from ...toolchain import _schedule
 from .. import _unit_table
-from . import _kernels, _units
+from . import _groups, _kernels, _units
 from ._kernels import Fa3Tailoring
 from ._units import COMBINE, DIFF64, DIFF192, SCHEDULER
 
@@ -50,6 +55,10 @@ OTHER_SECONDS = {
     COMBINE: 60,
 }
 DEFAULT_SECONDS = 60
+# a group of n forward variants: the first as one unit, each other this share of it (groups of
+# five 1.8-2.3 x one, lease j), and this much more memory each (0.15-0.47 GiB in lease j)
+GROUP_SHARE = 0.3
+GROUP_PEAK_PER_VARIANT = 0.5 * GIB
 # the switches that shrink a unit rather than drop it; all five off: x 0.5 (H100: backward
 # hdim128 119 s of 256 s, hdimall at one head dim about 100 s of 190 s), fewer geometrically
 IN_UNIT = ("local", "varlen", "appendkv", "cluster", "softcap")
@@ -93,6 +102,7 @@ def unit_seconds(name: str, tailoring: Fa3Tailoring) -> float:
         seconds = max(OTHER_SECONDS[SCHEDULER], per * _aggregate_width(hdim, tailoring))
     else:
         seconds = PAIR_SECONDS if "_" in hdim else FWD_SECONDS
+        seconds *= 1 + GROUP_SHARE * (_groups.variants(name) - 1)
     off = sum(feature in tailoring.disabled for feature in IN_UNIT)
     return seconds * DISABLE_ALL_FACTOR ** (off / len(IN_UNIT))
 
@@ -107,7 +117,8 @@ def unit_peak(name: str, tailoring: Fa3Tailoring) -> int:
         return int(max(AGGREGATE_MIN_PEAK, AGGREGATE_PEAK_PER_HDIM * width))
     if m["kind"] == "bwd":
         return int(BWD_PEAK)
-    return int(PAIR_PEAK if "_" in m["hdim"] else FWD_PEAK)
+    extra = GROUP_PEAK_PER_VARIANT * (_groups.variants(name) - 1)
+    return int((PAIR_PEAK if "_" in m["hdim"] else FWD_PEAK) + extra)
 
 
 def cost_model(tailoring: Fa3Tailoring) -> Callable[[str], float]:
@@ -115,12 +126,19 @@ def cost_model(tailoring: Fa3Tailoring) -> Callable[[str], float]:
 
 
 def memory_model(
-    tailoring: Fa3Tailoring, table: _unit_table.UnitTable | None = None
+    tailoring: Fa3Tailoring,
+    table: _unit_table.UnitTable | None = None,
+    units: Sequence[str] = (),
 ) -> Callable[[str], int]:
     """Each unit's peak: its line's measured figure (units.json beside its release.toml, from
-    full-set builds: a unit with switches turned off holds no more), else unit_peak's."""
+    full-set builds: a unit with switches turned off holds no more), else unit_peak's; a group
+    of setup.py's `units` (_groups) as its heaviest member and GROUP_PEAK_PER_VARIANT for each
+    other."""
 
     def peak(name: str) -> int:
+        members = _groups.members(name, units)
+        if len(members) > 1:
+            return max(map(peak, members)) + int(GROUP_PEAK_PER_VARIANT * (len(members) - 1))
         measured = table.peak_bytes(name) if table else None
         return measured or unit_peak(name, tailoring)
 

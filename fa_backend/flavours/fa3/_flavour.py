@@ -21,7 +21,7 @@ from ...wheel import _metadata
 from ...wheel._names import Names
 from .. import _unit_table
 from .._interface import Flavour, Plan, Sizing, Tools
-from . import _costs, _kernels, _releases, _sources, _tree_facts, _trees, _units
+from . import _costs, _groups, _kernels, _releases, _sources, _tree_facts, _trees, _units
 
 ARCH = "90a"  # hopper/setup.py compiles its *_sm90.cu sources for exactly this
 # what hopper/setup.py's ninja rules compile: its *_sm90.cu kernels for sm_90a, the helper units
@@ -77,7 +77,7 @@ class Fa3(Flavour):
         "fa3", "flash-attn-3", "flash_attn_3", "flash_attn_3._C", abi3=True, project="flash-attn-3"
     )
     own_settings = frozenset(
-        {"fa3-release", "fa3-source", "fa3-hopper", "fa3-cutlass", "fa3-source-dir"}
+        {"fa3-release", "fa3-source", "fa3-hopper", "fa3-cutlass", "fa3-source-dir", "fa3-group"}
     )
     sources_key = "fa3_sources"
 
@@ -207,18 +207,35 @@ class Fa3(Flavour):
     def sizing(self, plan: Plan, archs, cores: int, memory: int) -> Sizing:
         """FA2's plan of jobs, cut to what the set's heaviest unit fits in memory (v2.8.3's
         full set on 16 cores and 128 GiB: 5 hdimall units of 22 GiB, not 16; the kernel would
-        kill the rest). The per-unit peaks are memory_model's."""
+        kill the rest), over the forward variants grouped as the model finds fastest for
+        those jobs and that memory (_groups). The per-unit peaks are memory_model's."""
         s = plan.settings
         planned, threads = _jobs.plan_jobs(cores, memory, 1, s.max_jobs, s.nvcc_threads)
-        need = max(map(self.memory_model(plan), self._units(plan)))
+        units = _units.planned(plan.source.release, plan.source.tailoring)
+        peak = self.memory_model(plan)
+        group = s.fa3_group or _groups.best_size(
+            units, self.cost_model(plan), peak, planned, memory
+        )
+        layout = _groups.layout(units, group)
+        if len(layout) < len(units):
+            _log.info(
+                f"compiling up to {group} forward variants of a head dim in one unit, "
+                f"{len(layout)} units for setup.py's {len(units)} (-C fa3-group)"
+            )
+        need = max(map(peak, layout))
         fits = planned if s.max_jobs else max(1, memory // need)
         if fits >= planned:
-            return Sizing(planned, threads)
+            return Sizing(planned, threads, group=group)
         cut = f"not {planned}: a FlashAttention-3 unit of this set needs {need / _GIB:.0f} GiB"
-        return Sizing(fits, threads, cut=cut)
+        return Sizing(fits, threads, group=group, cut=cut)
 
-    def _units(self, plan: Plan) -> list[str]:
-        return _units.planned(plan.source.release, plan.source.tailoring)
+    def _units(self, plan: Plan, tools: Tools) -> list[str]:
+        """The units build.ninja compiles: setup.py's, forward variants grouped as tools say."""
+        return list(self._layout(plan, tools))
+
+    def _layout(self, plan: Plan, tools: Tools) -> dict[str, list[str]]:
+        units = _units.planned(plan.source.release, plan.source.tailoring)
+        return _groups.layout(units, tools.group)
 
     # ------------------------------------------------------------------------------ prepare
 
@@ -226,6 +243,7 @@ class Fa3(Flavour):
         """The trees as a checkout has them, patched; returns the hopper/ directory."""
         hopper = _trees.lay_out(plan.source.sources.trees, dest)
         _patches.apply_all(list(plan.patches), dest)
+        _groups.write(hopper / _units.INSTANTIATIONS, self._layout(plan, tools))
         return hopper
 
     def environment(self, plan: Plan, tools: Tools) -> dict[str, str]:
@@ -248,9 +266,16 @@ class Fa3(Flavour):
 
     def driver_spec(self, plan: Plan, tools: Tools, source: Path) -> dict:
         spec: dict = {"heavy_sources_first": list(HEAVY_FIRST)}
+        grouped = _groups.replacing(self._layout(plan, tools))
         if plan.source.release.split_aggregates:  # the per-head-dim files, not the aggregates
             off = _units.switches_on(plan.source.tailoring.env, _kernels.ENV_PREFIX)
-            spec["split_sources"] = _units.split_sources(source, off)
+            split = _units.split_sources(source, off)
+            grouped = {
+                aggregate: [unit for f in files for unit in grouped.get(f, [f])]
+                for aggregate, files in split.items()
+            }
+        if grouped:
+            spec["split_sources"] = grouped
         return spec
 
     def check(self, plan: Plan, tools: Tools, commands: Sequence) -> None:
@@ -283,7 +308,7 @@ class Fa3(Flavour):
             if dtype == "e4m3" and "fp8" in t.disabled:
                 wrong.append(f"{name}: fp8 is left out")
         compiled = {os.path.basename(c.file) for c in commands}
-        planned = set(self._units(plan))
+        planned = set(self._units(plan, tools))
         wrong += [f"{name}: compiled, not planned" for name in sorted(compiled - planned)]
         wrong += [f"{name}: planned, not compiled" for name in sorted(planned - compiled)]
         if wrong:
@@ -303,7 +328,7 @@ class Fa3(Flavour):
     # ------------------------------------------------------------------ estimate and space
 
     def planned_sources(self, plan: Plan, tools: Tools) -> list[str] | None:
-        return self._units(plan)
+        return self._units(plan, tools)
 
     def cost_model(self, plan: Plan):
         return _costs.cost_model(plan.source.tailoring)
@@ -311,7 +336,8 @@ class Fa3(Flavour):
     def memory_model(self, plan: Plan):
         directory = plan.source.release.directory
         table = _unit_table.load(directory) if directory else None
-        return _costs.memory_model(plan.source.tailoring, table)
+        units = _units.planned(plan.source.release, plan.source.tailoring)
+        return _costs.memory_model(plan.source.tailoring, table, units)
 
     def faster_options(self, plan: Plan, tools: Tools, sources, machine):
         return _costs.faster_options(plan, sources, machine)
@@ -319,7 +345,7 @@ class Fa3(Flavour):
     def disk_needs(self, plan: Plan, tools: Tools) -> tuple[int, int]:
         # objects sized as FA2's kernel units: FA3's are as heavy
         archs = len(tools.archs.targets) if tools.archs else 1
-        return _space.compile_needs(len(self._units(plan)), archs, 0)
+        return _space.compile_needs(len(self._units(plan, tools)), archs, 0)
 
     # ------------------------------------------------------------------------------ advice
 

@@ -4,6 +4,7 @@ whole builds scheduled by toolchain/_schedule as the estimate block does."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -82,9 +83,10 @@ def test_a_unit_its_lines_table_has_takes_its_measured_peak():
 
 def test_the_flavour_sizes_the_full_main_set_by_its_lines_table():
     """A measured unit plans by its own peak; the heaviest figure (7.5 GiB: a pair unit not yet
-    measured, 7.46 GiB the heaviest that was) bounds the jobs: 16 on the H100 box's 124 GiB, 8
-    on 64 GiB, the cut said."""
-    settings = _settings.load({}, environ={}, project_dir=REPO / "flash-attn-3")
+    measured, 7.46 GiB the heaviest that was) bounds the jobs of upstream's units: 16 on the
+    H100 box's 124 GiB, 8 on 64 GiB, the cut said. With the size the model picks, five forward
+    variants to a unit (9.2 GiB), 13."""
+    settings = _settings.load({"fa3-group": "1"}, environ={}, project_dir=REPO / "flash-attn-3")
     release = _releases.release("main-0251105a")
     source = _flavour.Fa3Source(release, None, _kernels.tailoring(settings, MAIN))
     torch = TorchInfo("2.11.0", "13.0", 1, None, "/venv/torch", "c++17", "python", False)
@@ -95,6 +97,9 @@ def test_the_flavour_sizes_the_full_main_set_by_its_lines_table():
     assert _flavour.FLAVOUR.sizing(plan, None, 16, 124 * GIB).jobs == 16
     small = _flavour.FLAVOUR.sizing(plan, None, 16, 64 * GIB)
     assert small.jobs == 8 and "a FlashAttention-3 unit of this set needs 8 GiB" in small.cut
+    auto = dataclasses.replace(plan, settings=dataclasses.replace(settings, fa3_group=None))
+    grouped = _flavour.FLAVOUR.sizing(auto, None, 16, 124 * GIB)
+    assert (grouped.group, grouped.jobs) == (5, 13)
 
 
 def test_the_tailored_stable_set_is_predicted_as_measured():

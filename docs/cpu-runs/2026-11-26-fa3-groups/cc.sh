@@ -1,0 +1,3 @@
+#!/bin/bash
+# $1 source $2 object
+exec /usr/bin/time -f "%e s %M KB" /usr/local/cuda-13.0/bin/nvcc -c $1 -o $2 -IHOPPER_PARENT/hopper -IHOPPER_PARENT/hopper/instantiations -ICUTLASS/include -O3 -std=c++17 --ftemplate-backtrace-limit=0 --use_fast_math --resource-usage -lineinfo -DCUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED -DCUTLASS_ENABLE_GDC_FOR_SM90 -DCUTLASS_DEBUG_TRACE_LEVEL=0 -DNDEBUG -gencode arch=compute_90a,code=sm_90a -D__CUDA_NO_HALF_OPERATORS__ -D__CUDA_NO_HALF_CONVERSIONS__ -D__CUDA_NO_BFLOAT16_CONVERSIONS__ -D__CUDA_NO_HALF2_OPERATORS__ --expt-relaxed-constexpr --compiler-options -fPIC -DFLASHATTENTION_DISABLE_SM8x
