@@ -117,8 +117,12 @@ def unit_peak(name: str, tailoring: Fa3Tailoring) -> int:
         return int(max(AGGREGATE_MIN_PEAK, AGGREGATE_PEAK_PER_HDIM * width))
     if m["kind"] == "bwd":
         return int(BWD_PEAK)
-    extra = GROUP_PEAK_PER_VARIANT * (_groups.variants(name) - 1)
-    return int((PAIR_PEAK if "_" in m["hdim"] else FWD_PEAK) + extra)
+    return int(PAIR_PEAK if "_" in m["hdim"] else FWD_PEAK) + _group_extra(name)
+
+
+def _group_extra(name: str) -> int:
+    """What a group holds beyond one of its variants."""
+    return int(GROUP_PEAK_PER_VARIANT * (_groups.variants(name) - 1))
 
 
 def cost_model(tailoring: Fa3Tailoring) -> Callable[[str], float]:
@@ -138,7 +142,7 @@ def memory_model(
     def peak(name: str) -> int:
         members = _groups.members(name, units)
         if len(members) > 1:
-            return max(map(peak, members)) + int(GROUP_PEAK_PER_VARIANT * (len(members) - 1))
+            return max(map(peak, members)) + _group_extra(name)
         measured = table.peak_bytes(name) if table else None
         return measured or unit_peak(name, tailoring)
 

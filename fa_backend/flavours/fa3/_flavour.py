@@ -211,7 +211,7 @@ class Fa3(Flavour):
         those jobs and that memory (_groups). The per-unit peaks are memory_model's."""
         s = plan.settings
         planned, threads = _jobs.plan_jobs(cores, memory, 1, s.max_jobs, s.nvcc_threads)
-        units = _units.planned(plan.source.release, plan.source.tailoring)
+        units = self._setup_units(plan)
         peak = self.memory_model(plan)
         group = s.fa3_group or _groups.best_size(
             units, self.cost_model(plan), peak, planned, memory
@@ -234,8 +234,11 @@ class Fa3(Flavour):
         return list(self._layout(plan, tools))
 
     def _layout(self, plan: Plan, tools: Tools) -> dict[str, list[str]]:
-        units = _units.planned(plan.source.release, plan.source.tailoring)
-        return _groups.layout(units, tools.group)
+        return _groups.layout(self._setup_units(plan), tools.group)
+
+    def _setup_units(self, plan: Plan) -> list[str]:
+        """The units setup.py lists for the set, one per file (before any group)."""
+        return _units.planned(plan.source.release, plan.source.tailoring)
 
     # ------------------------------------------------------------------------------ prepare
 
@@ -336,8 +339,7 @@ class Fa3(Flavour):
     def memory_model(self, plan: Plan):
         directory = plan.source.release.directory
         table = _unit_table.load(directory) if directory else None
-        units = _units.planned(plan.source.release, plan.source.tailoring)
-        return _costs.memory_model(plan.source.tailoring, table, units)
+        return _costs.memory_model(plan.source.tailoring, table, self._setup_units(plan))
 
     def faster_options(self, plan: Plan, tools: Tools, sources, machine):
         return _costs.faster_options(plan, sources, machine)

@@ -110,22 +110,25 @@ def best_size(
 
 def write(instantiations: Path, grouped: Mapping[str, Sequence[str]]) -> None:
     """Each group's file beside its members (whole, or not at all)."""
-    for name, members in grouped.items():
-        if len(members) > 1 or members[0] != name:
-            lines = [
-                "// Written by fa-shim: forward variants of one head dim and dtype in one unit",
-                "// (fa_backend/flavours/fa3/_groups.py); each file below as upstream has it.",
-                *(f'#include "{member}"' for member in members),
-            ]
-            _atomic.write(instantiations / name, ("\n".join(lines) + "\n").encode())
+    for name, members in _only_groups(grouped):
+        lines = [
+            "// Written by fa-shim: forward variants of one head dim and dtype in one unit",
+            "// (fa_backend/flavours/fa3/_groups.py); each file below as upstream has it.",
+            *(f'#include "{member}"' for member in members),
+        ]
+        _atomic.write(instantiations / name, ("\n".join(lines) + "\n").encode())
 
 
 def replacing(grouped: Mapping[str, Sequence[str]]) -> dict[str, list[str]]:
     """What upstream's source list becomes (the driver's split_sources): a group's first
     member stands for the group, its others for nothing."""
     out: dict[str, list[str]] = {}
-    for name, members in grouped.items():
-        if len(members) > 1 or members[0] != name:
-            out[members[0]] = [name]
-            out.update({m: [] for m in members[1:]})
+    for name, members in _only_groups(grouped):
+        out[members[0]] = [name]
+        out.update({m: [] for m in members[1:]})
     return out
+
+
+def _only_groups(grouped: Mapping[str, Sequence[str]]):
+    """The layout's groups (a unit compiled as itself is none)."""
+    return ((name, members) for name, members in grouped.items() if list(members) != [name])
