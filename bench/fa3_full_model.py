@@ -20,8 +20,10 @@ flash_api.cpp, the combine kernel, the scheduler: 233. A unit's time and peak, f
      (2026-11-23 full run; 1.0 where the run did not reach it).
 Backward units: that run's records (235-275 s, 5.7-6.3 GiB, 16 at once); flash_api.cpp, the
 scheduler and the combine unit: 60, 60 and 120 s at 2 GiB (assumed: minutes at most).
-One machine: fa-shim's own plan (toolchain/_pools on 124 GiB, 16 jobs; toolchain/_schedule's
-order), simulated, plus 90 s of serial steps (prepare, link, repack, verify; assumed).
+One machine: fa-shim's planner (toolchain/_pools on 124 GiB, 16 cores; toolchain/_schedule's
+order) given these figures, simulated, plus 90 s of serial steps (prepare, link, repack, verify;
+assumed); and "as fa-shim plans it": the plan a build makes from its own cost and memory models
+(flavours/fa3/_costs), run on these figures, with the most memory it can hold by them.
 N machines: as bench/dist_model.py, longest first over N x 16 slots, each unit's client-side
 part (0.11 of it) bounded by the 16 client cores, plus the same serial steps.
 --aggregates: v2.8.3 as upstream cuts it (60 aggregates of 17-22 GiB), the 3.3 h of before.
@@ -44,7 +46,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from fa_backend.flavours.fa3 import _groups, _kernels, _releases, _units  # noqa: E402
+from fa_backend.flavours import _unit_table  # noqa: E402
+from fa_backend.flavours.fa3 import _costs, _groups, _kernels, _releases, _units  # noqa: E402
 from fa_backend.pipeline import _stats  # noqa: E402
 from fa_backend.settings import _settings  # noqa: E402
 from fa_backend.toolchain import _pools, _schedule  # noqa: E402
@@ -144,13 +147,16 @@ def unit_figures(units: list[str], measured: dict[str, dict], high: bool) -> tup
     return seconds, peaks
 
 
-def fa_shim_order() -> list[str]:
-    """setup.py's units in the order fa-shim lists them (a group's members follow it)."""
+def full_tailoring() -> _kernels.Fa3Tailoring:
     switches = ("BACKWARD", "SPLIT", "PAGEDKV", "APPENDKV", "LOCAL", "SOFTCAP", "PACKGQA",
                 "FP16", "FP8", "VARLEN", "CLUSTER", *(f"HDIM{h}" for h in HDIMS), "SM80",
                 "HDIMDIFF64", "HDIMDIFF192")  # fmt: skip
-    full = _kernels.tailoring(_settings.load({}, environ={}), switches)
-    return _units.planned(_releases.release("main-0251105a"), full)
+    return _kernels.tailoring(_settings.load({}, environ={}), switches)
+
+
+def fa_shim_order() -> list[str]:
+    """setup.py's units in the order fa-shim lists them (a group's members follow it)."""
+    return _units.planned(_releases.release("main-0251105a"), full_tailoring())
 
 
 def grouped(size: int, seconds: dict, peaks: dict, stats: dict, high: bool) -> tuple[dict, dict]:
@@ -193,6 +199,25 @@ def one_machine(seconds: dict, peaks: dict) -> dict:
         "compile_s": round(compile_s),
         "wall_s": round(compile_s + SERIAL_SECONDS),
         "bound_s": round(max(max(seconds.values()), sum(seconds.values()) / CORES)),
+    }
+
+
+def as_planned(seconds: dict, peaks: dict) -> dict:
+    """The plan a build makes (pipeline/_compile_plan: pools and order from the flavour's own
+    cost and memory models, flavours/fa3/_costs and the line's units.json), run on these
+    figures: what the default does, where one_machine plans knowing the measured figures."""
+    tailoring, units = full_tailoring(), fa_shim_order()
+    table = _unit_table.load(_releases.release("main-0251105a").directory)
+    cost, peak = _costs.cost_model(tailoring), _costs.memory_model(tailoring, table, units)
+    model_s, model_p = {n: cost(n) for n in seconds}, {n: peak(n) for n in seconds}
+    plan = _pools.plan(model_p, CORES, MEMORY, model_s)
+    order = _schedule.best_order(model_s, plan.jobs, plan.pool_of, plan.depths)
+    compile_s = _schedule.simulate(order, seconds, plan.jobs, plan.pool_of, plan.depths)
+    return {
+        "plan": _pools.describe(plan),
+        "compile_s": round(compile_s),
+        "wall_s": round(compile_s + SERIAL_SECONDS),
+        "most_memory_gib": round(_pools.worst_case(peaks, plan) / GIB, 1),
     }
 
 
@@ -251,11 +276,13 @@ def main() -> int:
             result["units"] = len(seconds)
             result["measured_groups"] = sum(n in found for n in seconds if "_group" in n)
         one = one_machine(seconds, peaks)
+        default = as_planned(seconds, peaks)
         dist = [machines(seconds, n) for n in (1, 2, 4, 8)]
         result["estimates"][label] = {
             "sum_s": round(sum(seconds.values())),
             "largest_peak_gib": round(max(peaks.values()) / GIB, 2),
             "one_machine": one,
+            "as_fa_shim_plans": default,
             "sccache_dist": dist,
         }
         print(
@@ -265,6 +292,11 @@ def main() -> int:
         print(
             f"  one 16-core 128 GiB machine: {one['plan']}; compile {one['compile_s']} s "
             f"(bound {one['bound_s']} s), wall {one['wall_s']} s = {one['wall_s'] / 60:.0f} min"
+        )
+        print(
+            f"  as fa-shim plans it (its own models): {default['plan']}; compile "
+            f"{default['compile_s']} s, wall {default['wall_s']} s = {default['wall_s'] / 60:.0f} "
+            f"min; at most {default['most_memory_gib']} GiB at once by these peaks"
         )
         for d in dist:
             print(f"  {d['machines']} x 16 through sccache-dist: wall {d['wall_s'] / 60:.1f} min")
