@@ -37,6 +37,7 @@ heaviest member's plus the extra per variant they had (median; high: the largest
 from __future__ import annotations
 
 import argparse
+import heapq
 import itertools
 import json
 import re
@@ -202,16 +203,22 @@ def one_machine(seconds: dict, peaks: dict) -> dict:
     }
 
 
+def _fa_shim_plan(units: dict, memory: int) -> tuple[_pools.Pools, list[str]]:
+    """The pools and order a build plans for these units (pipeline/_compile_plan.make)."""
+    tailoring, setup_units = full_tailoring(), fa_shim_order()
+    table = _unit_table.load(_releases.release("main-0251105a").directory)
+    cost = _costs.cost_model(tailoring)
+    peak = _costs.memory_model(tailoring, table, setup_units)
+    model_s, model_p = {n: cost(n) for n in units}, {n: peak(n) for n in units}
+    plan = _pools.plan(model_p, CORES, memory, model_s)
+    return plan, _schedule.best_order(model_s, plan.jobs, plan.pool_of, plan.depths)
+
+
 def as_planned(seconds: dict, peaks: dict) -> dict:
     """The plan a build makes (pipeline/_compile_plan: pools and order from the flavour's own
     cost and memory models, flavours/fa3/_costs and the line's units.json), run on these
     figures: what the default does, where one_machine plans knowing the measured figures."""
-    tailoring, units = full_tailoring(), fa_shim_order()
-    table = _unit_table.load(_releases.release("main-0251105a").directory)
-    cost, peak = _costs.cost_model(tailoring), _costs.memory_model(tailoring, table, units)
-    model_s, model_p = {n: cost(n) for n in seconds}, {n: peak(n) for n in seconds}
-    plan = _pools.plan(model_p, CORES, MEMORY, model_s)
-    order = _schedule.best_order(model_s, plan.jobs, plan.pool_of, plan.depths)
+    plan, order = _fa_shim_plan(seconds, MEMORY)
     compile_s = _schedule.simulate(order, seconds, plan.jobs, plan.pool_of, plan.depths)
     return {
         "plan": _pools.describe(plan),
@@ -219,6 +226,63 @@ def as_planned(seconds: dict, peaks: dict) -> dict:
         "wall_s": round(compile_s + SERIAL_SECONDS),
         "most_memory_gib": round(_pools.worst_case(peaks, plan) / GIB, 1),
     }
+
+
+def projected(seconds: dict, tus: Path, started: Path, stopped_at: float, memory: int) -> dict:
+    """A slice (bench/speed_device.sh fa3-slice) carried on to its end: what finished, as
+    measured; a unit running at the stop, its figure less what it had run (1 s at least); the
+    units not started, in the order fa-shim plans them, under the slice's own plan (the pools
+    a build makes on `memory` from the flavour's models). `stopped_at`: seconds from the
+    first unit's start."""
+    plan, order = _fa_shim_plan(seconds, memory)
+    done = {r["source"]: r for r in _stats.compiled(tus)}
+    begun = [json.loads(line) for line in started.read_text().splitlines() if line.strip()]
+    t0 = min(r["started"] for r in begun)
+    start_of = {r["source"]: r["started"] - t0 for r in begun if r["source"] in seconds}
+    running = [
+        (max(stopped_at + 1, start + seconds[name]), name)
+        for name, start in start_of.items()
+        if name not in done
+    ]
+    pending = [n for n in order if n not in done and n not in start_of]
+    counts = {"finished": len(done), "running_at_stop": len(running), "not_started": len(pending)}
+    end = _run_on(running, pending, seconds, plan, stopped_at)
+    last = max((r["started"] - t0 + r["seconds"] for r in done.values()), default=0.0)
+    compile_s = max(end, last)
+    return {
+        "plan": _pools.describe(plan),
+        **counts,
+        "stopped_at_s": round(stopped_at),
+        "compile_s": round(compile_s),
+        "wall_s": round(compile_s + SERIAL_SECONDS),
+    }
+
+
+def _run_on(running: list, pending: list, seconds: dict, plan: _pools.Pools, now: float) -> float:
+    """ninja's rules from `now` (toolchain/_schedule.simulate, with units already running): a
+    free job takes the first pending unit whose pool has room."""
+    pool_of, depths = plan.pool_of, plan.depths
+    in_pool: dict[str, int] = {}
+    for _, name in running:
+        if name in pool_of:
+            in_pool[pool_of[name]] = in_pool.get(pool_of[name], 0) + 1
+    heapq.heapify(running)
+    end = now
+    while pending or running:
+        for name in list(pending):
+            if len(running) >= plan.jobs:
+                break
+            pool = pool_of.get(name)
+            if pool and in_pool.get(pool, 0) >= depths[pool]:
+                continue
+            pending.remove(name)
+            in_pool[pool] = in_pool.get(pool, 0) + 1 if pool else 0
+            heapq.heappush(running, (now + seconds[name], name))
+        now, name = heapq.heappop(running)
+        end = max(end, now)
+        if name in pool_of:
+            in_pool[pool_of[name]] -= 1
+    return end
 
 
 def machines(seconds: dict, n: int) -> dict:
@@ -260,6 +324,9 @@ def main() -> int:
     parser.add_argument("--aggregates", type=Path)
     parser.add_argument("--json", type=Path)
     parser.add_argument("--group", type=int, default=1)
+    parser.add_argument("--project", type=Path, nargs=2, metavar=("TUS", "STARTED"))
+    parser.add_argument("--stopped-at", type=float)
+    parser.add_argument("--memory-gib", type=float, default=MEMORY / GIB)
     args = parser.parse_args()
     if args.aggregates:
         aggregates(args.aggregates)
@@ -277,6 +344,10 @@ def main() -> int:
             result["measured_groups"] = sum(n in found for n in seconds if "_group" in n)
         one = one_machine(seconds, peaks)
         default = as_planned(seconds, peaks)
+        carried = None
+        if args.project:
+            memory = int(args.memory_gib * GIB)
+            carried = projected(seconds, *args.project, args.stopped_at, memory)
         dist = [machines(seconds, n) for n in (1, 2, 4, 8)]
         result["estimates"][label] = {
             "sum_s": round(sum(seconds.values())),
@@ -284,6 +355,7 @@ def main() -> int:
             "one_machine": one,
             "as_fa_shim_plans": default,
             "sccache_dist": dist,
+            **({"slice_carried_on": carried} if carried else {}),
         }
         print(
             f"{label:7}: {len(seconds)} units ({len(measured)} single units measured), sum "
@@ -298,6 +370,13 @@ def main() -> int:
             f"{default['compile_s']} s, wall {default['wall_s']} s = {default['wall_s'] / 60:.0f} "
             f"min; at most {default['most_memory_gib']} GiB at once by these peaks"
         )
+        if carried:
+            print(
+                f"  the slice carried on ({carried['plan']}): {carried['finished']} units "
+                f"finished by {carried['stopped_at_s']} s, {carried['running_at_stop']} running, "
+                f"{carried['not_started']} not started; compile {carried['compile_s']} s, "
+                f"wall {carried['wall_s']} s = {carried['wall_s'] / 60:.0f} min"
+            )
         for d in dist:
             print(f"  {d['machines']} x 16 through sccache-dist: wall {d['wall_s'] / 60:.1f} min")
     if args.json:
