@@ -13,11 +13,14 @@ RUNS = REPO / "docs" / "gpu-runs"
 RUN3 = RUNS / "2026-11-22-h100" / "run3"
 TABLES = {
     "2.8.3": [RUN3 / f"{n}-tus.jsonl" for n in ("full", "tailored-disable", "tailored")],
-    # FA3's main line: two slices of its full set (every feature: the figures its memory
-    # model takes for a unit, which a tailored unit never exceeds)
+    # FA3's main line: four slices of its full set (every feature: the figures its memory
+    # model takes for a unit, which a tailored unit never exceeds), the last two with forward
+    # variants in groups of five
     "fa3/main-0251105a": [
         RUNS / "2026-11-24-h100-lease-b" / "fa3-slice-tus.jsonl",
         RUNS / "2026-11-25-h100-lease-f" / "fa3-slice-tus.jsonl",
+        RUNS / "2026-11-26-h200-lease-j" / "fa3-slice-tus.jsonl",
+        RUNS / "2026-11-26-h200-lease-k" / "fa3-slice-tus.jsonl",
     ],
 }
 

@@ -19,7 +19,7 @@ Measured (docs/benchmarks.md, docs/fa3-design.md#per-head-dim-units-their-cost-a
   (main's hdim128 bf16, 126-127 s and 6.14-6.25 GiB each apart) two in one unit 158-184 s (x
   1.25-1.45), four 269 s (x 2.1) at 6.82 and 7.46 GiB; in the full set on the H200 box (lease
   j, 12 jobs) 23 groups of five 312-495 s (1.8-2.3 x one of their members at 16 jobs, lease f) at
-  6.4-8.9 GiB.
+  6.4-8.9 GiB; fa-shim's default plan there (lease k, 14 jobs in pools) 24 groups 392-544 s.
 Not measured, and sized from their neighbours: flash_fwd_combine.cu, flash_api.cpp (as FA2's,
 36 s at 1.6 GiB), a per-head-dim pair unit (hdim64_256: a third of hdimdiff, each).
 """
@@ -135,16 +135,19 @@ def memory_model(
     units: Sequence[str] = (),
 ) -> Callable[[str], int]:
     """Each unit's peak: its line's measured figure (units.json beside its release.toml, from
-    full-set builds: a unit with switches turned off holds no more), else unit_peak's; a group
-    of setup.py's `units` (_groups) as its heaviest member and GROUP_PEAK_PER_VARIANT for each
+    full-set builds: a unit with switches turned off holds no more; a group of five measured
+    at 7.5-8.9 GiB where this rule says 9.5), else unit_peak's; a group of setup.py's `units`
+    (_groups) the table lacks as its heaviest member and GROUP_PEAK_PER_VARIANT for each
     other."""
 
     def peak(name: str) -> int:
+        measured = table.peak_bytes(name) if table else None
+        if measured:
+            return measured
         members = _groups.members(name, units)
         if len(members) > 1:
             return max(map(peak, members)) + _group_extra(name)
-        measured = table.peak_bytes(name) if table else None
-        return measured or unit_peak(name, tailoring)
+        return unit_peak(name, tailoring)
 
     return peak
 
