@@ -135,10 +135,10 @@ def memory_model(
     units: Sequence[str] = (),
 ) -> Callable[[str], int]:
     """Each unit's peak: its line's measured figure (units.json beside its release.toml, from
-    full-set builds: a unit with switches turned off holds no more; a group of five measured
-    at 7.5-8.9 GiB where this rule says 9.5), else unit_peak's; a group of setup.py's `units`
-    (_groups) the table lacks as its heaviest member and GROUP_PEAK_PER_VARIANT for each
-    other."""
+    full-set builds: a unit with switches turned off holds no more; the groups of five held
+    6.4-8.9 GiB, where the rule below says up to 9.5), else unit_peak's; a group of setup.py's
+    `units` (_groups) the table lacks as its heaviest member and GROUP_PEAK_PER_VARIANT for
+    each other."""
 
     def peak(name: str) -> int:
         measured = table.peak_bytes(name) if table else None
