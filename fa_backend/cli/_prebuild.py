@@ -17,9 +17,9 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 
+from ..core import _scratch
 from ..core._errors import FaShimError
 from ..resources import PROJECT
 
@@ -104,8 +104,8 @@ def prebuild_one(python: str, config: dict[str, str]) -> Row:
             row.result, row.sha256 = "cached", facts["sha256"]
             return row
         sys.stderr.write(f"fa-shim: prebuild: building {row.wheel} with {exe}\n")
-        with tempfile.TemporaryDirectory(prefix="fa-shim-prebuild-") as out:
-            pip = ["-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "-w", out]
+        with _scratch.directory("prebuild") as out:
+            pip = ["-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "-w", str(out)]
             proc = _in(exe, [*pip, str(ROOT), *_options(config)])
         if proc.returncode != 0:
             raise FaShimError(_reason(proc.stderr + proc.stdout))

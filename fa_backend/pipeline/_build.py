@@ -13,7 +13,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from ..core import _log
+from ..core import _log, _scratch
 from ..core._errors import FaShimError
 from ..flavours._interface import Plan, Tools
 from ..fleet import _sccache, _stable_src, _wheel_cache
@@ -192,14 +192,12 @@ def verify(plan: Plan, wheel: Path) -> None:
 
 @contextlib.contextmanager
 def scratch_dir(settings: _settings.Settings) -> Iterator[Path]:
-    path = Path(tempfile.mkdtemp(prefix="fa-shim-build-"))
-    try:
-        yield path
-    finally:
-        if settings.keep_build_dir:
-            _log.info(f"kept the build directory {path}")
-        else:
-            shutil.rmtree(path, ignore_errors=True)
+    with _scratch.directory("build", keep=settings.keep_build_dir) as path:
+        try:
+            yield path
+        finally:
+            if settings.keep_build_dir:
+                _log.info(f"kept the build directory {path}")
 
 
 def check_space(plan: Plan, tools: Tools, out_dir: Path) -> None:

@@ -17,12 +17,11 @@ import shlex
 import shutil
 import subprocess
 import sys
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 from .. import resources
-from ..core import _failures, _subprocess
+from ..core import _failures, _scratch, _subprocess
 from ..core._errors import FaShimError
 from ..resources.launcher import PROBE_ENV, started_file
 from ..resources.process_session import PARENT_ENV
@@ -234,8 +233,7 @@ def check(
 def _check(commands: list[Command], cwd: Path, env: dict | None) -> list[dict]:
     results = []
     env = {**(env if env is not None else os.environ), PROBE_ENV: "1"}  # past any compiler cache
-    with tempfile.TemporaryDirectory(prefix="fa-shim-preflight-") as tmp:
-        work = Path(tmp)
+    with _scratch.directory("preflight") as work:
         for kind in ("cxx", "nvcc"):
             command = next((c for c in commands if c.kind == kind), None)
             if command is None:

@@ -12,9 +12,9 @@ from __future__ import annotations
 import dataclasses
 import os
 import sys
-import tempfile
 from pathlib import Path
 
+from ..core import _scratch
 from ..core._errors import FaShimError
 from ..flavours import _registry
 from ..toolchain._torch import TorchInfo
@@ -193,8 +193,8 @@ def verify_wheel(
     With an explicit torch (the build's probe) GPUs are compared only if passed.
     """
     torch, gpus = _resolve(torch, gpus)
-    with tempfile.TemporaryDirectory(prefix="fa-shim-verify-") as scratch:
-        report = _run(wheel_target(Path(wheel), Path(scratch)), torch, gpus)
+    with _scratch.directory("verify") as scratch:
+        report = _run(wheel_target(Path(wheel), scratch), torch, gpus)
     report.checks.insert(1, check_record(Path(wheel)))  # after tags: what follows reads members
     return report
 

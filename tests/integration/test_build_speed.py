@@ -129,9 +129,11 @@ def test_an_interrupted_build_leaves_no_cache_entry(sample_sdist_dir, tmp_path):
     hang_cxx = tmp_path / "hang-g++"
     hang_cxx.write_text('#!/bin/sh\ncase "$*" in *" -c "*) sleep 600;; esac\nexec g++ "$@"\n')
     hang_cxx.chmod(0o755)
+    scratch = tmp_path / "tmp"  # TMPDIR: the scratch directories of this test's builds
+    scratch.mkdir()
     proc = subprocess.Popen(
         _pip_wheel_cmd(tmp_path / "w", sample_sdist_dir),
-        env={**os.environ, "CXX": str(hang_cxx)},
+        env={**os.environ, "CXX": str(hang_cxx), "TMPDIR": str(scratch)},
         start_new_session=True,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -152,8 +154,13 @@ def test_an_interrupted_build_leaves_no_cache_entry(sample_sdist_dir, tmp_path):
     assert not alive, [(p.pid, p.name()) for p in alive]
     assert not list(_cache_root().rglob("*.whl"))
     assert not (tmp_path / "w").exists() or not list((tmp_path / "w").iterdir())
-    again = _pip_wheel(tmp_path / "w2", sample_sdist_dir)  # and the next build just works
-    assert "running upstream setup.py (wheel)" in again.stderr
+    # SIGKILL left the build's scratch and its preflight's: the next build removes them
+    left = sorted(p.name.rsplit("-", 1)[0] for p in scratch.glob("fa-shim-*"))
+    assert left == ["fa-shim-build", "fa-shim-preflight"], left
+    again = _pip_wheel(tmp_path / "w2", sample_sdist_dir, env={"TMPDIR": str(scratch)})
+    assert "running upstream setup.py (wheel)" in again.stderr  # and it just works
+    assert "removed 2 scratch directories that killed fa-shim runs left under" in again.stderr
+    assert not list(scratch.glob("fa-shim-*"))
 
 
 def test_a_compiler_killed_for_memory_is_retried_with_fewer_jobs(sample_sdist_dir, tmp_path):

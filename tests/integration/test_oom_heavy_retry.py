@@ -91,6 +91,7 @@ def test_an_oom_kill_is_retried_with_fewer_heavy_units_at_once(
         PYTHONPATH=f"{plugin}:{DEMO}",
         CXX=str(TOOLS / "oom-once-g++"),
         OOM_ONCE_MARKER=str(marker),
+        TMPDIR=str(tmp_path),  # the kept build directory goes with the test's own
     )
     sdist = sample_sdist_dir / f"flash_attn-{SAMPLE_VERSION}.tar.gz"
     settings = ["-C", f"sdist={sdist}", "-C", "wheel-cache=false", "-C", "compiler-cache=none"]

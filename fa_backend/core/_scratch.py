@@ -1,0 +1,94 @@
+"""Scratch directories under TMPDIR, and those a killed run left behind.
+
+A build's scratch holds its laid-out sources, objects and wheel: gigabytes for a full set. A
+run ends by removing it, after Ctrl-C, SIGTERM or its frontend's death too (_lifeline), but
+SIGKILL (the OOM killer, a batch system's hard limit, `kill -9` of the job) ends it first, and
+nothing else ever would. So each scratch directory notes its owner: the host, its pid
+namespace, the pid and that process's start time. Making one first removes this user's
+directories whose owner is gone on this host. A directory without the note (another program's,
+one being made, a kept one) is never touched, nor one another host or pid namespace made (a
+shared TMPDIR: its owner may be alive where it cannot be seen from here).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import socket
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+
+from . import _log
+
+PREFIX = "fa-shim-"
+NOTE = ".fa-shim-owner"
+
+
+@contextlib.contextmanager
+def directory(kind: str, keep: bool = False) -> Iterator[Path]:
+    """A fresh `fa-shim-<kind>-*` directory under TMPDIR, removed afterwards unless `keep`
+    (then it loses its note: what the user kept is the user's)."""
+    path = make(kind)
+    try:
+        yield path
+    finally:
+        if keep:
+            (path / NOTE).unlink(missing_ok=True)
+        else:
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def make(kind: str) -> Path:
+    sweep()
+    path = Path(tempfile.mkdtemp(prefix=f"{PREFIX}{kind}-"))
+    (path / NOTE).write_text(json.dumps(_owner(os.getpid())))
+    return path
+
+
+def sweep() -> list[Path]:
+    """Remove this user's scratch directories whose owner is gone; returns them."""
+    removed = []
+    here = _place()
+    for path in Path(tempfile.gettempdir()).glob(f"{PREFIX}*"):
+        try:
+            if path.is_symlink() or path.stat().st_uid != os.getuid():
+                continue
+            owner = json.loads((path / NOTE).read_text())
+        except (OSError, ValueError):
+            continue  # no note, or not readable: not known to be ours
+        if isinstance(owner, dict) and owner.get("place") == here and not _alive(owner):
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+    if removed:
+        _log.info(
+            f"removed {len(removed)} scratch director{'y' if len(removed) == 1 else 'ies'} "
+            f"that killed fa-shim runs left under {tempfile.gettempdir()}"
+        )
+    return removed
+
+
+def _owner(pid: int) -> dict:
+    return {"place": _place(), "pid": pid, "started": psutil.Process(pid).create_time()}
+
+
+def _place() -> str:
+    """Where a pid means a process: this host and pid namespace."""
+    try:
+        namespace = os.readlink("/proc/self/ns/pid")
+    except OSError:
+        namespace = ""
+    return f"{socket.gethostname()} {namespace}"
+
+
+def _alive(owner: dict) -> bool:
+    try:
+        return psutil.Process(int(owner["pid"])).create_time() == owner["started"]
+    except (psutil.NoSuchProcess, psutil.ZombieProcess):
+        return False
+    except (psutil.Error, KeyError, TypeError, ValueError):
+        return True  # cannot tell: keep it
