@@ -21,8 +21,6 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-import psutil
-
 from . import _log
 
 PREFIX = "fa-shim-"
@@ -73,6 +71,8 @@ def sweep() -> list[Path]:
 
 
 def _owner(pid: int) -> dict:
+    import psutil  # a build requirement: imported when used, after fa-shim has checked them
+
     return {"place": _place(), "pid": pid, "started": psutil.Process(pid).create_time()}
 
 
@@ -86,6 +86,8 @@ def _place() -> str:
 
 
 def _alive(owner: dict) -> bool:
+    import psutil
+
     try:
         return psutil.Process(int(owner["pid"])).create_time() == owner["started"]
     except (psutil.NoSuchProcess, psutil.ZombieProcess):
