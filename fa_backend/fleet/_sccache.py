@@ -189,8 +189,9 @@ def session(program: str | None) -> Iterator[None]:
     env = dict(os.environ)
     added = defaults(env)
     env.update(added)
-    if "SCCACHE_SERVER_UDS" in added:  # ours: a killed earlier build's socket is stale
-        Path(added["SCCACHE_SERVER_UDS"]).unlink(missing_ok=True)
+    uds = Path(added["SCCACHE_SERVER_UDS"]) if "SCCACHE_SERVER_UDS" in added else None
+    if uds:  # ours: a killed earlier build's socket is stale
+        uds.unlink(missing_ok=True)
     start = _run(program, ["--start-server"], env)
     started = start.returncode == 0
     if not started and "Address in use" not in start.stdout + start.stderr:
@@ -216,3 +217,5 @@ def session(program: str | None) -> Iterator[None]:
     finally:
         if started:
             _run(program, ["--stop-server"], env)
+            if uds:  # the stopped server leaves its socket file in /tmp
+                uds.unlink(missing_ok=True)

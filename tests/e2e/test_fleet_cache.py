@@ -152,12 +152,15 @@ class Node:
         )
 
     def build(self, python: Path, options: list[str]) -> tuple[subprocess.CompletedProcess, float]:
+        sockets = set(Path("/tmp").glob("fa-shim-sccache-*.sock"))
         start = time.monotonic()
         proc = run(
             pip_wheel_cmd(python, self.root / "out", "-v", *options), cwd=self.root, env=self.env
         )
         seconds = time.monotonic() - start
         assert not _listening(self.port), "fa-shim left the sccache server it started running"
+        left = set(Path("/tmp").glob("fa-shim-sccache-*.sock")) - sockets
+        assert not left, f"the stopped server's socket stays behind: {left}"
         return proc, seconds
 
     def module(self) -> bytes:
