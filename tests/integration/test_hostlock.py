@@ -43,13 +43,21 @@ def _on_host(host: str, argv: list) -> list[str]:
     return [*_unshare(), "sh", "-c", f"hostname {host} && exec {quoted}"]
 
 
+def _host_env(host: str, out: Path, env: dict) -> dict:
+    """Each host's own TMPDIR, beside its output: a killed builder's scratch stays there (no
+    other host may remove it), not in the /tmp that outlives the test."""
+    tmp = out.parent / f"{host}-tmp"
+    tmp.mkdir(exist_ok=True)
+    return {**os.environ, **env, "TMPDIR": str(tmp)}
+
+
 def _builder(host: str, out: Path, sdists: Path, cache: Path, *extra: str, env=None):
     cmd = pip_wheel_cmd(
         PY, out, "-v", *sample_settings(sdists), "-C", f"wheel-cache-dir={cache}", *extra
     )
     return subprocess.Popen(
         _on_host(host, cmd),
-        env={**os.environ, **(env or {})},
+        env=_host_env(host, out, env or {}),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -117,7 +125,7 @@ def test_a_killed_builders_lock_is_taken_over_after_its_heartbeat_stops(sample_s
                 *beat,
             ),
         ),
-        env={**os.environ, **hang},  # the same fingerprint as node-a's
+        env=_host_env("node-b", tmp_path / "b", hang),  # node-a's fingerprint
     )
     print(f"\nnode-b took over and built in {time.monotonic() - started:.0f} s")
     assert "another build of the same wheel holds" in b.stderr and "host node-a" in b.stderr
@@ -147,7 +155,7 @@ def test_a_waiter_gives_up_after_the_timeout_naming_the_holder(sample_sdist_dir,
                     "wheel-cache-lock-timeout=3",
                 ),
             ),
-            env={**os.environ, **hang},  # the same fingerprint as node-a's
+            env=_host_env("node-b", tmp_path / "b", hang),  # node-a's fingerprint
             check=False,
         )
     finally:
