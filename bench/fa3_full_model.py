@@ -37,7 +37,6 @@ heaviest member's plus the extra per variant they had (median; high: the largest
 from __future__ import annotations
 
 import argparse
-import heapq
 import itertools
 import json
 import re
@@ -246,7 +245,9 @@ def projected(seconds: dict, tus: Path, started: Path, stopped_at: float, memory
     ]
     pending = [n for n in order if n not in done and n not in start_of]
     counts = {"finished": len(done), "running_at_stop": len(running), "not_started": len(pending)}
-    end = _run_on(running, pending, seconds, plan, stopped_at)
+    end = _schedule.simulate(
+        pending, seconds, plan.jobs, plan.pool_of, plan.depths, running=running, now=stopped_at
+    )
     last = max((r["started"] - t0 + r["seconds"] for r in done.values()), default=0.0)
     compile_s = max(end, last)
     return {
@@ -256,33 +257,6 @@ def projected(seconds: dict, tus: Path, started: Path, stopped_at: float, memory
         "compile_s": round(compile_s),
         "wall_s": round(compile_s + SERIAL_SECONDS),
     }
-
-
-def _run_on(running: list, pending: list, seconds: dict, plan: _pools.Pools, now: float) -> float:
-    """ninja's rules from `now` (toolchain/_schedule.simulate, with units already running): a
-    free job takes the first pending unit whose pool has room."""
-    pool_of, depths = plan.pool_of, plan.depths
-    in_pool: dict[str, int] = {}
-    for _, name in running:
-        if name in pool_of:
-            in_pool[pool_of[name]] = in_pool.get(pool_of[name], 0) + 1
-    heapq.heapify(running)
-    end = now
-    while pending or running:
-        for name in list(pending):
-            if len(running) >= plan.jobs:
-                break
-            pool = pool_of.get(name)
-            if pool and in_pool.get(pool, 0) >= depths[pool]:
-                continue
-            pending.remove(name)
-            in_pool[pool] = in_pool.get(pool, 0) + 1 if pool else 0
-            heapq.heappush(running, (now + seconds[name], name))
-        now, name = heapq.heappop(running)
-        end = max(end, now)
-        if name in pool_of:
-            in_pool[pool_of[name]] -= 1
-    return end
 
 
 def machines(seconds: dict, n: int) -> dict:

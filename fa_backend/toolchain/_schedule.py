@@ -115,22 +115,30 @@ def simulate(
     slots: int,
     pool_of: Mapping[str, str] | None = None,
     depths: Mapping[str, int] | None = None,
+    running: Sequence[tuple[float, str]] = (),
+    now: float = 0.0,
 ) -> float:
     """The makespan ninja gives these units started in `order` on `slots` jobs: a free slot
-    takes the first unit in order whose pool (if any) has room, as ninja's ready queue does."""
+    takes the first unit in order whose pool (if any) has room, as ninja's ready queue does.
+    A build carried on from a stop starts at `now` with `running`'s (end, name) on slots."""
     pool_of, depths = pool_of or {}, depths or {}
     if not depths:  # no pool: each unit in turn takes the slot that frees first
-        free = [0.0] * max(1, slots)
+        free = [end for end, _ in running] + [now] * (max(1, slots) - len(running))
+        heapq.heapify(free)
         for name in order:
-            heapq.heappush(free, heapq.heappop(free) + seconds[name])
+            heapq.heappush(free, max(now, heapq.heappop(free)) + seconds[name])
         return max(free)
     queues: dict[str | None, list[str]] = {}
     for name in reversed(order):  # each pool's units, next one last (pop)
         queues.setdefault(pool_of.get(name), []).append(name)
     rank = {name: i for i, name in enumerate(order)}
-    running: list[tuple[float, str]] = []
+    running = list(running)
+    heapq.heapify(running)
     in_pool: dict[str, int] = {}
-    now = end = 0.0
+    for _, name in running:
+        if pool_of.get(name) is not None:
+            in_pool[pool_of[name]] = in_pool.get(pool_of[name], 0) + 1
+    end = now
     while any(queues.values()) or running:
         while len(running) < max(1, slots):
             ready = [

@@ -29,6 +29,18 @@ def test_a_pool_holds_its_units_back_and_lets_others_pass():
     assert _schedule.simulate(list(seconds), seconds, 2, pool_of, {"heavy": 2}) == 14.0
 
 
+def test_a_build_carried_on_from_a_stop_keeps_its_running_units_on_their_jobs():
+    # stopped at 3 s with r1 (ends at 9 s) on one of two jobs: a takes the other (3-7 s), then b
+    seconds = {"a": 4.0, "b": 4.0}
+    assert _schedule.simulate(["a", "b"], seconds, 2, running=[(9.0, "r1")], now=3.0) == 11.0
+    # with a pool of one for r1 and b: b waits for r1 even with a job free
+    pool_of = {"r1": "heavy", "b": "heavy"}
+    running = [(9.0, "r1")]
+    assert _schedule.simulate(["b", "a"], seconds, 3, pool_of, {"heavy": 1}, running, 3.0) == 13.0
+    assert _schedule.simulate(["b", "a"], seconds, 3, pool_of, {"heavy": 2}, running, 3.0) == 9.0
+    assert _schedule.simulate([], {}, 2, running=[(9.0, "r1")], now=3.0) == 9.0
+
+
 def test_the_searched_order_beats_longest_first_on_the_fa2_full_build():
     times = {r["source"]: float(r["seconds"]) for r in _stats.compiled(RUN3)}
     bound = max(max(times.values()), sum(times.values()) / 16)
