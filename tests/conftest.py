@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import hashlib
 import importlib.util
@@ -529,7 +530,27 @@ def pytest_runtest_logreport(report):
         entry["outcome"] = report.outcome
 
 
+# A full run writes tens of GB under pytest's basetemp (CUDA torch venvs, real builds), and pytest
+# keeps its last three runs: a passing run's basetemp goes when the interpreter exits, after the
+# summary (with nothing there but its tests' directories: no later test waits on the deleting).
+# Not per test (tmp_path_retention_policy = "failed"): the deleting slowed the next tests' writes,
+# 21 % over a full CI run. A failed run's, or one under --basetemp, stays.
+_BASETEMP: list[Path] = []
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _basetemp(tmp_path_factory):
+    _BASETEMP.append(tmp_path_factory.getbasetemp())
+
+
+@pytest.hookimpl(trylast=True)  # after the session fixtures' teardown (servers, venvs)
 def pytest_sessionfinish(session, exitstatus):
+    if exitstatus == 0 and _BASETEMP and session.config.option.basetemp is None:
+        atexit.register(shutil.rmtree, _BASETEMP[0], ignore_errors=True)
+    _write_durations(session, exitstatus)
+
+
+def _write_durations(session, exitstatus):
     target = session.config.getoption("--durations-file", None)
     if not target or "start" not in _DURATIONS:
         return
