@@ -533,8 +533,9 @@ def pytest_runtest_logreport(report):
 # A full run writes tens of GB under pytest's basetemp (CUDA torch venvs, real builds), and pytest
 # keeps its last three runs: a passing run's basetemp goes when the interpreter exits, after the
 # summary (with nothing there but its tests' directories: no later test waits on the deleting).
-# Not per test (tmp_path_retention_policy = "failed"): the deleting slowed the next tests' writes,
-# 21 % over a full CI run. A failed run's, or one under --basetemp, stays.
+# Not per test (tmp_path_retention_policy = "failed"): the deleting slowed the next tests' writes
+# (the twelve patch tests in a row: 0.5-7.0 s each against 0.6-4.0 s). A failed run's, or one
+# under --basetemp, stays.
 _BASETEMP: list[Path] = []
 
 
