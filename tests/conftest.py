@@ -547,8 +547,15 @@ def _basetemp(tmp_path_factory):
 @pytest.hookimpl(trylast=True)  # after the session fixtures' teardown (servers, venvs)
 def pytest_sessionfinish(session, exitstatus):
     if exitstatus == 0 and _BASETEMP and session.config.option.basetemp is None:
-        atexit.register(shutil.rmtree, _BASETEMP[0], ignore_errors=True)
+        atexit.register(_remove_basetemp, _BASETEMP[0])
     _write_durations(session, exitstatus)
+
+
+def _remove_basetemp(path: Path) -> None:
+    shutil.rmtree(path, ignore_errors=True)
+    current = path.parent / "pytest-current"
+    if current.is_symlink() and not current.exists():  # pytest's link to the run just removed
+        current.unlink(missing_ok=True)
 
 
 def _write_durations(session, exitstatus):
