@@ -1,9 +1,12 @@
 """Finished wheels, kept by the full fingerprint of what went into them ("build once, use
-everywhere"). The directory doubles as a pip --find-links directory: the latest wheel of each
-file name also sits at its top level.
+everywhere"). The directory doubles as pip/uv --find-links directories: the latest wheel of each
+file name sits at its top level, and again in the directory of the torch it was built against.
 
     <root>/<key>/                 the entry (key = sha256 of the fingerprint): _entries
-    <root>/<wheel>                flat copy for `pip install --find-links <root>`
+    <root>/<wheel>                flat copy: `pip install --find-links <root> flash-attn==<exact>`
+    <root>/torch-<v>/<wheel>      hard link (else copy) per torch.__version__ <v> (2.11.0+cu130):
+                                  an unpinned install from there never meets another torch's
+                                  wheel, so the frontend never swaps torch for it (install_line)
     <root>/.locks/<key>.lock      one builder per key, on any host; the others wait, then reuse
 """
 
@@ -12,10 +15,14 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import os
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from ..core import _atomic, _log
+from packaging.utils import parse_wheel_filename
+
+from ..core import _atomic, _failures, _log
 from ..core._errors import FaShimError
 from ..wheel._wheelfile import publish
 from . import _entries, _hostlock, _shared_dirs
@@ -47,6 +54,40 @@ def lookup(root: Path, entry_key: str, wheel_name: str) -> Path | None:
     """The entry's wheel when the entry is complete (see _entries), else None."""
     entry = _entries.load(root / entry_key, wheel_name)
     return entry.wheel if entry else None
+
+
+def torch_dir(root: Path, torch_version: str) -> Path:
+    """Where the wheels built against this torch.__version__ are found (the module docstring)."""
+    return root / f"torch-{torch_version}"
+
+
+def install_line(root: Path, dist: str) -> str:
+    """The one line a teammate runs with pip to get the wheel of their own torch from root:
+    only a wheel (never upstream's setup.py, whatever version the index has), from their
+    torch's directory (never a wheel that would swap torch). uv: the same with `uv pip install`
+    and --no-build-package instead of --only-binary (docs/guides/fleet.md)."""
+    where = f"{root}/torch-$(python -c 'import torch; print(torch.__version__)')"
+    return f'pip install --only-binary {dist} --find-links "{where}" {dist}'
+
+
+def link_for_torch(root: Path, wheel: Path, torch_version: str) -> Path:
+    """The wheel in its torch's directory: a hard link made under a temporary name and renamed
+    into place (the same bytes, no second copy); a copy where the file system links nothing."""
+    target = torch_dir(root, torch_version) / wheel.name
+    _shared_dirs.make(target.parent, root)
+    part = target.with_name(f".fa-shim-{uuid.uuid4().hex[:12]}.part")  # swept like any part
+    try:
+        part.unlink(missing_ok=True)
+        os.link(wheel, part)
+    except OSError:
+        return publish(wheel, target.parent)
+    try:
+        os.replace(part, target)
+    except OSError as exc:
+        part.unlink(missing_ok=True)
+        _failures.name_it(exc, target)
+        raise
+    return target
 
 
 def store(root: Path, entry_key: str, wheel: Path, fingerprint: dict, built: dict) -> Path:
@@ -105,12 +146,14 @@ def obtain(
     lock_timeout: float,
     heartbeat: float,
     built: Callable[[], dict] | None = None,
+    torch_version: str | None = None,
 ) -> Path:
     """The wheel of this fingerprint published into out_dir: the cached one when it passes
     `check`, else a fresh `build()`, stored (with `built()`, how it was made) when the cache is
     writable. One builder per key: the others wait for its lock, then hit. A cache whose lock
     cannot be taken (another user's .locks, a read-only mount) is only read: a valid wheel is
-    still served."""
+    still served. With torch_version, the wheel is also linked into that torch's directory
+    (a hit too: an entry stored before these directories existed gets its link)."""
     entry_key = key(fingerprint)
     read_only = _atomic.unwritable(root)  # e.g. shared storage mounted read-only
     if read_only:
@@ -135,4 +178,20 @@ def obtain(
                         f"the wheel cache {root} could not keep this wheel ({why}: "
                         f"{exc.filename or root}); the wheel itself is built"
                     )
+                    read_only = why
+        if torch_version and not read_only:
+            _torch_view(root, wheel, torch_version)
         return publish(wheel, out_dir)  # only a complete wheel appears in out_dir
+
+
+def _torch_view(root: Path, wheel: Path, torch_version: str) -> None:
+    try:
+        link_for_torch(root, wheel, torch_version)
+    except OSError as exc:  # the entry and the flat copy are kept: a warning, not a failure
+        _log.warn(
+            f"the wheel is kept in {root}, but not in {torch_dir(root, torch_version)} "
+            f"({exc.strerror or exc}: {exc.filename or root})"
+        )
+        return
+    dist = parse_wheel_filename(wheel.name)[0]
+    _log.info(f"teammates with torch {torch_version} install it with: {install_line(root, dist)}")

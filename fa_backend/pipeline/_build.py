@@ -231,6 +231,7 @@ def build(plan: Plan, wheel_directory: str, metadata_directory: str | None) -> s
                 plan.settings.wheel_cache_lock_timeout,
                 plan.settings.wheel_cache_heartbeat,
                 built=lambda: how,
+                torch_version=plan.torch.version,
             )
             _hit_memo.record(plan, tools, _wheel_cache.key(facts))
         else:

@@ -30,3 +30,33 @@ def test_a_cache_that_cannot_keep_the_wheel_is_a_warning(tmp_path, capfd):
     err = capfd.readouterr().err
     assert f"the wheel cache {root} could not keep this wheel" in err
     assert "the wheel itself is built" in err and "Traceback" not in err
+
+
+def test_each_wheel_is_linked_into_its_torchs_directory(tmp_path, capfd):
+    """A build and a hit both leave the wheel in torch-<torch.__version__>/ as a hard link to the
+    entry (no second copy), and log the line a teammate installs it with; an entry kept before
+    these directories existed gets its link on its next hit."""
+    root, out = tmp_path / "cache", tmp_path / "out"
+    built = tmp_path / "demo-1.0+cu130torch2.11-cp311-cp311-linux_x86_64.whl"
+
+    def build() -> Path:
+        with zipfile.ZipFile(built, "w") as z:
+            z.writestr("demo/__init__.py", "")
+        return built
+
+    def obtain(torch_version):
+        return _wheel_cache.obtain(
+            root, {"d": 1}, built.name, out, lambda w: None, build, 600, 15,
+            torch_version=torch_version,
+        )  # fmt: skip
+
+    obtain(None)  # an entry made without the torch's directory (an older fa-shim)
+    assert not list(root.glob("torch-*"))
+    obtain("2.11.0+cu130")  # a hit
+    (linked,) = (root / "torch-2.11.0+cu130").iterdir()
+    entry = root / _wheel_cache.key({"d": 1}) / built.name
+    assert linked.name == built.name and linked.stat().st_ino == entry.stat().st_ino
+    err = capfd.readouterr().err
+    line = _wheel_cache.install_line(root, "demo")
+    assert f"teammates with torch 2.11.0+cu130 install it with: {line}" in err
+    assert line.startswith("pip install --only-binary demo --find-links ")

@@ -33,8 +33,12 @@ def test_defaults_without_any_source(tmp_path):
     assert s.resolved_cache_dir.name == "fa-shim"
 
 
-def test_the_repository_pins_flash_attn_2_8_3():
-    assert _settings.load(None, {}, REPO).flash_attn_version == "2.8.3"
+def test_the_repository_builds_the_newest_supported_release():
+    """An older default sorts below the index's newer upstream release: an unpinned
+    `pip install -U flash-attn` would hand the install back to upstream's setup.py."""
+    from fa_backend.flavours.fa2 import _releases
+
+    assert _settings.load(None, {}, REPO).flash_attn_version == _releases.known()[-1]
 
 
 @pytest.mark.parametrize(
