@@ -268,7 +268,71 @@ def versions_page() -> str:
         fa3_reasons += [(directory.name, name, reason) for name, reason in _patches(directory)]
     lines += ["", "### Patches to `hopper/`", "", "| line | patch | reason |", "|---|---|---|"]
     lines += [f"| {v} | `{name}` | {_cell(reason)} |" for v, name, reason in fa3_reasons]
-    return "\n".join(lines) + "\n"
+    return "\n".join([*lines, *matrix_section()]) + "\n"
+
+
+# ------------------------------------------------------------------------- the tested matrix
+
+# Cells no test can reach on the machines CI runs on, and why (a cell a test reaches is read from
+# that test's `pytest.mark.cell`, never written here).
+UNTESTED = [
+    {
+        "flavour": "FA2, FA3",
+        "torch": "2.15.0",
+        "nvcc": "—",
+        "abi": "TRUE",
+        "why": "on the index since October 2026, but the package index CI reaches caps torch "
+        "at 2.14.1; its headers, like 2.13's and 2.14's, need C++20, which fa-shim passes",
+    },
+]
+STAGES = {
+    "compiled": "compiled for real: kernels built, the wheel verified and imported",
+    "prepare": "prepared for real: upstream's setup.py ran to build.ninja, nothing compiled",
+}
+
+
+def cells() -> list[dict[str, str]]:
+    """Every `pytest.mark.cell(...)` in tests/, with the test file it marks, as written."""
+    import ast
+
+    found = []
+    for path in sorted((ROOT / "tests").rglob("test_*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            func = getattr(node, "func", None)
+            if isinstance(node, ast.Call) and ast.unparse(func) == "pytest.mark.cell":
+                cell = {k.arg: ast.literal_eval(k.value) for k in node.keywords}
+                found.append({**cell, "test": path.relative_to(ROOT).as_posix()})
+    return found
+
+
+def matrix_section() -> list[str]:
+    """Which torch x CUDA x C++ ABI cells CI builds for real, which it prepares only, which no
+    test reaches: the marks on the tests themselves, so the table cannot claim a test that is
+    not there (tests/unit/test_docs.py checks every mark names a stage and a real test)."""
+    lines = [
+        "",
+        "## What CI builds, for which torch",
+        "",
+        "Each row is a test that runs on every CI run (2 cores, no GPU) with that torch and that",
+        "nvcc: " + "; ".join(f"*{k}*: {v}" for k, v in STAGES.items()) + ".",
+        "CUDA 12 cells use nvcc 12.4 from Debian's `nvidia-cuda-toolkit`, assembled by the tests",
+        "(torch accepts a minor version below its own within the major).",
+        "",
+        "| flavour | torch | nvcc | C++ ABI | in CI | test |",
+        "|---|---|---|---|---|---|",
+    ]
+    order = {"compiled": 0, "prepare": 1}
+    for c in sorted(cells(), key=lambda c: (c["flavour"], order[c["stage"]], c["torch"])):
+        lines.append(
+            f"| {c['flavour']} | {c['torch']} | {c['nvcc']} | {c['abi']} | {c['stage']} "
+            f"| `{c['test']}` |"
+        )
+    for c in UNTESTED:
+        lines.append(
+            f"| {c['flavour']} | {c['torch']} | {c['nvcc']} | {c['abi']} | untested: "
+            f"{c['why']} | — |"
+        )
+    return lines
 
 
 # ------------------------------------------------------------------------------ test durations

@@ -153,6 +153,13 @@ def _check(report, name):
     return next(c for c in report["checks"] if c["name"] == name)
 
 
+@pytest.mark.cell(
+    flavour="FA3 main-0251105a",
+    torch="2.11.0+cu130",
+    nvcc="13.0",
+    abi="stable ABI",
+    stage="compiled",
+)
 def test_verify_and_import_under_the_build_torch(fa3_installed):
     python, _, _, _, tmp, _ = fa3_installed
     code, report = _verify(python, "flash_attn_3")

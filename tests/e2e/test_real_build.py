@@ -165,6 +165,9 @@ def test_only_the_kernel_sets_kernels_are_in_the_module(installed):
 # --------------------------------------------------------------------------- the installed package
 
 
+@pytest.mark.cell(
+    flavour="FA2 2.8.3.post2", torch="2.11.0+cu130", nvcc="13.0", abi="TRUE", stage="compiled"
+)
 def test_fa_shim_verify_passes_on_the_installed_package(installed):
     proc = run(
         [installed.python, "-m", "fa_backend", "verify", "flash_attn", "--json"],

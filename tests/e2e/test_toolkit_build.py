@@ -162,6 +162,13 @@ def test_the_second_build_reuses_the_toolkit_without_downloading(built):
     assert "wheel cache hit" in log  # the same nvcc build, so the same fingerprint
 
 
+@pytest.mark.cell(
+    flavour="FA2 2.8.3.post2",
+    torch="2.14.1+cu130",
+    nvcc="13.0 (from the index)",
+    abi="TRUE",
+    stage="compiled",
+)
 def test_the_wheel_verifies_and_imports(built):
     python, site = overlay_venv(built["python"], built["tmp"] / "venv")
     run([python, "-m", "pip", "install", "-q", "--no-deps", "--no-index", built["wheel"]])

@@ -62,6 +62,9 @@ def _gencodes(command: dict) -> list[str]:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("version", SUPPORTED)
+@pytest.mark.cell(
+    flavour="FA2, every release", torch="2.11.0+cu130", nvcc="13.0", abi="TRUE", stage="prepare"
+)
 def test_prepare_under_torch_2_11(version, torch211_python, upstream_sdists, tmp_path):
     summary, log = _prepare(
         torch211_python,
@@ -142,6 +145,13 @@ def _nvcc_12_4_version_stand_in(tmp_path: Path) -> Path:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("version", ["2.8.3", "2.8.1"])
+@pytest.mark.cell(
+    flavour="FA2 2.8.3, 2.8.1",
+    torch="2.6.0+cu124",
+    nvcc="12.4 (a stand-in)",
+    abi="FALSE",
+    stage="prepare",
+)
 def test_prepare_under_torch_2_6_old_abi(version, torch26_python, upstream_sdists, tmp_path):
     """torch 2.6 is built with _GLIBCXX_USE_CXX11_ABI=0 and C++17: every command follows it."""
     summary, _ = _prepare(

@@ -50,6 +50,9 @@ def stable(torch211_python, tmp_path_factory) -> dict:
     return _prepare(torch211_python, tmp_path_factory.mktemp("stable"), **TAILORED)
 
 
+@pytest.mark.cell(
+    flavour="FA3 v2.8.3", torch="2.11.0+cu130", nvcc="13.0", abi="TRUE", stage="prepare"
+)
 def test_v2_8_3_builds_its_torch_bound_api_and_split_aggregate_units(v283):
     files = {Path(c["file"]).name: c for c in v283["compile_commands"]}
     # setup.py's hdimall/hdimdiff aggregates, compiled as the files they include that this set

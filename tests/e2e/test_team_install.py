@@ -1,0 +1,118 @@
+"""A teammate installs from the team's wheel cache with the one line docs/guides/fleet.md gives
+for their frontend, unpinned, with the package index reachable (where upstream's flash-attn
+2.8.3.post2 sdist sorts above any wheel of an older release, and a wheel built for another torch
+sorts above theirs): they get the wheel built for their own torch, Python and CUDA; upstream's
+setup.py never runs; torch never changes.
+
+The cache holds the sample built against two torches: this machine's CPU torch 2.13 and the
+session's CUDA 13.0 torch 2.11. pip and uv install for real into a venv with torch 2.13 inside
+it (uv looks at nothing outside the venv), and resolve (--dry-run) in the torch 2.11 venv, which
+no test installs into."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+
+import pytest
+from conftest import (
+    HOST_LABEL,
+    PY,
+    REPO,
+    SAMPLE_VERSION,
+    T211_LABEL,
+    make_venv,
+    pip_wheel_cmd,
+    run,
+    run_sample,
+    sample_settings,
+)
+from packaging.utils import canonicalize_name
+from packaging.version import Version
+
+pytestmark = pytest.mark.slow
+
+FLEET = REPO / "docs" / "guides" / "fleet.md"
+DOCS_ROOT = "/shared/fa"  # the cache the guide's lines name
+
+
+def teammate_line(frontend: str) -> str:
+    """The guide's line for this frontend ("pip" or "uv"), verbatim."""
+    start = {"pip": "pip install --only-binary ", "uv": "uv pip install --no-build-package "}
+    lines = [ln for ln in FLEET.read_text().splitlines() if ln.startswith(start[frontend])]
+    assert len(lines) == 1, f"{FLEET} should give one teammate line for {frontend}: {lines}"
+    assert DOCS_ROOT in lines[0]
+    return lines[0]
+
+
+def in_venv(line: str, root: Path, *extra: str) -> list[str]:
+    """The line as bash runs it in the activated venv of `python`, the cache at `root`."""
+    return ["bash", "-c", " ".join([line.replace(DOCS_ROOT, str(root)), *extra])]
+
+
+def venv_env(python: Path, uv_cache: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("FA_SHIM_", "PYTHON"))}
+    env["PATH"] = f"{python.parent}{os.pathsep}{env['PATH']}"  # `source venv/bin/activate`
+    env["VIRTUAL_ENV"] = str(python.parent.parent)
+    env["UV_CACHE_DIR"] = str(uv_cache)
+    return env
+
+
+@pytest.fixture(scope="module")
+def team_cache(tmp_path_factory, sample_sdist_dir, torch211_python) -> Path:
+    """One wheel cache with the sample built against torch 2.13 (CPU) and torch 2.11 (cu130)."""
+    tmp = tmp_path_factory.mktemp("team")
+    root = tmp / "fa"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FA_SHIM_")}
+    env["XDG_CACHE_HOME"] = str(tmp / "xdg")
+    for python in (PY, torch211_python):
+        proc = run(
+            pip_wheel_cmd(
+                python, tmp / "out", *sample_settings(sample_sdist_dir),
+                "-C", f"wheel-cache-dir={root}", "-v",
+            ),
+            env=env,
+        )  # fmt: skip
+        assert "teammates with torch" in proc.stderr  # the build says the line to use
+    return root
+
+
+def test_pip_and_uv_install_the_wheel_of_the_installed_torch(team_cache, tmp_path, uv_cache):
+    flat = sorted(w.name for w in team_cache.glob("*.whl"))
+    assert len(flat) == 2 and any(T211_LABEL.lower() in w.lower() for w in flat)
+    python = make_venv(tmp_path / "t213", [])
+    torch = run([PY, "-c", "import importlib.metadata as m; print(m.version('torch'))"])
+    run([python, "-m", "pip", "install", "-q", f"torch=={torch.stdout.strip()}"])
+    env = venv_env(python, uv_cache)
+    freeze = run([python, "-m", "pip", "freeze"], env=env).stdout
+    for frontend in ("pip", "uv"):
+        proc = run(in_venv(teammate_line(frontend), team_cache), env=env)
+        assert "setup.py" not in proc.stdout + proc.stderr
+        ran = run_sample(python)
+        assert Version(ran["version"]) == Version(f"{SAMPLE_VERSION}+{HOST_LABEL}"), frontend
+        assert ran["torch"].startswith("2.13")
+        after = run([python, "-m", "pip", "freeze"], env=env).stdout.splitlines()
+        assert set(freeze.splitlines()) <= set(after), f"{frontend} changed what was installed"
+        run([python, "-m", "pip", "uninstall", "-y", "-q", "flash-attn"], env=env)
+
+
+def test_in_another_torchs_venv_both_resolve_its_own_wheel(team_cache, torch211_python, uv_cache):
+    env = venv_env(torch211_python, uv_cache)
+    report = run(
+        in_venv(teammate_line("pip"), team_cache, "--dry-run", "-q", "--report -"),
+        env=env,
+    )
+    installs = json.loads(report.stdout)["install"]
+    chosen = {
+        canonicalize_name(i["metadata"]["name"]): Version(i["metadata"]["version"])
+        for i in installs
+    }
+    assert list(chosen) == ["flash-attn"], chosen
+    assert Version(chosen["flash-attn"]) == Version(f"{SAMPLE_VERSION}+{T211_LABEL}")
+    uv = run(in_venv(teammate_line("uv"), team_cache, "--dry-run"), env=env)
+    would = re.findall(r"^ \+ (\S+)==(\S+)$", uv.stderr, re.M)
+    assert [(n, Version(v)) for n, v in would] == [
+        ("flash-attn", Version(f"{SAMPLE_VERSION}+{T211_LABEL}"))
+    ], uv.stderr
