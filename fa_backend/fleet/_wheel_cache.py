@@ -64,8 +64,8 @@ def torch_dir(root: Path, torch_version: str) -> Path:
 def install_line(root: Path, dist: str) -> str:
     """The one line a teammate runs with pip to get the wheel of their own torch from root:
     only a wheel (never upstream's setup.py, whatever version the index has), from their
-    torch's directory (never a wheel that would swap torch). uv: the same with `uv pip install`
-    and --no-build-package instead of --only-binary (docs/guides/fleet.md)."""
+    torch's directory (never a wheel that would swap torch). uv: the same after `uv `
+    (docs/guides/fleet.md)."""
     where = f"{root}/torch-$(python -c 'import torch; print(torch.__version__)')"
     return f'pip install --only-binary {dist} --find-links "{where}" {dist}'
 
