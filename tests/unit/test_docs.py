@@ -23,9 +23,8 @@ FA_BACKEND = REPO / "fa_backend"
 
 
 def pages() -> list[Path]:
-    """The site's Markdown pages (raw run data and build output are not pages)."""
-    skip = {"gpu-runs", "cpu-runs", "_build"}
-    return [p for p in DOCS.rglob("*.md") if not skip & set(p.relative_to(DOCS).parts)]
+    """The site's Markdown pages (the build output is not a page)."""
+    return [p for p in DOCS.rglob("*.md") if "_build" not in p.relative_to(DOCS).parts]
 
 
 def anchors(page: Path) -> set[str]:
