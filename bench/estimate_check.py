@@ -23,7 +23,7 @@ from fa_backend.pipeline import _stats
 from fa_backend.toolchain import _schedule
 
 ROOT = Path(__file__).resolve().parents[1]
-H100 = ROOT / "docs" / "gpu-runs" / "2026-11-22-h100"
+H100 = ROOT / "bench" / "results" / "2026-11-22-h100"
 CALIBRATION = H100 / "run3" / "full-tus.jsonl"
 TAILORED = [
     f"flash_fwd{s}_hdim128_bf16{c}_sm80.cu" for s in ("", "_split") for c in ("", "_causal")
@@ -85,7 +85,7 @@ def recorded() -> list[tuple[str, str, list[str], _schedule.Machine, int, float]
             _wall(H100 / "run1/tailored-disable-unsplit.json"),
         )
     )
-    h200 = ROOT / "docs/gpu-runs/2026-11-22-h200-tailored"
+    h200 = ROOT / "bench/results/2026-11-22-h200-tailored"
     for name, disabled in (("tailored", 0), ("tailored-disable", 5)):
         rows.append(
             (
@@ -98,8 +98,8 @@ def recorded() -> list[tuple[str, str, list[str], _schedule.Machine, int, float]
             )
         )
     # the training set (bf16, hdim 128, fwd+bwd, 4 switches) in 4 parts, in 2 and whole
-    lease_b = ROOT / "docs/gpu-runs/2026-11-24-h100-lease-b"
-    lease_c = ROOT / "docs/gpu-runs/2026-11-25-h100-lease-c"
+    lease_b = ROOT / "bench/results/2026-11-24-h100-lease-b"
+    lease_c = ROOT / "bench/results/2026-11-25-h100-lease-c"
     for label, run, lease, name, jobs in (
         ("4 parts", lease_b, "lease b", "fa2-training", 16),
         ("2 parts", lease_c, "lease c", "fa2-parts2", 16),
@@ -115,7 +115,7 @@ def recorded() -> list[tuple[str, str, list[str], _schedule.Machine, int, float]
                 _wall(run / f"{name}.json"),
             )
         )
-    cpu = ROOT / "docs/cpu-runs/2026-11-22-ccache/ccache-cold.json"
+    cpu = ROOT / "bench/results/2026-11-22-ccache/ccache-cold.json"
     rows.append(
         (
             "tailored, sm_80, ccache cold",

@@ -7,7 +7,7 @@ stand in for each kind of unit; the result is a model, never a measurement.
 
     python bench/fa3_full_model.py [--stats SLICE.jsonl ...] [--json OUT.json]
     python bench/fa3_full_model.py --aggregates \
-        docs/gpu-runs/2026-11-23-h100-fa3/full-compile-stats.jsonl
+        bench/results/2026-11-23-h100-fa3/full-compile-stats.jsonl
 
 Units, as fa-shim compiles the set (flavours/fa3/_units): 220 forward per-head-dim units (bf16,
 fp16, e4m3 x 5 head dims + the head-dim pairs x 10 feature variants), 10 backward units,
@@ -53,7 +53,7 @@ from fa_backend.settings import _settings  # noqa: E402
 from fa_backend.toolchain import _pools, _schedule  # noqa: E402
 
 GIB = 1024**3
-FULL_RUN = ROOT / "docs/gpu-runs/2026-11-23-h100-fa3/full-compile-stats.jsonl"
+FULL_RUN = ROOT / "bench/results/2026-11-23-h100-fa3/full-compile-stats.jsonl"
 SLICE_SECONDS = (181.0, 234.0)  # issue 24: 16 units at once on the H100
 SLICE_PEAK_GIB = 7.04  # the largest per-head-dim peak measured (5.2-7.04 GiB)
 LIGHT = {"flash_api.cpp": 60.0, "flash_prepare_scheduler.cu": 60.0, "flash_fwd_combine.cu": 120.0}

@@ -4,7 +4,7 @@
 
 - build-time-vs-cores.svg: the build-time model (the estimate module's `predict`) for flash-attn
   2.8.3's full and tailored sets against cores and jobs, with the measured builds
-  (docs/gpu-runs/2026-11-22-h100, -h200-tailored, docs/cpu-runs/2026-11-22-ccache);
+  (bench/results/2026-11-22-h100, -h200-tailored, 2026-11-22-ccache);
 - unit-time-memory.svg: each translation unit's compile time and peak memory, FA2's full set
   (run3's launcher records) and FA3's full set as far as it got (2026-11-23-h100-fa3);
 - kernel-speed.svg: FA2, SDPA and FA3 forward and backward TFLOP/s on the H100
@@ -34,10 +34,9 @@ from fa_backend.toolchain._schedule import Machine, predict  # noqa: E402
 
 FA2_COST = model(0)
 
-GPU_RUNS = ROOT / "docs" / "gpu-runs"
-CPU_RUNS = ROOT / "docs" / "cpu-runs"
-H100 = GPU_RUNS / "2026-11-22-h100"
-FA3 = GPU_RUNS / "2026-11-23-h100-fa3"
+RUNS = ROOT / "bench" / "results"
+H100 = RUNS / "2026-11-22-h100"
+FA3 = RUNS / "2026-11-23-h100-fa3"
 IMAGES = ("build-time-vs-cores.svg", "unit-time-memory.svg", "kernel-speed.svg")
 COLOURS = {
     "full": "tab:blue",
@@ -85,8 +84,8 @@ def build_time(out: Path) -> None:
             ("parts", 16, wall(H100 / r / "tailored.json"), "H100")
             for r in ("run3", "run5", "run6")
         ),
-        ("tailored", 16, wall(GPU_RUNS / "2026-11-22-h200-tailored" / "tailored.json"), "H200"),
-        ("tailored", 2, wall(CPU_RUNS / "2026-11-22-ccache" / "ccache-cold.json"), "2-core box"),
+        ("tailored", 16, wall(RUNS / "2026-11-22-h200-tailored" / "tailored.json"), "H200"),
+        ("tailored", 2, wall(RUNS / "2026-11-22-ccache" / "ccache-cold.json"), "2-core box"),
     ]
     seen = set()
     for key, n, seconds, where in measured:

@@ -17,8 +17,8 @@ copyright = "fa-shim contributors"
 extensions = ["myst_parser", "sphinxcontrib.mermaid"]
 source_suffix = {".md": "markdown"}
 root_doc = "index"
-# Raw run data stays beside the benchmarks as files, not pages.
-exclude_patterns = ["_build", "gpu-runs", "cpu-runs", "Thumbs.db", ".DS_Store"]
+# Raw run data lives in bench/results/, outside the site.
+exclude_patterns = ["_build", "Thumbs.db", ".DS_Store"]
 
 # Strictness: every `page.md#anchor` link must name a heading of that page (GitHub's slugs).
 myst_heading_anchors = 4

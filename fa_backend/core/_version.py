@@ -1,3 +1,4 @@
-"""fa-shim's own version (the wheel-cache fingerprint and provenance record it)."""
+"""fa-shim's own version: the newest released version in CHANGELOG.md (a unit test keeps the two
+equal). The provenance records it; the wheel-cache fingerprint covers this file with the rest."""
 
-__version__ = "0.1.0"
+__version__ = "0.4.0"

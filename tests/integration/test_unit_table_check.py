@@ -9,7 +9,7 @@ import sys
 import pytest
 from conftest import REPO
 
-RUNS = REPO / "docs" / "gpu-runs"
+RUNS = REPO / "bench" / "results"
 RUN3 = RUNS / "2026-11-22-h100" / "run3"
 TABLES = {
     "2.8.3": [RUN3 / f"{n}-tus.jsonl" for n in ("full", "tailored-disable", "tailored")],

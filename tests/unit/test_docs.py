@@ -7,6 +7,7 @@ cluster guide's job script):
 - What the pages say about the code holds: each troubleshooting row names a message the code
   produces, each provenance key is one the code writes, each `-C key` is a setting, and each
   picture `bench/plots.py` makes is shown.
+- bench/ holds only scripts that a page, the README or a test cites, or that such a script runs.
 """
 
 from __future__ import annotations
@@ -23,9 +24,8 @@ FA_BACKEND = REPO / "fa_backend"
 
 
 def pages() -> list[Path]:
-    """The site's Markdown pages (raw run data and build output are not pages)."""
-    skip = {"gpu-runs", "cpu-runs", "_build"}
-    return [p for p in DOCS.rglob("*.md") if not skip & set(p.relative_to(DOCS).parts)]
+    """The site's Markdown pages (the build output is not a page)."""
+    return [p for p in DOCS.rglob("*.md") if "_build" not in p.relative_to(DOCS).parts]
 
 
 def anchors(page: Path) -> set[str]:
@@ -225,3 +225,26 @@ def test_every_picture_is_made_by_plots_py_and_shown():
     )
     shown = "".join(page.read_text(encoding="utf-8") for page in pages())
     assert not [i for i in images if f"images/{i})" not in shown], "pictures no page shows"
+
+
+def test_every_bench_script_is_cited_or_run_by_one_that_is():
+    """bench/ keeps what a reader can rerun: a script a docs page, the README or a test names, or
+    one such a script runs (bench/results/ is recorded data, not a citation)."""
+    scripts = {
+        p.name: p.read_text(encoding="utf-8") for p in (REPO / "bench").iterdir() if p.is_file()
+    }
+    texts = [p.read_text(encoding="utf-8") for p in pages()] + [README.read_text(encoding="utf-8")]
+    texts += [p.read_text(encoding="utf-8") for p in (REPO / "tests").rglob("*.py")]
+
+    def named(name: str, text: str) -> bool:
+        return re.search(rf"(?<![\w-]){re.escape(name)}\b", text) is not None
+
+    cited = {name for name in scripts if any(named(name, text) for text in texts)}
+    grown = True
+    while grown:  # what a cited script runs is cited too
+        more = {n for n in scripts.keys() - cited if any(named(n, scripts[c]) for c in cited)}
+        cited |= more
+        grown = bool(more)
+    assert not scripts.keys() - cited, (
+        f"bench/ scripts nothing cites: {sorted(scripts.keys() - cited)}"
+    )

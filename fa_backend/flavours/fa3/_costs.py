@@ -3,7 +3,7 @@ for sm_90a on one core, and its compiler's peak memory, from measured builds.
 
 Measured (docs/benchmarks.md, docs/fa3-design.md#per-head-dim-units-their-cost-and-memory):
 - v2.8.3's full set on the H100 host (16 cores, nvcc 13.0, 16 jobs: every core busy, the launcher's
-  records in docs/gpu-runs/2026-11-23-h100-fa3/full-compile-stats.jsonl): backward units
+  records in bench/results/2026-11-23-h100-fa3/full-compile-stats.jsonl): backward units
   235-275 s at 5.8-6.4 GiB; forward `hdimall` units 864-973 s at 17.7-22.0 GiB;
 - upstream main's per-head-dim forward units on the H100 (issue 24, the build's own nvcc command
   lines): 146-178 s at 5.95-7.04 GiB each with 7 at once; 181-234 s at 5.2-7.0 GiB in a 16-way

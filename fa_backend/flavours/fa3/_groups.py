@@ -4,7 +4,7 @@ fa-shim writes beside them that `#include`s its members, as upstream's own aggre
 
 Why: most of a forward unit's compile is the CUTLASS templates of its head dim and dtype, which
 its feature variants share (their tiles are the same); two variants in one unit cost 1.25-1.45 x
-one, four 2.1 x (2-core box, docs/benchmarks.md#2026-11-26-forward-variants-in-one-unit), at
+one, four 2.1 x (2-core box, docs/benchmarks.md#build-time), at
 0.3-0.4 GiB more per variant. Head dims share little, which is why upstream's `hdimall`
 aggregates were as slow as their files apart. The set's units and kernels stay the same; only
 how they are cut into translation units changes (the fingerprint ignores it, as FA2's parts).

@@ -96,7 +96,7 @@ def fa3_v283_unsplit():
 
 def fa2_full_set():
     """FA2 2.8.3's 73 units as the H100 run3 recorded them (3.3-6.7 GiB, 36-388 s)."""
-    rows = _stats.compiled(REPO / "docs/gpu-runs/2026-11-22-h100/run3/full-tus.jsonl")
+    rows = _stats.compiled(REPO / "bench/results/2026-11-22-h100/run3/full-tus.jsonl")
     peaks = {r["source"]: r["peak_rss_mib"] * 2**20 for r in rows}
     return peaks, {r["source"]: r["seconds"] for r in rows}
 

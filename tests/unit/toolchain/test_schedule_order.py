@@ -11,7 +11,7 @@ from conftest import REPO
 from fa_backend.pipeline import _stats
 from fa_backend.toolchain import _schedule
 
-RUN3 = REPO / "docs" / "gpu-runs" / "2026-11-22-h100" / "run3" / "full-tus.jsonl"
+RUN3 = REPO / "bench" / "results" / "2026-11-22-h100" / "run3" / "full-tus.jsonl"
 
 
 def test_without_pools_a_unit_takes_the_first_free_job():
