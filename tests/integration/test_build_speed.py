@@ -1,5 +1,5 @@
 """Build-speed machinery on the sample sdist with real pip processes: the wheel cache (miss, hit,
-find-links, concurrent builders, interrupted build), the out-of-memory retry and the compiler
+find-links, interrupted build; concurrent builders: tests/integration/test_hostlock.py), the out-of-memory retry and the compiler
 cache."""
 
 from __future__ import annotations
@@ -99,30 +99,6 @@ def test_a_compile_relevant_change_misses_the_cache(sample_sdist_dir, tmp_path):
     changed = _pip_wheel(tmp_path / "b", sample_sdist_dir, env={"CXXFLAGS": "-DSAMPLE_EXTRA=1"})
     assert "wheel cache hit" not in changed.stderr
     assert len([p for p in _cache_root().iterdir() if p.is_dir() and p.name != ".locks"]) == 2
-
-
-def test_concurrent_builders_of_one_wheel_compile_once(sample_sdist_dir, tmp_path):
-    slow_cxx = tmp_path / "slow-g++"  # keeps the first builder inside its lock for a while
-    slow_cxx.write_text('#!/bin/sh\nsleep 5\nexec g++ "$@"\n')
-    slow_cxx.chmod(0o755)
-    env = {**os.environ, "CXX": str(slow_cxx)}
-    procs = [
-        subprocess.Popen(
-            _pip_wheel_cmd(tmp_path / f"w{i}", sample_sdist_dir),
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        for i in range(3)
-    ]
-    outputs = [p.communicate(timeout=900)[0] for p in procs]
-    assert [p.returncode for p in procs] == [0, 0, 0], outputs
-    assert sum("running upstream setup.py (wheel)" in o for o in outputs) == 1
-    assert sum("wheel cache hit" in o for o in outputs) == 2
-    assert any("another build of the same wheel holds" in o for o in outputs)
-    wheels = {w.read_bytes() for i in range(3) for w in (tmp_path / f"w{i}").glob("*.whl")}
-    assert len(wheels) == 1
 
 
 def test_an_interrupted_build_leaves_no_cache_entry(sample_sdist_dir, tmp_path):
