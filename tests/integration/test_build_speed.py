@@ -1,6 +1,6 @@
 """Build-speed machinery on the sample sdist with real pip processes: the wheel cache (miss, hit,
-find-links, interrupted build; concurrent builders: tests/integration/test_hostlock.py), the out-of-memory retry and the compiler
-cache."""
+find-links, interrupted build; concurrent builders: tests/integration/test_hostlock.py), the
+out-of-memory retry and the compiler cache."""
 
 from __future__ import annotations
 
