@@ -123,7 +123,7 @@ def test_doctor_shows_the_estimate_of_the_real_sdist(torch211_python, tmp_path):
     )
     assert "building against torch" not in proc.stderr
     out = proc.stdout
-    assert "flash_attn-2.8.3+cu130torch2.11cxx11abiTRUE.hdim128.bf16.fwd-cp3" in out
+    assert "flash_attn-2.8.3.post2+cu130torch2.11cxx11abiTRUE.hdim128.bf16.fwd-cp3" in out
     assert "would compile 5 source(s) x 1 architecture (kernel set hdim128.bf16.fwd)" in out
     assert "architectures: 80 from setting cuda-archs -> sm_80" in out
     assert "estimate: " in out and "not in the wheel cache" in out

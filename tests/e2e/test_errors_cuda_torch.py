@@ -15,7 +15,7 @@ import pytest
 from conftest import REPO, SHARED_SDISTS, TOOLS, make_venv, run
 from conftest import build_wheel_error as build_wheel
 
-SDIST_283 = SHARED_SDISTS / "flash_attn-2.8.3.tar.gz"
+SDIST = SHARED_SDISTS / "flash_attn-2.8.3.post2.tar.gz"  # the default release's
 
 
 @pytest.mark.slow
@@ -29,7 +29,7 @@ def test_nvcc_not_found(torch211_python, tmp_path):
     err = build_wheel(
         torch211_python,
         tmp_path,
-        {"sdist": str(SDIST_283), "cuda-toolkit": "system"},
+        {"sdist": str(SDIST), "cuda-toolkit": "system"},
         env={"PATH": path, "CUDA_HOME": "", "CUDA_PATH": ""},
         prefix=["unshare", "-m", "sh", "-c", 'mount -t tmpfs none /usr/local && exec "$@"', "sh"],
     )
@@ -48,7 +48,7 @@ def _fake_cuda_home(tmp_path: Path) -> Path:
 def test_nvcc_named_by_cuda_home_with_the_wrong_major(torch211_python, tmp_path):
     home = _fake_cuda_home(tmp_path)
     err = build_wheel(
-        torch211_python, tmp_path, {"sdist": str(SDIST_283)}, env={"CUDA_HOME": str(home)}
+        torch211_python, tmp_path, {"sdist": str(SDIST)}, env={"CUDA_HOME": str(home)}
     )
     assert (
         f"the nvcc named by CUDA_HOME ({home}/bin/nvcc, CUDA 11.5) does not match torch "
@@ -72,7 +72,7 @@ def test_wrong_nvcc_first_on_path_is_skipped_for_a_matching_one(torch211_python,
             "--build-dir",
             tmp_path / "b",
             "-C",
-            f"sdist={SDIST_283}",
+            f"sdist={SDIST}",
             "-C",
             "cuda-archs=90",
         ],
@@ -95,7 +95,7 @@ def test_missing_setuptools_fix_keeps_torchs_own_constraint(torch211_python, tmp
     own = run([python, "-c", "import setuptools; print(setuptools.__version__)"]).stdout.strip()
     if int(own.split(".")[0]) >= 70:
         pytest.skip(f"this Python's ensurepip brings setuptools {own}, not an old one")
-    err = build_wheel(python, tmp_path, {"sdist": str(SDIST_283)})
+    err = build_wheel(python, tmp_path, {"sdist": str(SDIST)})
     assert f"setuptools>=70 (found {own})" in err
     assert f"fix: {python} -m pip install 'setuptools<82,>=70'" in err
     assert "keeps setuptools<82 from torch 2.11.0" in err

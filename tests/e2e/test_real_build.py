@@ -1,4 +1,4 @@
-"""The real thing on a CPU box: upstream flash-attn 2.8.3 compiled through fa-shim, for real.
+"""The real thing on a CPU box: upstream flash-attn 2.8.3.post2 (the default) compiled, for real.
 
 The wheel checked here is the one the README's quick start built and installed in a fresh venv
 (conftest's `quick_start`; tests/e2e/test_quickstart.py checks the newcomer's view of it): one
@@ -39,7 +39,7 @@ ARCH = "80"
 # upstream's five DISABLE switches keep the build short (6 kernels per source)
 KERNEL_SET = "hdim128.bf16.fwd.nodropout.noalibi.nosoftcap.nolocal.nounevenk"
 TORCH_LABEL = "cu130torch2.11cxx11abiTRUE"
-VERSION = f"2.8.3+{TORCH_LABEL}.{KERNEL_SET}"
+VERSION = f"2.8.3.post2+{TORCH_LABEL}.{KERNEL_SET}"
 # The 4 forward kernels of the set plus flash_api.cpp: nothing else may be compiled.
 KERNELS = {
     f"flash_{p}_hdim128_bf16{c}_sm80.cu" for p in ("fwd", "fwd_split") for c in ("", "_causal")
@@ -102,8 +102,10 @@ def test_wheel_name_and_tags_carry_the_kernel_set(installed):
 
 def test_provenance_names_torch_cuda_abi_archs_and_kernel_set(installed):
     prov = json.loads((installed.dist_info / "fa_shim_provenance.json").read_text())
-    assert prov["flash_attn_version"] == "2.8.3"
-    assert prov["sdist"]["pinned"] is True and prov["sdist"]["file"] == "flash_attn-2.8.3.tar.gz"
+    assert prov["flash_attn_version"] == "2.8.3.post2"
+    assert (
+        prov["sdist"]["pinned"] is True and prov["sdist"]["file"] == "flash_attn-2.8.3.post2.tar.gz"
+    )
     assert Version(prov["torch"]["version"]).public == "2.11.0"
     assert prov["torch"]["cuda"] == "13.0"
     assert prov["torch"]["cxx11_abi"] == 1
@@ -198,7 +200,7 @@ def test_flash_attn_and_its_module_import_without_a_gpu(installed):
     )
     available, version, package, module = proc.stdout.split()
     assert available == "False"
-    assert version == "2.8.3"
+    assert version == "2.8.3.post2"
     assert Path(package).is_relative_to(installed.site)
     assert Path(module).parent == installed.site
 

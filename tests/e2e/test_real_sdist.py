@@ -1,6 +1,6 @@
-"""The real flash-attn 2.8.3 sdist through fa-shim's preparation stage (extract, verify, patch,
-inject) under a real CUDA torch: the build description torch writes carries the flags in every
-cxx and nvcc command. Nothing is compiled."""
+"""The real flash-attn sdist (2.8.3.post2, the default) through the preparation (extract, verify,
+patch, inject) under a real CUDA torch: the build description torch writes carries the flags in
+every cxx and nvcc command. Nothing is compiled."""
 
 from __future__ import annotations
 
@@ -59,8 +59,8 @@ def test_the_requested_arch_only(prepared):
 
 def test_preparation_verified_the_pin_and_compiled_nothing(prepared):
     summary, stderr, build_dir = prepared
-    assert "sha256 1e71dd64a9e0… verified" in stderr
+    assert "sha256 d0f9f0b08a98… verified" in stderr
     assert summary["provenance"]["sdist"]["pinned"] is True
-    assert summary["wheel"].startswith("flash_attn-2.8.3+cu130torch2.11cxx11abiTRUE-cp")
+    assert summary["wheel"].startswith("flash_attn-2.8.3.post2+cu130torch2.11cxx11abiTRUE-cp")
     assert not list(build_dir.rglob("*.o")), "preparation must not compile"
     assert summary["provenance"]["nvcc"]["version"] == "13.0"

@@ -1,4 +1,4 @@
-"""CI proof: the real flash-attn 2.8.3 built against torch 2.14.1 on a machine with no CUDA toolkit.
+"""CI proof: the real flash-attn 2.8.3.post2 built against torch 2.14.1 with no CUDA toolkit.
 
 In a private mount namespace (`unshare -m`, root) every /usr/local/cuda* directory is covered by
 an empty one and every nvcc on PATH by an empty, non-executable file, so no nvcc can be found.
@@ -125,7 +125,7 @@ def test_auto_provisions_cuda_13_0_from_the_index(built):
     home = built["cache"] / "toolkits" / "13.0"
     origin = "from cuda-toolkit from the package index"
     assert f"using nvcc {home}/bin/nvcc (CUDA 13.0, {origin})" in log
-    assert built["wheel"].name.startswith(f"flash_attn-2.8.3+{LABEL}-")
+    assert built["wheel"].name.startswith(f"flash_attn-2.8.3.post2+{LABEL}-")
 
 
 def test_provenance_names_the_provisioned_nvcc(built):
@@ -182,6 +182,6 @@ def test_the_wheel_verifies_and_imports(built):
     )
     out = run([python, "-c", code], cwd=built["tmp"], env=clean_env()).stdout
     flash_attn_version, torch_version = out.split()[-2:]
-    assert Version(flash_attn_version) == Version(f"2.8.3+{LABEL}"), out
+    assert Version(flash_attn_version) == Version(f"2.8.3.post2+{LABEL}"), out
     assert torch_version == "2.14.1+cu130", out
     assert glob.glob(str(site / "flash_attn_2_cuda*.so"))

@@ -20,12 +20,12 @@ from conftest import (
 )
 from conftest import build_wheel_error as build_wheel
 
-SDIST_283 = SHARED_SDISTS / "flash_attn-2.8.3.tar.gz"
+SDIST = SHARED_SDISTS / "flash_attn-2.8.3.post2.tar.gz"  # the default release's
 
 
 def test_missing_build_requirements_under_no_build_isolation(tmp_path):
     python = make_venv(tmp_path / "bare", ["packaging"])
-    err = build_wheel(python, tmp_path, {"sdist": str(SDIST_283)})
+    err = build_wheel(python, tmp_path, {"sdist": str(SDIST)})
     assert "fa-shim's build requirements are missing" in err
     assert "ninja, psutil, pyelftools>=0.31, filelock>=3.12" in err
     assert f"fix: {python} -m pip install" in err
@@ -33,21 +33,21 @@ def test_missing_build_requirements_under_no_build_isolation(tmp_path):
 
 def test_torch_not_importable(tmp_path):
     python = make_venv(tmp_path / "no-torch", BUILD_TOOLS)
-    err = build_wheel(python, tmp_path, {"sdist": str(SDIST_283)})
+    err = build_wheel(python, tmp_path, {"sdist": str(SDIST)})
     assert f"torch is not importable by {python}" in err
     assert "No module named 'torch'" in err
     assert "--no-build-isolation" in err
 
 
 def test_cpu_only_torch_cannot_build_cuda_kernels(tmp_path):
-    err = build_wheel(PY, tmp_path, {"sdist": str(SDIST_283)})
+    err = build_wheel(PY, tmp_path, {"sdist": str(SDIST)})
     assert "is a CPU-only build: it cannot compile flash-attn's CUDA kernels" in err
     assert "pip install torch==2.11.0" in err
 
 
 def test_offline_without_a_local_sdist(tmp_path):
     err = build_wheel(PY, tmp_path, {"offline": "true"})
-    assert "the flash-attn 2.8.3 sdist is not in" in err and "offline is set" in err
+    assert "the flash-attn 2.8.3.post2 sdist is not in" in err and "offline is set" in err
     assert "-C sdist=FILE or -C sdist-dir=DIR" in err
 
 
@@ -58,28 +58,30 @@ def test_no_network_and_no_sdist(tmp_path):
         "PIP_EXTRA_INDEX_URL": "",
     }
     err = build_wheel(PY, tmp_path, {}, env=env)
-    assert "could not download the flash-attn 2.8.3 sdist (offline, or not on the index)" in err
+    assert (
+        "could not download the flash-attn 2.8.3.post2 sdist (offline, or not on the index)" in err
+    )
     assert "http://127.0.0.1:9/simple" in err and "Connection refused" in err
     assert "-C sdist-dir=DIR" in err
 
 
 def test_one_byte_changed_sdist_is_refused(tmp_path):
-    bad = tmp_path / "sdists" / SDIST_283.name
+    bad = tmp_path / "sdists" / SDIST.name
     bad.parent.mkdir()
-    data = bytearray(SDIST_283.read_bytes())
+    data = bytearray(SDIST.read_bytes())
     data[len(data) // 2] ^= 0x01
     bad.write_bytes(bytes(data))
     err = build_wheel(PY, tmp_path, {"sdist-dir": str(bad.parent)})
     assert f"sha256 mismatch for {bad}" in err
-    assert "expected 1e71dd64a9e0280e0447b8a0c2541bad4bf6ac65bdeaa2f90e51a9e57de0370d" in err
-    assert f"replace it with the original {SDIST_283.name} from PyPI" in err
+    assert "expected d0f9f0b08a986cdeadbffcf5ec8b3a8f514366c68ad1853d3ab061bc83cc340b" in err
+    assert f"replace it with the original {SDIST.name} from PyPI" in err
 
 
 def test_a_damaged_sdist_in_fa_shims_cache_is_refused_naming_the_file_to_delete(tmp_path):
     cache = tmp_path / "cache"
-    bad = cache / "sdists" / SDIST_283.name
+    bad = cache / "sdists" / SDIST.name
     bad.parent.mkdir(parents=True)
-    bad.write_bytes(SDIST_283.read_bytes()[: 1 << 20])
+    bad.write_bytes(SDIST.read_bytes()[: 1 << 20])
     err = build_wheel(PY, tmp_path, {"cache-dir": str(cache)})
     assert f"sha256 mismatch for {bad} (from fa-shim cache)" in err
     assert f"fix: delete {bad} and let fa-shim download it again." in err
@@ -88,14 +90,14 @@ def test_a_damaged_sdist_in_fa_shims_cache_is_refused_naming_the_file_to_delete(
 def test_an_unwritable_cache_directory_is_one_error(tmp_path):
     blocker = tmp_path / "a-file"  # not a directory: refused even for root
     blocker.write_text("")
-    err = build_wheel(PY, tmp_path, {"sdist": str(SDIST_283), "cache-dir": str(blocker / "c")})
+    err = build_wheel(PY, tmp_path, {"sdist": str(SDIST), "cache-dir": str(blocker / "c")})
     assert f"fa-shim's cache directory {blocker / 'c'} is not writable (Not a directory)" in err
     assert "-C cache-dir=DIR (or XDG_CACHE_HOME)" in err
 
 
 def test_truncated_pinned_sdist_is_refused(tmp_path):
-    bad = tmp_path / SDIST_283.name
-    bad.write_bytes(SDIST_283.read_bytes()[: 1 << 20])
+    bad = tmp_path / SDIST.name
+    bad.write_bytes(SDIST.read_bytes()[: 1 << 20])
     err = build_wheel(PY, tmp_path, {"sdist": str(bad)})
     assert "sha256 mismatch" in err and "truncated" in err
 

@@ -190,16 +190,16 @@ def test_build_sdist_contains_the_backend_and_patches_and_honours_relative_dirs(
         [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True
     )
     name = proc.stdout.strip()
-    assert name == "flash_attn-2.8.3.tar.gz"
+    assert name == "flash_attn-2.8.3.post2.tar.gz"
     sdist = tmp_path / "nested" / "out" / name
     with tarfile.open(sdist) as tar:
         names = tar.getnames()
-        pkg_info = tar.extractfile("flash_attn-2.8.3/PKG-INFO").read().decode()
-    assert "flash_attn-2.8.3/pyproject.toml" in names
-    assert "flash_attn-2.8.3/fa_backend/resources/upstream_driver.py" in names
-    assert "flash_attn-2.8.3/vendored_patches/2.8.3/release.toml" in names
+        pkg_info = tar.extractfile("flash_attn-2.8.3.post2/PKG-INFO").read().decode()
+    assert "flash_attn-2.8.3.post2/pyproject.toml" in names
+    assert "flash_attn-2.8.3.post2/fa_backend/resources/upstream_driver.py" in names
+    assert "flash_attn-2.8.3.post2/vendored_patches/2.8.3/release.toml" in names
     assert not any("/tests/" in n or "__pycache__" in n for n in names)
-    assert "Name: flash-attn\nVersion: 2.8.3\n" in pkg_info
+    assert "Name: flash-attn\nVersion: 2.8.3.post2\n" in pkg_info
 
 
 def test_build_sdist_for_another_version_builds_that_version(tmp_path):
