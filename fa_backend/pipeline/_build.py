@@ -30,7 +30,6 @@ from ..wheel._wheelfile import publish
 from . import (
     _compile_plan,
     _estimate,
-    _hit_memo,
     _progress,
     _reproducible,
     _runner,
@@ -232,7 +231,6 @@ def build(plan: Plan, wheel_directory: str, metadata_directory: str | None) -> s
                 plan.settings.wheel_cache_heartbeat,
                 built=lambda: how,
             )
-            _hit_memo.record(plan, tools, _wheel_cache.key(facts))
         else:
             path = publish(fresh_wheel(plan, tools, scratch), out_dir)
     _log.info(f"built {path}")
