@@ -1,6 +1,5 @@
 """The PEP 517 hooks. Each one is a line or two; the work lives in _plan and _build, imported
-only when needed: a wheel-cache hit whose inputs an earlier build's memo (_hit_memo) vouches
-for loads neither, and a metadata or sdist hook none of the compile pipeline."""
+only when needed: a metadata or sdist hook loads none of the compile pipeline."""
 
 from __future__ import annotations
 
@@ -8,7 +7,6 @@ from pathlib import Path
 
 from .core._boundary import boundary
 from .core._errors import FaShimError
-from .pipeline import _hit_memo
 
 
 @boundary
@@ -23,9 +21,6 @@ def get_requires_for_build_sdist(config_settings=None):
 
 @boundary
 def prepare_metadata_for_build_wheel(metadata_directory, config_settings=None):
-    known = _hit_memo.metadata(config_settings, metadata_directory)
-    if known:
-        return known
     from .pipeline import _plan
 
     return _plan.write_metadata(_plan.plan(config_settings), metadata_directory)
@@ -33,9 +28,6 @@ def prepare_metadata_for_build_wheel(metadata_directory, config_settings=None):
 
 @boundary
 def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
-    known = _hit_memo.wheel(config_settings, wheel_directory, metadata_directory)
-    if known:
-        return known
     from .pipeline import _build
 
     return _build.build(_build.plan(config_settings), wheel_directory, metadata_directory)

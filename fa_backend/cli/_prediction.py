@@ -12,10 +12,11 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
-from ..core._errors import FaShimError
+from ..core._errors import FaShimError, NotLocal
 from ..flavours._interface import Tools
 from ..fleet import _wheel_cache
 from ..pipeline import _build, _estimate
+from ..settings import _settings
 from ..toolchain import _jobs, _requirements
 from ..verify._report import ERROR
 
@@ -62,16 +63,20 @@ def build_section(report, project: Path) -> None:
     try:
         with in_project(project):
             plan = _build.plan({"offline": "true"})  # doctor never downloads
+    except NotLocal as exc:  # doctor's own offline: a build stops only where the user's is
+        with in_project(project):
+            if _settings.load({}).offline:
+                _stop(report, data, exc)
+                return
+        data["downloads"] = exc.cause
+        report.add(
+            "build",
+            data,
+            "the sources are not on this machine: a build downloads them first",
+            "(run doctor again afterwards for the estimate and the wheel-cache state)",
+        )
+        return
     except FaShimError as exc:
-        if "and offline is set" in exc.cause:  # not local: a build fetches it first
-            data["sdist"] = None
-            report.add(
-                "build",
-                data,
-                "the flash-attn sdist is not on this machine: a build downloads it first",
-                "(run doctor again afterwards for the estimate and the wheel-cache state)",
-            )
-            return
         _stop(report, data, exc)
         return
     data.update(wheel=plan.wheel_name, kernel_set=plan.kernel_set)
@@ -132,5 +137,7 @@ def build_tools(project: Path) -> tuple[Tools | None, str]:
     try:
         with in_project(project):  # pip runs the backend there: its [tool.fa-shim] counts
             return _build.toolchain(_build.plan({"offline": "true"})), ""
+    except NotLocal:
+        return None, "the sources are not on this machine yet"
     except FaShimError as exc:
         return None, exc.cause.rstrip(".")

@@ -20,3 +20,8 @@ class FaShimError(Exception):
         if self.fix:
             lines.append(f"fa-shim: fix: {self.fix}")
         return "\n".join(lines)
+
+
+class NotLocal(FaShimError):
+    """Sources a build needs are not on this machine and downloading is off: a build allowed to
+    download fetches them (doctor predicts that from this type, never from the message)."""

@@ -30,7 +30,6 @@ from ..wheel._wheelfile import publish
 from . import (
     _compile_plan,
     _estimate,
-    _hit_memo,
     _progress,
     _reproducible,
     _runner,
@@ -233,7 +232,6 @@ def build(plan: Plan, wheel_directory: str, metadata_directory: str | None) -> s
                 built=lambda: how,
                 torch_version=plan.torch.version,
             )
-            _hit_memo.record(plan, tools, _wheel_cache.key(facts))
         else:
             path = publish(fresh_wheel(plan, tools, scratch), out_dir)
     _log.info(f"built {path}")

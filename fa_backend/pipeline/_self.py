@@ -1,6 +1,5 @@
 """fa-shim's own identity, in every fingerprint and verify record: its version and the digest of
-its sources. Standard library only, so a wheel-cache hit answered early (_hit_memo) pays no
-import of the pipeline for it."""
+its sources."""
 
 from __future__ import annotations
 

@@ -50,8 +50,8 @@ class Settings:
         "path",
         "fa-shim's cache (default: $XDG_CACHE_HOME/fa-shim, else ~/.cache/fa-shim): downloaded "
         "sdists (`sdists/`), build logs (`logs/`), torch's probed facts (`torch-probes/`), the "
-        "wheels verify passed (`verified/`), the memos that answer a cache hit unplanned "
-        "(`hits/`) and, unless wheel-cache-dir is set, finished wheels (`wheels/`).",
+        "wheels verify passed (`verified/`) and, unless wheel-cache-dir is set, finished wheels "
+        "(`wheels/`).",
     )
     offline: bool = _setting(False, "bool", "Never download; fail if no local sdist is found.")
     allow_unknown_version: bool = _setting(

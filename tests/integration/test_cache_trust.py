@@ -2,19 +2,22 @@
 sha256 its entry recorded, its RECORD and verify; `cache check` finds a one-byte tamper and an
 edited member; `--rebuild` confirms an honest entry and names one that is not what its
 fingerprint builds; requirement lines carry hashes pip --require-hashes accepts; and a full
-disk never leaves half an entry."""
+disk never leaves half an entry; an sdist replaced in place is built again, never answered by
+the old wheel."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import shutil
 import subprocess
+import tarfile
 import zipfile
 from pathlib import Path
 
 import pytest
-from conftest import PY, REPO, pip_wheel_cmd, run, sample_settings
+from conftest import PY, REPO, pack_sample, pip_wheel_cmd, run, sample_settings
 
 SETTINGS = ("-C", "compiler-cache=none")
 
@@ -159,3 +162,25 @@ def test_a_full_cache_disk_leaves_no_half_entry(sample_sdist_dir, tmp_path):
     assert len(list((tmp_path / "out").glob("*.whl"))) == 1
     listing = proc.stdout.split("LISTING", 1)[1]
     assert "fingerprint.json" not in listing and ".part" not in listing, listing
+
+
+def test_an_sdist_replaced_in_place_is_built_again(tmp_path):
+    """An sdist fa-shim does not pin (a fork's, say), replaced under the same name by one whose
+    flash_attn/__init__.py changed: the wheel cache's answer rests on the sdist's bytes, so the
+    second build is a miss and its wheel holds the new file."""
+    sdist = pack_sample(tmp_path / "sdists")
+    settings = [*sample_settings(sdist.parent), *SETTINGS]
+    run(pip_wheel_cmd(PY, tmp_path / "a", "-v", *settings), env=_env(tmp_path))
+    member = f"{sdist.name.removesuffix('.tar.gz')}/flash_attn/__init__.py"
+    with tarfile.open(sdist) as tar:
+        members = [(info, tar.extractfile(info).read()) for info in tar.getmembers()]
+    with tarfile.open(sdist, "w:gz") as tar:
+        for info, data in members:
+            data += b"FORK = True\n" if info.name == member else b""
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    again = run(pip_wheel_cmd(PY, tmp_path / "b", "-v", *settings), env=_env(tmp_path))
+    assert "wheel cache hit" not in again.stderr, again.stderr
+    (wheel,) = (tmp_path / "b").glob("*.whl")
+    with zipfile.ZipFile(wheel) as zf:
+        assert "FORK = True" in zf.read("flash_attn/__init__.py").decode()

@@ -3,7 +3,8 @@ upstream's setup.py under torch 2.11.0+cu130 and nvcc 13.0 until torch has writt
 nothing compiled): which line each torch gets, the compile commands, the wheel's name, tag and
 requirement, the provenance and the estimate. v2.8.3 builds its torch-bound flash_api.cpp (its
 real build left CI when the stable line's replaced it, tests/test_fa3_build.py); main at
-0251105a its stable one, checked by the commands, not assumed. doctor shows FA3's estimate."""
+0251105a its stable one, checked by the commands, not assumed. doctor shows FA3's estimate, and
+predicts a download of trees that are not here (an error only where the user set offline)."""
 
 from __future__ import annotations
 
@@ -127,6 +128,24 @@ def test_doctor_shows_flash_attn_3s_estimate(torch211_python, tmp_path):
     build = json.loads(proc.stdout)["build"]
     assert build["sources"] == 4 and build["estimate_s"], build
     assert build["wheel"].startswith("flash_attn_3-3.0.0+g0251105a.cu13.torch2.9plus.hdim128")
+
+
+def test_doctor_predicts_that_a_build_downloads_flash_attn_3s_trees(torch211_python, tmp_path):
+    def doctor(**env: str) -> dict:
+        proc = run(
+            [PY, "-m", "fa_backend", "doctor", "--json", "--python", torch211_python],
+            cwd=REPO / "flash-attn-3",
+            check=False,
+            env=clean_env(XDG_CACHE_HOME=str(tmp_path), **env),
+        )
+        return json.loads(proc.stdout)
+
+    report = doctor()  # no tree in the cache, no fa3-source-dir: a build would download them
+    assert "hopper tree" in report["build"]["downloads"] and "stops" not in report["build"]
+    assert report["problems"] == [], report["problems"]
+    offline = doctor(FA_SHIM_OFFLINE="true")  # the user's own offline: a build would stop
+    assert "downloading is off" in offline["build"]["stops"]
+    assert [p["severity"] for p in offline["problems"]] == ["error"], offline["problems"]
 
 
 @pytest.mark.parametrize("line", ["v2.8.3", "auto"])

@@ -215,9 +215,9 @@ def test_build_sdist_for_another_version_builds_that_version(tmp_path):
 
 
 def test_the_hooks_module_loads_no_compile_pipeline():
-    """A wheel-cache hit runs two hooks in fresh interpreters: importing the backend loads the
-    memo that may answer them (pipeline/_hit_memo), not the plan (the flavour registry, the torch
-    probe) nor the pipeline, the toolchain's compilers and verify, which come with a miss."""
+    """Importing the backend (every hook, get_requires and build_sdist included) loads neither
+    the plan (the flavour registry, the torch probe) nor the pipeline, the toolchain's compilers
+    and verify: each hook that needs them imports them."""
     code = (
         "import sys, fa_backend; "
         "print(sorted(m for m in sys.modules if m.startswith('fa_backend.')))"
@@ -228,4 +228,3 @@ def test_the_hooks_module_loads_no_compile_pipeline():
     heavy = ("pipeline._build", "pipeline._plan", "flavours._registry", "toolchain._torch")
     for module in (*heavy, "verify._verify", "fleet._wheel_cache", "toolchain._toolkit"):
         assert f"fa_backend.{module}'" not in loaded, module
-    assert "fa_backend.pipeline._hit_memo'" in loaded

@@ -17,7 +17,7 @@ from packaging.version import Version
 
 from ...core import _atomic, _log
 from ...core._digest import sha256_of
-from ...core._errors import FaShimError
+from ...core._errors import FaShimError, NotLocal
 from ...settings._settings import Settings
 from ...sources import _archives, _index
 from . import _releases
@@ -80,7 +80,7 @@ def locate(settings: Settings) -> Sdist:
         path, origin = _in_dir(cache, version), "fa-shim cache"
     elif settings.offline:
         where = f"{settings.sdist_dir} or " if settings.sdist_dir else ""
-        raise FaShimError(
+        raise NotLocal(
             f"the flash-attn {version} sdist is not in {where}{cache}, and offline is set.",
             fix="pass -C sdist=FILE or -C sdist-dir=DIR, or allow downloading.",
         )

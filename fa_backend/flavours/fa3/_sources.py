@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import IO
 
 from ...core import _atomic, _failures, _log
-from ...core._errors import FaShimError
+from ...core._errors import FaShimError, NotLocal
 from ...sources import _archives, _index
 from ._releases import Fa3Release
 from ._trees import (
@@ -159,7 +159,7 @@ def _find(
     if download:
         return _download(kind, release, cache)
     where = f"{shared_dir} or {cache}" if shared_dir else str(cache)
-    raise FaShimError(
+    raise NotLocal(
         f"FlashAttention-3 needs flash-attention {release.ref}'s {kind.name} tree, there "
         f"is no {name} in {where}, and downloading is off (offline).",
         fix=f"{_give(release)}, or allow downloading (-C offline=false).",
