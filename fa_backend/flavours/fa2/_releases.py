@@ -14,7 +14,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import re
-import sys
 from pathlib import Path
 
 from packaging.utils import InvalidSdistFilename, canonicalize_name, parse_sdist_filename
@@ -27,12 +26,6 @@ from ...sources._patches import Patch
 from ...toolchain._archs import Mechanism
 from .._release_files import PATCH_DIR, RELEASE_FILE, key_hint, patch_files, read_toml
 from ._tu_parts import PATCH as TU_PARTS_PATCH
-
-if sys.version_info >= (3, 11):
-    pass
-else:  # pragma: no cover - exercised on 3.9/3.10 only
-    pass
-
 
 GUIDE = "see docs/upstream-versions.md#adding-a-release"
 
