@@ -107,7 +107,7 @@ class HostLock:
         heartbeat: float,
         on_wait: Callable[[dict], None] | None = None,
         *,
-        what: str,  # "wheel-cache lock": the lock in messages
+        what: str,  # "wheel-cache": the lock in messages is "the wheel-cache lock"
         held_by: str,  # "another build of the same wheel": its holder in the timeout error
         fix: str,  # the timeout error's fix
     ) -> None:
@@ -153,7 +153,7 @@ class HostLock:
             _log.warn(
                 f"the lock {self.path} was refreshed while being taken over ({describe(holder)})"
             )
-        _log.warn(f"took over the {self.what} {self.path} of a builder that {why}")
+        _log.warn(f"took over the {self.what} lock {self.path} of a builder that {why}")
         with contextlib.suppress(OSError):
             aside.unlink()
 
@@ -186,7 +186,7 @@ class HostLock:
                 told = True
             if now > deadline:
                 raise FaShimError(
-                    f"waited {self.timeout:.0f} s for the {self.what} {self.path}, held by "
+                    f"waited {self.timeout:.0f} s for the {self.what} lock {self.path}, held by "
                     f"{self.held_by} ({describe(holder)}).",
                     fix=self.fix,
                 )
@@ -209,7 +209,7 @@ class HostLock:
                     os.close(fd)
             except OSError:
                 _log.warn(
-                    f"lost the {self.what} {self.path} (taken over after a stall?): another "
+                    f"lost the {self.what} lock {self.path} (taken over after a stall?): another "
                     "builder may do the same work now"
                 )
                 return

@@ -41,7 +41,7 @@ def locked(root: Path, entry_key: str, timeout: float, heartbeat: float) -> Iter
     _shared_dirs.make(path.parent, root)  # others take their locks here too
     fix = "wait for that build (its heartbeat is alive), stop it, or raise "
     fix += "-C wheel-cache-lock-timeout."
-    what, held_by = "wheel-cache lock", "another build of the same wheel"
+    what, held_by = "wheel-cache", "another build of the same wheel"
     with _hostlock.HostLock(
         path, timeout, heartbeat, waiting, what=what, held_by=held_by, fix=fix
     ).held():

@@ -213,7 +213,7 @@ def provision(cache_dir: Path, cuda: str, offline: bool = False) -> Path:
         math.inf,  # while its holder lives (a dead one's is taken over)
         LOCK_HEARTBEAT,
         lambda holder: _log.info(f"another build is provisioning CUDA {cuda} ({path}); waiting"),
-        what="CUDA toolkit lock",
+        what="CUDA toolkit",
         held_by=f"another build provisioning CUDA {cuda}",
         fix="wait for that build or stop it.",
     )
