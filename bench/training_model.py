@@ -19,7 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from fa_backend.flavours.fa2 import _costs, _tu_parts
-from fa_backend.toolchain import _schedule
+from fa_backend.schedule import _schedule
 
 KERNELS = [
     f"flash_{p}_hdim128_bf16{c}_sm80.cu"
