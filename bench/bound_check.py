@@ -7,7 +7,7 @@ bench/build_bench.sh and bench/speed_device.sh as NAME-tus.jsonl). Prints the un
 their times, the longest, sum/cores, the bound max(longest, sum/cores), the compile phase (first
 unit's start to the last one's end) and its ratio to the bound (issue 24's target for FA2's full
 one-arch build: <= 1.05), the wall time's ratio where given, and the same units replayed through
-the order fa-shim plans now (toolchain/_schedule.best_order over FA2's cost model, run on these
+the order fa-shim plans now (schedule/_schedule.best_order over FA2's cost model, run on these
 times): what the current schedule would make of this run's units.
 """
 
@@ -21,7 +21,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from fa_backend.flavours.fa2 import _costs
 from fa_backend.pipeline import _stats
-from fa_backend.toolchain import _schedule
+from fa_backend.schedule import _schedule
 
 
 def report(stats: Path, cores: int, wall: float | None) -> dict:

@@ -20,7 +20,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from fa_backend.flavours.fa2 import _costs
 from fa_backend.pipeline import _stats
-from fa_backend.toolchain import _schedule
+from fa_backend.schedule import _schedule
 
 ROOT = Path(__file__).resolve().parents[1]
 H100 = ROOT / "bench" / "results" / "2026-11-22-h100"

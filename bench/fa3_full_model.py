@@ -20,7 +20,7 @@ flash_api.cpp, the combine kernel, the scheduler: 233. A unit's time and peak, f
      (2026-11-23 full run; 1.0 where the run did not reach it).
 Backward units: that run's records (235-275 s, 5.7-6.3 GiB, 16 at once); flash_api.cpp, the
 scheduler and the combine unit: 60, 60 and 120 s at 2 GiB (assumed: minutes at most).
-One machine: fa-shim's planner (toolchain/_pools on 124 GiB, 16 cores; toolchain/_schedule's
+One machine: fa-shim's planner (schedule/_pools on 124 GiB, 16 cores; schedule/_schedule's
 order) given these figures, simulated, plus 90 s of serial steps (prepare, link, repack, verify;
 assumed); and "as fa-shim plans it": the plan a build makes from its own cost and memory models
 (flavours/fa3/_costs), run on these figures, with the most memory it can hold by them.
@@ -49,8 +49,8 @@ sys.path.insert(0, str(ROOT))
 from fa_backend.flavours import _unit_table  # noqa: E402
 from fa_backend.flavours.fa3 import _costs, _groups, _kernels, _releases, _units  # noqa: E402
 from fa_backend.pipeline import _stats  # noqa: E402
+from fa_backend.schedule import _pools, _schedule  # noqa: E402
 from fa_backend.settings import _settings  # noqa: E402
-from fa_backend.toolchain import _pools, _schedule  # noqa: E402
 
 GIB = 1024**3
 FULL_RUN = ROOT / "bench/results/2026-11-23-h100-fa3/full-compile-stats.jsonl"

@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from fa_backend.flavours.fa2._costs import model  # noqa: E402  (FA2's cost model)
-from fa_backend.toolchain._schedule import Machine, predict  # noqa: E402
+from fa_backend.schedule._schedule import Machine, predict  # noqa: E402
 
 FA2_COST = model(0)
 

@@ -171,11 +171,11 @@ def _version_key(name: str):
 
 
 def _patches(directory: Path) -> list[tuple[str, str]]:
-    """(file name, its Reason line) of each patch beside a release.toml, in name order."""
+    """(name, its Reason line) of each patch a release.toml lists, in the order they apply."""
     found = []
-    for patch in sorted(directory.glob("*.patch")):
-        first = patch.read_text(encoding="utf-8").splitlines()[0]
-        found.append((patch.name, first.removeprefix("Reason:").strip()))
+    for file in _read(directory / "release.toml").get("patches", []):
+        first = (directory.parent / "patches" / file).read_text(encoding="utf-8").splitlines()[0]
+        found.append((file.partition(".")[0] + ".patch", first.removeprefix("Reason:").strip()))
     return found
 
 
@@ -194,13 +194,14 @@ def versions_page() -> str:
         key=lambda d: (_read(d / "release.toml")["date"], d.name),
     )
     lines = [
-        HEADER.format(source="vendored_patches/*/release.toml and the patches beside them"),
+        HEADER.format(source="vendored_patches/*/release.toml and the patches they list"),
         "# Supported versions",
         "",
         f"fa-shim knows {len(fa2)} flash-attn releases; each is one directory,",
         "`vendored_patches/<version>/`, whose `release.toml` pins the sdist's sha256 (the digest",
         "PyPI publishes) and states what fa-shim knows of the release, with the patches it needs",
-        "beside it (applied in name order, each with its reason on its first line). Pick one with",
+        "(files of `vendored_patches/patches/`, each with its reason on its first line, applied in",
+        "the order listed). Pick one with",
         "`-C flash-attn-version=...`; the default, `[tool.fa-shim]` of pyproject.toml, is",
         f"{default}.",
         "What differs between their `setup.py` files, what was built with which torch, and how to",

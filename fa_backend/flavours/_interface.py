@@ -22,12 +22,12 @@ from ..wheel._names import Names
 if TYPE_CHECKING:
     from packaging import tags
 
+    from ..schedule._schedule import Machine
     from ..settings._model import Settings
     from ..sources._patches import Patch
     from ..toolchain._archs import ArchChoice
     from ..toolchain._compile_commands import Command
     from ..toolchain._compilers import Nvcc
-    from ..toolchain._schedule import Machine
     from ..toolchain._torch import TorchInfo
 
 

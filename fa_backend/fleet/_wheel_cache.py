@@ -22,10 +22,10 @@ from pathlib import Path
 
 from packaging.utils import parse_wheel_filename
 
-from ..core import _atomic, _failures, _log
+from ..core import _atomic, _failures, _hostlock, _log
 from ..core._errors import FaShimError
 from ..wheel._wheelfile import publish
-from . import _entries, _hostlock, _shared_dirs
+from . import _entries, _shared_dirs
 
 
 def key(fingerprint: dict) -> str:
@@ -46,7 +46,12 @@ def locked(root: Path, entry_key: str, timeout: float, heartbeat: float) -> Iter
         )
 
     _shared_dirs.make(path.parent, root)  # others take their locks here too
-    with _hostlock.HostLock(path, timeout, heartbeat, waiting).held():
+    fix = "wait for that build (its heartbeat is alive), stop it, or raise "
+    fix += "-C wheel-cache-lock-timeout."
+    what, held_by = "wheel-cache", "another build of the same wheel"
+    with _hostlock.HostLock(
+        path, timeout, heartbeat, waiting, what=what, held_by=held_by, fix=fix
+    ).held():
         yield
 
 

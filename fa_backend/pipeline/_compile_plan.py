@@ -1,7 +1,7 @@
 """How one build's compile units run, decided once build.ninja is written: the order ninja
 starts them in (longest first, improved by a search over the cost model's times:
-toolchain/_schedule) and how many of the heavy ones may run at once (a ninja pool over each
-unit's expected peak memory: toolchain/_pools). The upstream driver writes both into build.ninja
+schedule/_schedule) and how many of the heavy ones may run at once (a ninja pool over each
+unit's expected peak memory: schedule/_pools). The upstream driver writes both into build.ninja
 (resources/upstream_driver.schedule_ninja); an out-of-memory kill lowers the pool, else the
 jobs, and the build says which.
 
@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING
 
 from ..core import _atomic, _log
 from ..resources.upstream_driver import schedule_ninja
-from ..toolchain import _jobs, _pools, _schedule
+from ..schedule import _pools, _schedule
+from ..toolchain import _jobs
 
 if TYPE_CHECKING:
     from ..flavours._interface import Plan, Tools

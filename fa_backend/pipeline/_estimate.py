@@ -1,6 +1,6 @@
 """The estimate block printed before compiling (and by doctor): what will be compiled, where the
 architectures and jobs come from, and how long it will take by the flavour's cost model
-(toolchain/_schedule), with faster settings when the build is long."""
+(schedule/_schedule), with faster settings when the build is long."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import dataclasses
 import os
 from collections.abc import Sequence
 
-from ..toolchain import _schedule
+from ..schedule import _schedule
 
 SUGGEST_ABOVE_SECONDS = 30 * 60
 

@@ -27,7 +27,8 @@ from typing import TextIO
 
 from ..core import _log
 from ..core._errors import FaShimError
-from ..toolchain import _jobs, _schedule
+from ..schedule import _schedule
+from ..toolchain import _jobs
 from . import _estimate, _stats
 
 MODES = ("auto", "tty", "stderr", "none")

@@ -15,7 +15,6 @@ from ..core import _failures, _log
 from ..resources import process_session
 from ..resources.process_session import PARENT_ENV
 
-_NINJA_STEP = re.compile(r"^\[(\d+)/(\d+)\]")
 # The compiler's own words when it (or its cc1plus/cicc/ptxas) dies of SIGKILL, and ours.
 _OOM = re.compile(
     r"killed by signal 9|Killed signal terminated program|died due to signal 9|"

@@ -24,11 +24,17 @@ class Patch:
 
     @property
     def name(self) -> str:
-        return self.path.name
+        return topic(self.path)
 
     @property
     def sha256(self) -> str:
         return hashlib.sha256(self.path.read_bytes()).hexdigest()
+
+
+def topic(path: Path) -> str:
+    """A patch's name as releases and provenance know it: its file name less the release line
+    that variant was first made for (10-import-guard.2.6.3.patch: 10-import-guard.patch)."""
+    return path.name.partition(".")[0] + ".patch"
 
 
 def read(paths: Iterable[Path]) -> list[Patch]:

@@ -13,10 +13,6 @@ from __future__ import annotations
 import math
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    pass
 
 GIB = 1024**3
 JOB_BYTES_ONE_ARCH = 6 * GIB  # top of the measured 4-6 GB: an OOM costs more than a slower build

@@ -1,5 +1,5 @@
 """Itanium C++ mangled names, read as far as verify needs: whose a symbol is (torch's or not)
-and which std::string ABI it mentions; c++filt, when installed, for readable names.
+and which std::string ABI it mentions; readable names from libstdc++'s own demangler.
 
 A torch symbol is one whose outermost scope is c10, at, torch or caffe2 (read from the mangled
 name: `_ZN3c10...`, `_ZNK2at...`, `_ZTVN5torch...`, thunks and guard variables included), or
@@ -9,15 +9,14 @@ torch's Python glue named THP* (`THPVariableClass`, `_Z16THPVariable_Wrap...`). 
 
 from __future__ import annotations
 
+import ctypes
+import functools
 import re
-import shutil
-import subprocess
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 
 TORCH_SCOPES = ("c10", "at", "torch", "caffe2")
 
 _SPECIAL = re.compile(r"_Z(?:T[VIST]|G[VR]|Th(?:n?\d+_)|Tv(?:n?\d+_){2}|Z)*")
-_STD_ABBREV = set("tabsiod")
 
 # Symbols only the C++ runtime itself defines (libsupc++ and libstdc++'s own code, never a
 # template a module instantiates): a module that defines one carries a copy of the runtime,
@@ -72,67 +71,44 @@ def is_torch_symbol(name: str) -> bool:
     return outer is not None and (outer in TORCH_SCOPES or outer.startswith("THP"))
 
 
-def _tokens(mangled: str) -> Iterator[str]:
-    """A rough tokenizer of the Itanium mangling: enough to tell std::string's `Ss` apart from
-    the same letters inside an identifier (which is skipped by its length prefix)."""
-    i, n = 2, len(mangled)
-    while i < n:
-        c = mangled[i]
-        if c.isdigit():
-            found = _source_name(mangled, i)
-            assert found is not None
-            yield found[0]
-            i = found[1]
-        elif c == "S" and i + 1 < n and mangled[i + 1] in _STD_ABBREV:
-            yield mangled[i : i + 2]
-            i += 2
-        elif c in "ST" and i + 1 < n and (mangled[i + 1] == "_" or mangled[i + 1].isalnum()):
-            end = mangled.find("_", i + 1)  # S<seq-id>_ / T<n>_
-            if end < 0 or not mangled[i + 1 : end].isalnum():
-                yield c
-                i += 1
-            else:
-                yield mangled[i : end + 1]
-                i = end + 1
-        elif c == "A" and i + 1 < n and mangled[i + 1].isdigit():  # array bound A<n>_
-            end = mangled.find("_", i)
-            yield mangled[i : end + 1]
-            i = end + 1
-        elif c == "L" and i + 1 < n and mangled[i + 1] in "abcdefghijlmnostxy":
-            end = mangled.find("E", i)  # literal L<builtin type><value>E
-            yield mangled[i : end + 1]
-            i = end + 1 if end > 0 else n
-        else:
-            yield c
-            i += 1
+@functools.cache
+def _cxa_demangle():
+    """libstdc++'s abi::__cxa_demangle (the process's, else the system's: torch links it), or
+    None where there is none."""
+    try:
+        fn = ctypes.CDLL("libstdc++.so.6").__cxa_demangle
+    except OSError:
+        return None
+    fn.restype = ctypes.c_void_p  # a malloc'd string, freed below
+    fn.argtypes = [ctypes.c_char_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+    return fn
+
+
+def _readable(name: str) -> str | None:
+    """The demangled name, or None for one that is not a valid mangled name (or no demangler)."""
+    fn = _cxa_demangle()
+    if fn is None or not name.startswith("_Z"):
+        return None
+    found = fn(name.encode(), None, None, None)
+    if not found:
+        return None
+    try:
+        return ctypes.string_at(found).decode(errors="replace")
+    finally:
+        ctypes.CDLL(None).free(ctypes.c_void_p(found))
 
 
 def string_abi(mangled: str) -> int | None:
     """1 if the symbol mentions std::string in the new (C++11) ABI, 0 in the old, else None."""
     if "NSt7__cxx11" in mangled or "B5cxx11" in mangled:
         return 1
-    if mangled.startswith("_Z") and ("Ss" in mangled or "NSs" in mangled):
-        try:
-            if any(t == "Ss" for t in _tokens(mangled)):
-                return 0
-        except (AssertionError, ValueError):
-            return None
+    if "Ss" in mangled:  # the old one's abbreviation, or just these letters in a name
+        readable = _readable(mangled) or ""
+        if "std::string" in readable or "std::basic_string<" in readable:
+            return 0
     return None
 
 
 def demangle(names: Iterable[str]) -> dict[str, str]:
-    """Readable names through c++filt when it is installed; otherwise the mangled ones."""
-    names = list(names)
-    result = {n: n for n in names}
-    cxxfilt = shutil.which("c++filt")
-    if not cxxfilt or not names:
-        return result
-    try:
-        out = subprocess.run(
-            [cxxfilt], input="\n".join(names) + "\n", capture_output=True, text=True, timeout=60
-        ).stdout.splitlines()
-    except (OSError, subprocess.TimeoutExpired):
-        return result
-    if len(out) == len(names):
-        result.update(zip(names, out))
-    return result
+    """Readable names where they demangle; the others as they are."""
+    return {n: _readable(n) or n for n in names}

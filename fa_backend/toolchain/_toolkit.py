@@ -35,6 +35,7 @@ import dataclasses
 import hashlib
 import io
 import json
+import math
 import os
 import shutil
 import tempfile
@@ -47,7 +48,7 @@ from packaging import tags
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import Version
 
-from ..core import _log
+from ..core import _hostlock, _log
 from ..core._errors import FaShimError
 from ..sources import _index
 from . import _compilers
@@ -64,6 +65,7 @@ COMPONENTS = (
 FIRST_MAJOR = 13  # the first CUDA whose compiler wheels carry bin/nvcc
 MANIFEST = "fa-shim-toolkit.json"  # written last: a toolkit directory without it is not one
 ORIGIN = "cuda-toolkit from the package index"
+LOCK_HEARTBEAT = 15.0  # seconds, as the wheel cache's default (_hostlock)
 
 
 def mode(setting: str) -> str:
@@ -205,24 +207,22 @@ def provision(cache_dir: Path, cuda: str, offline: bool = False) -> Path:
             fix="run once without -C offline (the toolkit is kept for later builds), or "
             f"install the CUDA toolkit {cuda} and pass -C cuda-toolkit=system.",
         )
-    root.parent.mkdir(parents=True, exist_ok=True)
-    from filelock import FileLock, Timeout  # a build requirement, checked by _requirements
-
-    root.parent.mkdir(parents=True, exist_ok=True)
-    lock = FileLock(str(root.parent / f".{cuda}.lock"))
-    try:
-        lock.acquire(timeout=0)
-    except Timeout:
-        _log.info(f"another build is provisioning CUDA {cuda} ({lock.lock_file}); waiting")
-        lock.acquire()
-    try:
+    path = root.parent / f".{cuda}.lock"
+    lock = _hostlock.HostLock(
+        path,
+        math.inf,  # while its holder lives (a dead one's is taken over)
+        LOCK_HEARTBEAT,
+        lambda holder: _log.info(f"another build is provisioning CUDA {cuda} ({path}); waiting"),
+        what="CUDA toolkit",
+        held_by=f"another build provisioning CUDA {cuda}",
+        fix="wait for that build or stop it.",
+    )
+    with lock.held():
         if installed(cache_dir, cuda):  # the other build finished it
             return root
         for leftover in root.parent.glob(f".{cuda}-*.part"):  # a killed run's (we hold the lock)
             shutil.rmtree(leftover, ignore_errors=True)
         _assemble(root, cuda)
-    finally:
-        lock.release()
     return root
 
 

@@ -25,7 +25,6 @@ class Target:
     description: str
     kind: str
     tags: frozenset[tags.Tag] | None  # None: nothing says (a bare module)
-    tag_source: str
     modules: list[tuple[str, Path]]  # (name as shipped, readable path)
     provenance: dict | None
     provenance_error: str | None = None
@@ -102,7 +101,7 @@ def wheel_target(wheel: Path, scratch: Path) -> Target:
             fix="pass a flash-attn or flash-attn-3 wheel; verify checks nothing else.",
         )
     provenance, error = _parse_provenance(provenance_text, where)
-    return Target(str(wheel), "wheel", wheel_tags, "file name", modules, provenance, error, flavour)
+    return Target(str(wheel), "wheel", wheel_tags, modules, provenance, error, flavour)
 
 
 def _dist_target(dist, where: str) -> Target:
@@ -126,7 +125,6 @@ def _dist_target(dist, where: str) -> Target:
         f"{name} in {where}",
         "installed",
         dist_tags or None,
-        "WHEEL",
         modules,
         provenance,
         error,
@@ -164,7 +162,7 @@ def installed_target(spec: str) -> Target:
             f"{site} holds neither a flash-attn distribution nor a {module}*.so.",
             fix="pass the site-packages directory flash-attn is installed in.",
         )
-    return Target(str(site), "module", None, "", modules, None)
+    return Target(str(site), "module", None, modules, None)
 
 
 def module_target(path: Path) -> Target:
@@ -176,4 +174,4 @@ def module_target(path: Path) -> Target:
             fix=f"pass the {module}*.so of a flash-attn install, its wheel or its "
             "site-packages directory.",
         )
-    return Target(str(path.resolve()), "module", None, "", [(path.name, path)], None)
+    return Target(str(path.resolve()), "module", None, [(path.name, path)], None)

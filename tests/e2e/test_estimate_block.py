@@ -12,7 +12,8 @@ import pytest
 from conftest import REPO, SHARED_SDISTS, run
 
 from fa_backend.flavours.fa2 import _costs
-from fa_backend.toolchain import _jobs, _schedule
+from fa_backend.schedule import _schedule
+from fa_backend.toolchain import _jobs
 
 FA2 = _costs.model(0)  # the cost of each FA2 source, no DISABLE switch
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import http.server
+import json
 import os
 import stat
 import subprocess
@@ -19,6 +20,7 @@ from pathlib import Path
 import pytest
 from conftest import REPO, run
 
+from fa_backend.core import _hostlock
 from fa_backend.core._errors import FaShimError
 from fa_backend.toolchain import _compilers, _toolkit
 
@@ -188,13 +190,20 @@ def test_a_download_that_fails_the_index_hash_installs_nothing(
     assert "nvidia_cuda_crt-13.0." in raised.value.cause
     assert "the index lists 0000" in raised.value.cause
     toolkits = tmp_path / "cache" / "toolkits"
-    assert sorted(p.name for p in toolkits.iterdir()) == [".13.0.lock"]  # no toolkit, no .part
+    assert list(toolkits.iterdir()) == []  # no toolkit, no .part, no lock
     assert not killed.parent.exists()
 
 
-def test_no_compiler_wheel_on_the_index_names_the_index(monkeypatch, tmp_path):
-    """An index without NVIDIA's wheels (a loopback index with nothing on it)."""
+def test_no_compiler_wheel_on_the_index_names_the_index(monkeypatch, tmp_path, capfd):
+    """An index without NVIDIA's wheels (a loopback index with nothing on it), asked after the
+    toolkit lock of a build killed on this machine is taken over (_hostlock)."""
     server = _serve(monkeypatch, tmp_path)  # an empty wheel directory
+    killed = subprocess.Popen(["true"])
+    killed.wait()
+    toolkits = tmp_path / "cache" / "toolkits"
+    toolkits.mkdir(parents=True)
+    holder = {"host": "here", "pid": killed.pid, "started": 0, **_hostlock._this_kernel()}
+    (toolkits / ".13.0.lock").write_text(json.dumps(holder))
     try:
         with pytest.raises(FaShimError) as raised:
             _toolkit.provision(tmp_path / "cache", "13.0")
@@ -203,3 +212,5 @@ def test_no_compiler_wheel_on_the_index_names_the_index(monkeypatch, tmp_path):
     assert "the package index has no nvidia-cuda-nvcc 13.0.* wheel" in raised.value.cause
     assert server.url in raised.value.details
     assert not _toolkit.installed(tmp_path / "cache", "13.0")
+    assert "took over the CUDA toolkit lock" in capfd.readouterr().err
+    assert list(toolkits.iterdir()) == []  # released: no lock left

@@ -16,7 +16,7 @@ pytestmark = pytest.mark.slow
 DEMO = TESTS / "packages" / "demo-flavour"
 PYPROJECT = """\
 [build-system]
-requires = ["setuptools>=70", "wheel", "packaging", "ninja", "psutil", "pyelftools", "filelock"]
+requires = ["setuptools>=70", "wheel", "packaging", "ninja", "psutil", "pyelftools"]
 build-backend = "fa_backend"
 backend-path = ["."]
 

@@ -48,7 +48,7 @@ FLAVOUR = Heavy()
 '''
 PYPROJECT = """\
 [build-system]
-requires = ["setuptools>=70", "wheel", "packaging", "ninja", "psutil", "pyelftools", "filelock"]
+requires = ["setuptools>=70", "wheel", "packaging", "ninja", "psutil", "pyelftools"]
 build-backend = "fa_backend"
 backend-path = ["."]
 

@@ -1,5 +1,6 @@
 """The registry of upstream releases (fa_backend/flavours/fa2/_releases.py): a release is added
-by adding its directory under vendored_patches/ and nothing else, and a malformed description is
+by adding its directory under vendored_patches/ (and its patches to vendored_patches/patches/)
+and nothing else, and a malformed description is
 one readable error. The synthetic release 9.9.9 is the sample project packed like an upstream
 sdist, in a copy of this checkout. This checkout's own releases: tests/unit/flavours/fa2/
 test_fa2_releases.py."""
@@ -17,7 +18,8 @@ from conftest import PY, REPO, copy_repo, pack_sample, pip_wheel_cmd, run
 SYNTHETIC = "9.9.9"
 NVCC13 = Path("/usr/local/cuda-13.0/bin/nvcc")
 # One patch for each feature the synthetic release declares (the registry insists on them):
-# each creates a file, so the prepared source shows that it was applied.
+# each creates a file, so the prepared source shows that it was applied. Their files are named
+# for the release, as a variant of a shared patch is (the name shown is the patch's).
 PATCHES = {
     "02-cuda-archs.patch": "backports FLASH_ATTN_CUDA_ARCHS (synthetic)",
     "20-kernel-set-dispatch.patch": "left-out kernels raise at dispatch (synthetic)",
@@ -39,11 +41,12 @@ def synthetic(tmp_path_factory) -> tuple[Path, Path, str]:
     digest = hashlib.sha256(sdist.read_bytes()).hexdigest()
     release = repo / "vendored_patches" / SYNTHETIC
     release.mkdir()
-    for name, reason in PATCHES.items():
-        (release / name).write_text(_patch(name, reason))
+    files = [name.replace(".patch", f".{SYNTHETIC}.patch") for name in PATCHES]
+    for file, (name, reason) in zip(files, PATCHES.items()):
+        (repo / "vendored_patches" / "patches" / file).write_text(_patch(name, reason))
     (release / "release.toml").write_text(
         f'sdist = "{sdist.name}"\nsha256 = "{digest}"\narchs = "cuda-archs-patch"\n'
-        'kernel-space = "fa2"\ntu-parts = true\n'
+        f'kernel-space = "fa2"\ntu-parts = true\npatches = {files!r}\n'
     )
     return repo, sdist.parent, digest
 
@@ -164,17 +167,30 @@ MALFORMED = {
     "patch missing": (
         GOOD + 'kernel-space = "fa2"\n',
         {},
-        ["kernel-space = 'fa2' needs 20-kernel-set-dispatch.patch, which is not here"],
+        ["kernel-space = 'fa2' needs 20-kernel-set-dispatch.patch, which patches does not list"],
     ),
     "patch undeclared": (
-        GOOD,
-        {"30-tu-parts.patch": "Reason: x\n"},
-        ["30-tu-parts.patch is here, and nothing declares what it provides"],
+        GOOD + 'patches = ["30-tu-parts.patch"]\n',
+        {},
+        ["patches lists 30-tu-parts.patch, and nothing declares what it provides"],
     ),
     "tu-parts alone": (
-        GOOD + "tu-parts = true\n",
-        {"30-tu-parts.patch": "Reason: x\n"},
+        GOOD + 'tu-parts = true\npatches = ["30-tu-parts.patch"]\n',
+        {},
         ["tu-parts = true needs a kernel-space"],
+    ),
+    "patch absent": (
+        GOOD + 'patches = ["01-no-such.patch", "../2.8.3/release.toml"]\n',
+        {},
+        [
+            "patches lists '01-no-such.patch', which is not a file in",
+            "patches lists '../2.8.3/release.toml', which is not a file in",
+        ],
+    ),
+    "patch beside the toml": (
+        GOOD,
+        {"30-tu-parts.patch": "Reason: x\n"},
+        ["30-tu-parts.patch lies beside", "vendored_patches/patches/"],
     ),
 }
 

@@ -20,7 +20,6 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-import filelock
 import packaging
 import pytest
 from conftest import REPO
@@ -79,7 +78,7 @@ def team(tmp_path_factory):
             _sh("usermod", "-a", "-G", GROUP, user)
     lib = Path(tempfile.mkdtemp(prefix="fa-shim-team-lib-", dir="/tmp"))
     lib.chmod(0o755)
-    for package in (REPO / "fa_backend", *map(Path, filelock.__path__ + packaging.__path__)):
+    for package in (REPO / "fa_backend", *map(Path, packaging.__path__)):
         shutil.copytree(package, lib / package.name, ignore=shutil.ignore_patterns("*.pyc"))
     yield lib
     shutil.rmtree(lib, ignore_errors=True)

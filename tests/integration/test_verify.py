@@ -121,7 +121,7 @@ def test_fatbin_archs_of_a_real_nvcc_build(tmp_path):
         listed = run([cuobjdump, "--list-elf", module]).stdout
         assert "sm_80" in listed and "sm_90a" in listed
 
-    target = _targets.Target(str(module), "module", None, "", [("k.so", module)], None)
+    target = _targets.Target(str(module), "module", None, [("k.so", module)], None)
     torch = _verify.torch_here()
 
     def archs(gpus, provenance=None):

@@ -20,6 +20,7 @@ LAYERS = [
     "sources",
     "wheel",
     "toolchain",
+    "schedule",
     "flavours",
     "verify",
     "fleet",

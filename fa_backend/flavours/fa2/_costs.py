@@ -3,7 +3,7 @@
 Each source costs what one core took to compile it on the H100 machine of docs/benchmarks.md
 (run3: fa-shim's full sm_90 build, 16 jobs on 16 cores, every core busy), averaged over fp16 and
 bf16; `bench/estimate_check.py` derives the table from that run's records and compares the
-model's predictions with every recorded build (toolchain/_schedule schedules the costs).
+model's predictions with every recorded build (schedule/_schedule schedules the costs).
 """
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ import re
 from collections.abc import Callable, Sequence
 
 from ...resources import VENDORED
-from ...toolchain import _jobs, _schedule
+from ...schedule import _schedule
+from ...toolchain import _jobs
 from .. import _unit_table
 from . import _kernels, _releases, _tu_parts
 

@@ -1,10 +1,11 @@
 """What fa-shim knows about each upstream flash-attn release, in one place per release.
 
-`vendored_patches/<version>/` holds the release: `release.toml` (the sdist's file name and
+`vendored_patches/<version>/release.toml` describes the release: the sdist's file name and
 sha256, how its setup.py takes CUDA architectures, the kernel space tailored sets are cut from,
-whether its kernel sources compile in parts) and the `*.patch` files applied to it, in name
-order. Facts many releases share (an arch mechanism, a kernel space, the source file naming)
-are defined once below and named in the toml. Adding a release is adding its directory; every
+whether its kernel sources compile in parts, and the patches applied to it (files in
+`vendored_patches/patches/`, in the order they apply). Facts many releases share (an arch
+mechanism, a kernel space, the source file naming) are defined once below and named in the toml.
+Adding a release is adding its directory (and any patch it needs that patches/ lacks); every
 other module asks `release(version)`.
 """
 
@@ -13,7 +14,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import re
-import sys
 from pathlib import Path
 
 from packaging.utils import InvalidSdistFilename, canonicalize_name, parse_sdist_filename
@@ -24,14 +24,8 @@ from ...resources import VENDORED
 from ...sources import _patches
 from ...sources._patches import Patch
 from ...toolchain._archs import Mechanism
-from .._release_files import RELEASE_FILE, key_hint, read_toml
+from .._release_files import PATCH_DIR, RELEASE_FILE, key_hint, patch_files, read_toml
 from ._tu_parts import PATCH as TU_PARTS_PATCH
-
-if sys.version_info >= (3, 11):
-    pass
-else:  # pragma: no cover - exercised on 3.9/3.10 only
-    pass
-
 
 GUIDE = "see docs/upstream-versions.md#adding-a-release"
 
@@ -118,7 +112,7 @@ class Release:
         return self.sha256 is not None
 
 
-_TYPES = {str: "a string", bool: "true or false"}
+_TYPES = {str: "a string", bool: "true or false", list: "a list"}
 # key: (type, what it holds, required)
 _KEYS = {
     "sdist": (str, "upstream's file name, e.g. flash_attn-2.8.3.tar.gz", True),
@@ -130,6 +124,7 @@ _KEYS = {
         False,
     ),
     "tu-parts": (bool, "optional, true or false: kernel sources compiled in parts", False),
+    "patches": (list, f"optional, the files in vendored_patches/{PATCH_DIR}/ it applies", False),
 }
 
 
@@ -175,7 +170,8 @@ def _load(directory: Path) -> Release:
             problems.append(f"{key} is missing ({meaning})")
     problems += _check_values(directory.name, data)
 
-    patches = tuple(sorted(directory.glob("*.patch")))
+    patches, wrong = patch_files(data, directory)
+    problems += wrong
     archs = ARCH_MECHANISMS.get(data.get("archs", ""))
     kernels = KERNEL_SPACES.get(data.get("kernel-space", ""))
     tu_parts = data.get("tu-parts", False)
@@ -187,7 +183,7 @@ def _load(directory: Path) -> Release:
         TU_PARTS_PATCH if tu_parts else None: "tu-parts = true",
     }
     needed.pop(None, None)
-    problems += _check_patches({p.name for p in patches}, needed)
+    problems += _check_patches({_patches.topic(p) for p in patches}, needed)
     if problems:
         raise FaShimError(
             f"{path} does not describe a release fa-shim can use: {'; '.join(problems)}.",
@@ -222,17 +218,17 @@ def _check_values(version: str, data: dict) -> list[str]:
 
 
 def _check_patches(present: set[str], needed: dict[str, str]) -> list[str]:
-    """A feature's patch is here exactly when the toml declares the feature: a declared one
+    """A feature's patch is listed exactly when the toml declares the feature: a declared one
     without its patch would build without it, an undeclared patch would go unused by fa-shim."""
     features = {m.patch for m in ARCH_MECHANISMS.values()} | {TU_PARTS_PATCH}
     features |= {s.patch for s in KERNEL_SPACES.values()}
     problems = [
-        f"{why} needs {name}, which is not here"
+        f"{why} needs {name}, which patches does not list"
         for name, why in sorted(needed.items())
         if name not in present
     ]
     problems += [
-        f"{name} is here, and nothing declares what it provides"
+        f"patches lists {name}, and nothing declares what it provides"
         for name in sorted((present & features) - needed.keys())
     ]
     return problems

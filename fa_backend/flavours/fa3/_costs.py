@@ -32,7 +32,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from ...core._errors import FaShimError
-from ...toolchain import _schedule
+from ...schedule import _schedule
 from .. import _unit_table
 from . import _groups, _kernels, _units
 from ._kernels import Fa3Tailoring

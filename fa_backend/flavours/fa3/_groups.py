@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from ...core import _atomic
-from ...toolchain import _pools, _schedule
+from ...schedule import _pools, _schedule
 from ._units import DIFF64
 
 # Q/K head dim 64 with V 256 or 512: five of these variants in one unit ran past 1,618 s on the

@@ -1,8 +1,9 @@
 """What fa-shim knows about each FlashAttention-3 source state ("line"), one directory per line.
 
-`vendored_patches/fa3/<line>/` holds `release.toml` and the `*.patch` files applied to `hopper/`,
-in name order. A line is either a flash-attention tag (directory `2.8.3`, `tag = "v2.8.3"`) or,
-where upstream cut no tag, a commit of a branch (directory `main-0251105a`: the branch and the
+`vendored_patches/fa3/<line>/` holds `release.toml`, which lists the patches applied to `hopper/`
+(files in `vendored_patches/fa3/patches/`) in the order they apply. A line is either a
+flash-attention tag (directory `2.8.3`, `tag = "v2.8.3"`) or, where upstream cut no tag, a
+commit of a branch (directory `main-0251105a`: the branch and the
 commit's first 8 hex digits). release.toml names the commit, the CUTLASS commit it pins as
 `csrc/cutlass`, both trees' content pins (see _trees), the commit's date (lines are ordered by
 it), how the module binds to torch (`torch-abi`: `torch`, one torch release's C++ ABI, or
@@ -26,7 +27,7 @@ from packaging.version import InvalidVersion, Version
 
 from ...core._errors import FaShimError
 from ...resources import VENDORED
-from .._release_files import RELEASE_FILE, key_hint, read_toml
+from .._release_files import PATCH_DIR, RELEASE_FILE, key_hint, patch_files, read_toml
 from .._vocabulary import did_you_mean
 
 FA3_DIR = VENDORED / "fa3"
@@ -54,6 +55,7 @@ _KEYS = {
         "include, each a unit: flavours/fa3/_units.py) or per-head-dim (setup.py's own)",
         True,
     ),
+    "patches": (None, f"the files of vendored_patches/fa3/{PATCH_DIR}/ it applies in order", False),
 }  # fmt: skip
 _BRANCH_DIR = re.compile(r"(?P<branch>[a-z][a-z0-9.]*)-(?P<short>[0-9a-f]{8})")
 
@@ -166,6 +168,8 @@ def _problems(directory: Path, data: dict) -> list[str]:
     problems = [f"unknown key {k!r}{key_hint(k, _KEYS)}" for k in data if k not in _KEYS]
     for key, (pattern, meaning, required) in _KEYS.items():
         value = data.get(key)
+        if pattern is None:  # patches: read by load()
+            continue
         if value is None:
             if required and not (key == "tag" and not _is_version(directory.name)):
                 problems.append(f"{key} is missing ({meaning})")
@@ -206,7 +210,8 @@ def _is_version(name: str) -> bool:
 def load(directory: Path) -> Fa3Release:
     path = directory / RELEASE_FILE
     data = read_toml(path, GUIDE)
-    problems = _problems(directory, data)
+    patches, wrong = patch_files(data, directory)
+    problems = _problems(directory, data) + wrong
     if problems:
         raise FaShimError(
             f"{path} does not describe FlashAttention-3 sources fa-shim can use: "
@@ -223,7 +228,7 @@ def load(directory: Path) -> Fa3Release:
         data["hopper-tree"],
         data["cutlass-commit"],
         data["cutlass-tree"],
-        tuple(sorted(directory.glob("*.patch"))),
+        patches,
         data.get("torch-abi", "torch"),
         data.get("torch-target"),
         data["forward-units"],

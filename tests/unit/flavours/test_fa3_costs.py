@@ -1,6 +1,6 @@
 """FlashAttention-3's cost and memory models (flavours/fa3/_costs.py) against what was measured
 (docs/benchmarks.md; the module's docstring lists each figure): a unit's seconds and peak, and
-whole builds scheduled by toolchain/_schedule as the estimate block does."""
+whole builds scheduled by schedule/_schedule as the estimate block does."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from packaging import tags
 from fa_backend.flavours import _unit_table
 from fa_backend.flavours._interface import Plan
 from fa_backend.flavours.fa3 import _costs, _flavour, _groups, _kernels, _releases
+from fa_backend.schedule import _schedule
 from fa_backend.settings import _settings
-from fa_backend.toolchain import _schedule
 from fa_backend.toolchain._torch import TorchInfo
 
 GIB = 1024**3

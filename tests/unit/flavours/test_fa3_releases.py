@@ -11,6 +11,7 @@ import pytest
 from fa_backend.core._errors import FaShimError
 from fa_backend.flavours.fa3 import _releases, _sources
 from fa_backend.flavours.fa3._trees import CUTLASS, HOPPER
+from fa_backend.sources import _patches
 
 STABLE = "main-0251105a"
 COMMIT = "0251105a2fb19d2957484b7f023cd8c115286ced"
@@ -23,7 +24,7 @@ def test_the_stable_line_is_pinned_by_commit_and_content():
     assert line.hopper_pin == PIN
     assert line.cutlass_commit == "7127592069c2fe01b041e174ba4345ef9b279671"
     assert line.stable and line.torch_target == "2.9.0" and line.forward_units == "per-head-dim"
-    assert [p.name for p in line.patches] == [
+    assert [p.name for p in _patches.read(line.patches)] == [
         "01-no-toolchain-download.patch",
         "02-no-git-submodule.patch",
         "03-no-wheel-download.patch",
@@ -147,3 +148,23 @@ def test_new_keys_are_checked(tmp_path):
     assert "neither a tag's version nor <branch>-<the commit's first 8 hex digits>" in (
         info.value.cause
     )
+
+
+def test_the_lines_share_one_file_per_distinct_patch():
+    listed = [p for line in _releases.known() for p in _releases.release(line).patches]
+    assert set(listed) == set((_releases.FA3_DIR / "patches").glob("*"))
+    assert len(set(listed)) < len(listed)  # 04-no-readme.patch serves both lines
+
+
+def test_a_line_lists_its_patches_by_file(tmp_path):
+    (tmp_path / "patches").mkdir()
+    (tmp_path / "patches" / "01-a.2.8.3.patch").write_text("Reason: a\n")
+    directory = _line(tmp_path, "2.8.3", tag="v2.8.3")
+    with (directory / "release.toml").open("a") as f:
+        f.write('patches = ["01-a.2.8.3.patch", "02-b.patch"]\n')
+    with pytest.raises(FaShimError) as info:
+        _releases.load(directory)
+    assert "patches lists '02-b.patch', which is not a file in" in info.value.cause
+    (tmp_path / "patches" / "02-b.patch").write_text("Reason: b\n")
+    line = _releases.load(directory)
+    assert [p.name for p in line.patches] == ["01-a.2.8.3.patch", "02-b.patch"]

@@ -11,7 +11,7 @@ from conftest import REPO, SHARED_SDISTS, fa2_plan
 
 from fa_backend.flavours._interface import Tools
 from fa_backend.pipeline import _compile_plan
-from fa_backend.toolchain import _pools
+from fa_backend.schedule import _pools
 from fa_backend.toolchain._archs import ArchChoice, Selection
 
 GIB = 1024**3

@@ -1,7 +1,7 @@
 """The estimate block printed before compiling and by doctor (fa_backend/pipeline/_estimate.py),
 from real plans (the sample and the pinned flash-attn 2.8.3 sdist, planned by the FA2 flavour)
 and real toolchain decisions: what will be compiled, where the architectures come from, the
-jobs, the flavour's cost model through toolchain/_schedule, the faster settings of a long build,
+jobs, the flavour's cost model through schedule/_schedule, the faster settings of a long build,
 and the note of a flavour without a model. The block a real prepare prints is checked against
 its build description in tests/e2e/test_estimate_block.py."""
 
@@ -11,7 +11,7 @@ from conftest import SAMPLE_VERSION, SHARED_SDISTS, fa2_plan, planned
 
 from fa_backend.flavours._interface import Tools
 from fa_backend.pipeline import _estimate
-from fa_backend.toolchain import _schedule
+from fa_backend.schedule import _schedule
 from fa_backend.toolchain._archs import ArchChoice, Selection
 from fa_backend.toolchain._compile_commands import Command
 

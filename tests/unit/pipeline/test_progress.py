@@ -14,7 +14,7 @@ import pytest
 
 from fa_backend.core._errors import FaShimError
 from fa_backend.pipeline import _progress, _stats
-from fa_backend.toolchain import _schedule
+from fa_backend.schedule import _schedule
 
 SOURCES = ["flash_api.cpp", "fwd_a.cu", "fwd_b.cu"]
 MACHINE = _schedule.Machine(jobs=2, threads=1, cores=2, archs=1)

@@ -1,5 +1,6 @@
 """Which symbols torch owns and which C++ string ABI a mangled name uses
-(fa_backend/toolchain/_mangling.py), the rules verify's symbol and ABI checks stand on."""
+(fa_backend/toolchain/_mangling.py), the rules verify's symbol and ABI checks stand on, and the
+readable names its reports show."""
 
 from __future__ import annotations
 
@@ -29,3 +30,13 @@ from fa_backend.toolchain import _mangling
 def test_torch_symbol_and_string_abi_rules(name, torch_owned, abi):
     assert _mangling.is_torch_symbol(name) is torch_owned
     assert _mangling.string_abi(name) == abi
+
+
+def test_demangle_reads_names_in_process_and_leaves_the_rest():
+    readable = _mangling.demangle([CHECK_FAIL_OLD, "_ZN3foo6ClassSsEv", "cudaLaunchKernel"])
+    assert readable == {
+        CHECK_FAIL_OLD: "c10::detail::torchCheckFail(char const*, char const*, unsigned int, "
+        "std::string const&)",
+        "_ZN3foo6ClassSsEv": "_ZN3foo6ClassSsEv",  # not a valid mangled name
+        "cudaLaunchKernel": "cudaLaunchKernel",
+    }

@@ -20,3 +20,9 @@ def test_the_readme_shows_a_real_release_toml():
     readme = (REPO / "README.md").read_text()
     shown = readme.split("`release.toml` (a test keeps this copy equal to it):\n\n```toml\n")[1]
     assert shown.split("```")[0] == (REPO / "vendored_patches/2.8.3/release.toml").read_text()
+
+
+def test_every_shared_patch_file_is_listed_by_a_release():
+    """One file per distinct patch: none left that no release applies (FA3's: test_fa3_releases)."""
+    listed = {p for v in _releases.known() for p in _releases.release(v).patches}
+    assert listed == set((REPO / "vendored_patches" / "patches").glob("*"))

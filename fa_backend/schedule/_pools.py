@@ -8,7 +8,7 @@ classes (their peak rounded up to a GiB); a plan is the number of jobs and, per 
 of its units may run at once (a ninja pool; a class no pool caps runs freely). A plan fits when
 the most memory any moment of it can hold -- each class's heaviest units up to its depth, the
 heaviest first, as many as there are jobs -- stays within the memory. Depths start at one unit
-per class and grow, one step at a time, where the simulated build (toolchain/_schedule, longest
+per class and grow, one step at a time, where the simulated build (schedule/_schedule, longest
 first) ends soonest, while the plan fits, for each number of jobs above the most that fit
 with no pool (the one-figure plan, at the heaviest unit); of those plans and the one-figure
 plan, the one whose build ends first wins.

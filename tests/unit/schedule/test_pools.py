@@ -1,4 +1,4 @@
-"""Jobs planned from each unit's expected peak (toolchain/_pools): whatever the peaks and the
+"""Jobs planned from each unit's expected peak (schedule/_pools): whatever the peaks and the
 memory, no moment of the build as ninja runs it holds more than the memory (checked by an
 independent replay of ninja's scheduling over random unit times), more jobs never plan a later
 build, light units keep the cores busy beside a capped heavy pool, and an out-of-memory retry
@@ -12,7 +12,7 @@ import random
 from conftest import REPO
 
 from fa_backend.pipeline import _stats
-from fa_backend.toolchain import _pools, _schedule
+from fa_backend.schedule import _pools, _schedule
 
 GIB = 1024**3
 

@@ -1,4 +1,4 @@
-"""The order build.ninja starts the units in (toolchain/_schedule): the replay of ninja's rules
+"""The order build.ninja starts the units in (schedule/_schedule): the replay of ninja's rules
 with and without pools, and the searched order against longest-first on the recorded FA2 full
 build (run3's per-unit times: a model, no timing is taken here)."""
 
@@ -9,7 +9,7 @@ import random
 from conftest import REPO
 
 from fa_backend.pipeline import _stats
-from fa_backend.toolchain import _schedule
+from fa_backend.schedule import _schedule
 
 RUN3 = REPO / "bench" / "results" / "2026-11-22-h100" / "run3" / "full-tus.jsonl"
 

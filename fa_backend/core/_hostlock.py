@@ -1,6 +1,7 @@
-"""A lock that holds across hosts on shared storage (NFS, EFS, Lustre, a local disk alike).
+"""A lock that holds across hosts on shared storage (NFS, EFS, Lustre, a local disk alike): the
+wheel cache's per-wheel lock and the CUDA toolkit's while it is provisioned.
 
-Why not filelock's default (flock/fcntl): on NFS those locks go through the lock manager (NLM
+Why not flock/fcntl (filelock's default): on NFS those locks go through the lock manager (NLM
 for NFSv3, lock state for v4): mounts with `nolock` or `local_lock=all` make them host-local
 without a word, and a crashed client's lock outlives it until the server's grace period. What
 every such file system does atomically on the server is an exclusive create (O_CREAT|O_EXCL,
@@ -35,8 +36,8 @@ import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from ..core import _log
-from ..core._errors import FaShimError
+from . import _log
+from ._errors import FaShimError
 
 STALE_BEATS = 8  # heartbeats without a change before a lock is a dead builder's
 
@@ -105,11 +106,16 @@ class HostLock:
         timeout: float,
         heartbeat: float,
         on_wait: Callable[[dict], None] | None = None,
+        *,
+        what: str,  # "wheel-cache": the lock in messages is "the wheel-cache lock"
+        held_by: str,  # "another build of the same wheel": its holder in the timeout error
+        fix: str,  # the timeout error's fix
     ) -> None:
         self.path = path
         self.timeout = timeout
         self.heartbeat = heartbeat
         self.on_wait = on_wait
+        self.what, self.held_by, self.fix = what, held_by, fix
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._ino: int | None = None
@@ -147,7 +153,7 @@ class HostLock:
             _log.warn(
                 f"the lock {self.path} was refreshed while being taken over ({describe(holder)})"
             )
-        _log.warn(f"took over the wheel-cache lock {self.path} of a builder that {why}")
+        _log.warn(f"took over the {self.what} lock {self.path} of a builder that {why}")
         with contextlib.suppress(OSError):
             aside.unlink()
 
@@ -180,10 +186,9 @@ class HostLock:
                 told = True
             if now > deadline:
                 raise FaShimError(
-                    f"waited {self.timeout:.0f} s for the wheel-cache lock {self.path}, held by "
-                    f"another build of the same wheel ({describe(holder)}).",
-                    fix="wait for that build (its heartbeat is alive), stop it, or raise "
-                    "-C wheel-cache-lock-timeout.",
+                    f"waited {self.timeout:.0f} s for the {self.what} lock {self.path}, held by "
+                    f"{self.held_by} ({describe(holder)}).",
+                    fix=self.fix,
                 )
             time.sleep(min(self.heartbeat / 2, 1.0, max(deadline - now, 0.01)))
         self._thread = threading.Thread(target=self._beat, name="fa-shim-lock-heartbeat")
@@ -204,8 +209,8 @@ class HostLock:
                     os.close(fd)
             except OSError:
                 _log.warn(
-                    f"lost the wheel-cache lock {self.path} (taken over after a stall?): "
-                    "another builder may compile the same wheel; both results are valid"
+                    f"lost the {self.what} lock {self.path} (taken over after a stall?): another "
+                    "builder may do the same work now"
                 )
                 return
 

@@ -1,4 +1,4 @@
-"""The build-time model (toolchain/_schedule.py with FA2's cost model, flavours/fa2/_costs.py):
+"""The build-time model (schedule/_schedule.py with FA2's cost model, flavours/fa2/_costs.py):
 the cost model is the recorded run's, the recorded builds fall in its range, sources, parts,
 architectures and cores scale it, and the ETA counts running work. The block a real prepare
 prints: tests/e2e/test_estimate_block.py."""
@@ -11,7 +11,7 @@ import pytest
 from conftest import REPO
 
 from fa_backend.flavours.fa2 import _costs
-from fa_backend.toolchain import _schedule
+from fa_backend.schedule import _schedule
 
 sys.path.insert(0, str(REPO / "bench"))
 import estimate_check
