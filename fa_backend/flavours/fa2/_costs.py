@@ -90,10 +90,11 @@ def model(disabled: int) -> _schedule.Cost:
 
 def memory_model(version: str, pinned: bool) -> Callable[[str], int] | None:
     """Each source's peak bytes (one arch) from the release's measured table (flavours/
-    _unit_table: vendored_patches/<version>/units.json); a part as its whole source where the
-    table lacks it (a part never holds more), a source it lacks as the one figure per unit of
-    toolchain/_jobs. None: no table for this release."""
-    table = _unit_table.load(VENDORED / version) if pinned else None
+    _unit_table: vendored_patches/<version>/units.json, or its release.toml's unit-table's); a
+    part as its whole source where the table lacks it (a part never holds more), a source it
+    lacks as the one figure per unit of toolchain/_jobs. None: no table for this release."""
+    shared = _releases.release(version).unit_table if pinned else None
+    table = _unit_table.load(VENDORED / (shared or version)) if pinned else None
     if table is None:
         return None
 

@@ -106,6 +106,7 @@ class Release:
     tu_parts: bool  # kernel sources can be compiled in parts (_tu_parts)
     patches: tuple[Path, ...]
     naming: Naming = FA2_NAMING
+    unit_table: str | None = None  # the release whose units.json its kernels share, else its own
 
     @property
     def pinned(self) -> bool:
@@ -125,6 +126,11 @@ _KEYS = {
     ),
     "tu-parts": (bool, "optional, true or false: kernel sources compiled in parts", False),
     "patches": (list, f"optional, the files in vendored_patches/{PATCH_DIR}/ it applies", False),
+    "unit-table": (
+        str,
+        "optional, the release whose measured units.json its kernel sources share",
+        False,
+    ),
 }
 
 
@@ -184,6 +190,9 @@ def _load(directory: Path) -> Release:
     }
     needed.pop(None, None)
     problems += _check_patches({_patches.topic(p) for p in patches}, needed)
+    table = data.get("unit-table")
+    if table and not (VENDORED / table / "units.json").is_file():
+        problems.append(f"unit-table = {table!r} names no release with a units.json")
     if problems:
         raise FaShimError(
             f"{path} does not describe a release fa-shim can use: {'; '.join(problems)}.",
@@ -192,7 +201,10 @@ def _load(directory: Path) -> Release:
             + f"; {GUIDE}.",
         )
     assert archs is not None
-    return Release(directory.name, data["sdist"], data["sha256"], archs, kernels, tu_parts, patches)
+    return Release(
+        directory.name, data["sdist"], data["sha256"], archs, kernels, tu_parts, patches,
+        unit_table=table,
+    )  # fmt: skip
 
 
 def _check_values(version: str, data: dict) -> list[str]:

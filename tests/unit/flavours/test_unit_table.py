@@ -66,3 +66,20 @@ def test_fa2s_memory_model_reads_its_release_table():
     assert peak("flash_something_new.cu") == _jobs.JOB_BYTES_ONE_ARCH
     assert _costs.memory_model("2.8.3", pinned=False) is None  # another sdist: no table
     assert _costs.memory_model("2.7.4.post1", pinned=True) is None  # no table for it
+
+
+def test_a_release_reads_the_table_its_release_toml_names(tmp_path, monkeypatch):
+    """2.8.3.post2, the default, compiles 2.8.3's kernel sources but for a 64-bit index in two
+    backward headers: it plans by 2.8.3's measured table (unit-table = "2.8.3"); a unit-table
+    naming a release without a table is refused."""
+    from fa_backend.flavours.fa2 import _releases
+
+    bwd = "flash_bwd_hdim256_bf16_sm80.cu"
+    assert _costs.memory_model("2.8.3.post2", True)(bwd) == _costs.memory_model("2.8.3", True)(bwd)
+    release = tmp_path / "9.9.9"
+    release.mkdir()
+    text = (REPO / "vendored_patches" / "2.8.3.post2" / "release.toml").read_text()
+    (release / "release.toml").write_text(text.replace('"2.8.3"', '"2.7.3"'))
+    monkeypatch.setattr(_releases, "VENDORED", tmp_path)
+    with pytest.raises(FaShimError, match=r"unit-table = '2\.7\.3' names no release with a units"):
+        _releases._load(release)

@@ -19,7 +19,7 @@ def test_every_release_of_this_checkout_is_well_formed():
 def test_the_readme_shows_a_real_release_toml():
     readme = (REPO / "README.md").read_text()
     shown = readme.split("`release.toml` (a test keeps this copy equal to it):\n\n```toml\n")[1]
-    assert shown.split("```")[0] == (REPO / "vendored_patches/2.8.3/release.toml").read_text()
+    assert shown.split("```")[0] == (REPO / "vendored_patches/2.8.3.post2/release.toml").read_text()
 
 
 def test_every_shared_patch_file_is_listed_by_a_release():
