@@ -278,7 +278,8 @@ memo)  # ~8 min (lease i): the FA2 training set cold with upstream's flash.h and
   # kernel-headers patch (that one into the wheel cache), the patched wheel against SDPA, then
   # its cache hits from the memo against those planned again, and pip's floor (hit_rounds)
   rm -rf "$WORK/upstream-headers" && cp -a "$ROOT" "$WORK/upstream-headers"
-  rm -rf "$WORK/upstream-headers/.carry" "$WORK"/upstream-headers/vendored_patches/*/40-kernel-headers.patch
+  rm -rf "$WORK/upstream-headers/.carry"
+  sed -i '/"40-kernel-headers\./d' "$WORK"/upstream-headers/vendored_patches/*/release.toml
   wheel fa2-training-upstream-headers "$WORK/upstream-headers" "${FA2_SET[@]}"
   COMMON=(-C compiler-cache=none -C wheel-cache=true -C keep-build-dir=true -C cache-dir="$WORK/cache")
   wheel fa2-training "$ROOT" "${FA2_SET[@]}"
