@@ -6,7 +6,7 @@ its compile jobs (heaviest first, as fa-shim orders build.ninja), scaled by the 
 (every arch repeats a source's device code; nvcc threads compile them side by side) and by cores
 (jobs x threads beyond the cores share them), plus a fixed overhead. The same model gives the
 ETA while compiling (`remaining`): work still running counts with what it has left, and the
-costs are rescaled by how fast the finished sources really were.
+costs are rescaled by how fast this build's finished sources really were.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import heapq
 import math
 import random
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from statistics import median
 
 Cost = Callable[[str], float]  # one source (a basename) -> seconds, one core, one architecture
 
@@ -75,18 +76,29 @@ def remaining(
     cost: Cost,
 ) -> float:
     """Seconds until the last source is compiled: `running` are (name, seconds so far),
-    `finished` (name, seconds it took). The model's costs are rescaled by the finished ones."""
+    `finished` (name, seconds it took). The model's times are scaled by what this build's
+    finished sources took against them (measured / modelled, each source's ratio):
+    - a pending source, or one running short of its scaled time, by their median. The median,
+      not the ratio of the sums: a source a compiler cache answers in a second, or one the
+      model misjudges, moves a sum (and the whole ETA) but not the median;
+    - a source running past that is one of the slow ones: by the median of the finished
+      sources that were slower than it has been so far, or, where none was, a tenth more."""
 
     def model(name: str) -> float:
-        return machine.scale(cost(name))
+        return max(machine.scale(cost(name)), 1e-9)  # a zero cost divides nothing
 
-    predicted = sum(model(name) for name, _ in finished)
-    rate = sum(s for _, s in finished) / predicted if finished and predicted else 1.0
+    ratios = [seconds / model(name) for name, seconds in finished]
+    rate = median(ratios) if ratios else 1.0
     busy = []
     for name, elapsed in running:
-        expected = model(name) * rate
-        # past its expected time it is slower than thought: assume a tenth more, never zero
-        busy.append(max(expected - elapsed, 0.1 * max(elapsed, expected)))
+        seen = elapsed / model(name)
+        slower = [r for r in ratios if r > seen]
+        if seen < rate:
+            busy.append(model(name) * rate - elapsed)
+        elif slower:
+            busy.append(model(name) * median(slower) - elapsed)
+        else:  # never "0 min left" while it runs
+            busy.append(0.1 * elapsed)
     return makespan([model(name) * rate for name in pending], machine.jobs, busy)
 
 
