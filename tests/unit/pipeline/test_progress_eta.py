@@ -1,4 +1,4 @@
-"""The live ETA (toolchain/_schedule.remaining, the "~N min left" of pipeline/_progress's line)
+"""The live ETA (schedule/_schedule.remaining, the "~N min left" of pipeline/_progress's line)
 replayed on a recorded build, in-process.
 
 Recorded: FA2's full set on the H100 box of lease e (2026-11-25: 73 units, 16 jobs on 16 cores,
@@ -17,7 +17,7 @@ from conftest import REPO
 
 from fa_backend.flavours.fa2 import _costs
 from fa_backend.pipeline import _progress
-from fa_backend.toolchain import _schedule
+from fa_backend.schedule import _schedule
 
 RECORD = REPO / "bench/results/2026-11-25-h100-lease-e/fa2-full-tus.jsonl"
 MACHINE = _schedule.Machine(jobs=16, threads=1, cores=16, archs=1)
