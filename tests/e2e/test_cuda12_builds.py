@@ -11,6 +11,8 @@ cu12 headers, downloaded once per machine).
 Each builds the smallest set that compiles real kernels (conftest.SMALLEST_REAL_SET: hdim128,
 bf16, forward only, upstream's five DISABLE switches: 4 kernels and flash_api.cpp), verifies,
 carries its label and tags, and imports under its torch (no GPU here: import only).
+FlashAttention-3's stable line is prepared with the same nvcc under torch 2.9.1 (upstream needs
+CUDA 12.3 or newer).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from pathlib import Path
 import cuda12_toolkit
 import pytest
 from conftest import (
+    FA3_SHARED,
     REPO,
     SHARED_SDISTS,
     SMALLEST_REAL_SET,
@@ -153,3 +156,36 @@ def test_torch_2_6_cu124_gets_abi_0_injected(torch26_build, cuda12_home):
     assert "PASS abi" in build["verify"] and "(_GLIBCXX_USE_CXX11_ABI=0)" in build["verify"]
     assert build["import"]["version"] == f"2.8.3+{label}"
     assert build["import"]["torch"] == "2.6.0+cu124"
+
+
+FA3_NO_FEATURES = "fp8,split,paged-kv,appendkv,local,softcap,packgqa,varlen,cluster"
+
+
+@pytest.mark.skipif(not FA3_SHARED.is_dir(), reason="needs the FA3 trees in ../shared/fa3")
+def test_fa3_stable_line_prepares_with_nvcc_12_4(torch291_python, cuda12_home, tmp_path):
+    """Upstream's hopper/setup.py takes nvcc >= 12.3 (and would download nvcc 12.6 and ptxas
+    12.8 for it, which fa-shim patches out): nvcc 12.4 prepares the stable line, the preflight
+    compiling its probe with the build's exact nvcc command line, all for sm_90a."""
+    config = {
+        "fa3-source-dir": str(FA3_SHARED),
+        "compiler-cache": "none",
+        "head-dims": "128",
+        "dtypes": "bf16",
+        "disable": FA3_NO_FEATURES,
+    }
+    options = [a for k, v in config.items() for a in ("-C", f"{k}={v}")]
+    proc = run(
+        [torch291_python, "-m", "fa_backend", "prepare", "--build-dir", tmp_path / "b", *options],
+        cwd=REPO / "flash-attn-3",
+        env=clean_env(
+            PYTHONPATH=str(REPO), XDG_CACHE_HOME=str(tmp_path / "xdg"), CUDA_HOME=str(cuda12_home)
+        ),
+    )
+    summary = json.loads(proc.stdout)
+    assert summary["wheel"].startswith("flash_attn_3-3.0.0+g0251105a.cu12.torch2.9plus.hdim128.")
+    assert summary["wheel"].endswith("-cp39-abi3-linux_x86_64.whl")  # torch < 2.10: 3.9's API
+    assert summary["provenance"]["nvcc"]["version"] == "12.4"
+    nvcc = [c for c in summary["compile_commands"] if c["kind"] == "nvcc"]
+    assert nvcc and all("arch=compute_90a,code=sm_90a" in c["args"] for c in nvcc)
+    log = " ".join(proc.stderr.split())
+    assert "(CUDA 12.4) for torch 2.9.1+cu128 (CUDA 12.8): accepted, the same CUDA major" in log
