@@ -68,14 +68,14 @@ class Unreachable(Exception):
     """apt-get or the package index cannot be used here (the tests that need the home skip)."""
 
 
-def _run(cmd: list, what: str, **kwargs) -> str:
+def _run(cmd: list, what: str, **kwargs) -> subprocess.CompletedProcess:
     try:
         proc = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, **kwargs)
     except OSError as exc:
         raise Unreachable(f"{what}: {cmd[0]}: {exc}") from None
     if proc.returncode != 0:
         raise Unreachable(f"{what} failed ({proc.returncode}): {proc.stderr.strip()[-2000:]}")
-    return proc.stdout
+    return proc
 
 
 def _apt_download(work: Path) -> Path:
@@ -94,7 +94,9 @@ def _apt_download(work: Path) -> Path:
         # as root, apt downloads as _apt, who cannot write into our private directories
         *(["-oAPT::Sandbox::User=root"] if os.geteuid() == 0 else []),
     ]
-    _run(["apt-get", *options, "update"], "apt-get update (Debian trixie)")
+    update = _run(["apt-get", *options, "update"], "apt-get update (Debian trixie)")
+    if not any((work / "lists").glob("*_Packages*")):  # apt-get update warns, exits 0
+        raise Unreachable(f"apt-get update fetched no package list: {update.stderr.strip()}")
     debs = work / "debs"
     debs.mkdir()
     _run(["apt-get", *options, "download", DEB], f"apt-get download {DEB}", cwd=debs)
@@ -131,7 +133,7 @@ def _unpack_wheel(wheel: Path, home: Path) -> None:
 
 
 def _nvcc_release(home: Path) -> str:
-    out = _run([home / "bin" / "nvcc", "--version"], "the assembled nvcc --version")
+    out = _run([home / "bin" / "nvcc", "--version"], "the assembled nvcc --version").stdout
     return next((line for line in out.splitlines() if "release" in line), out.strip())
 
 
