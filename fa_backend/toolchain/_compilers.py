@@ -197,6 +197,23 @@ def choose_nvcc(torch: TorchInfo, explicit: Path | None) -> Nvcc:
     return matching[0]
 
 
+def fit(nvcc: Nvcc, torch: TorchInfo) -> str:
+    """Why a chosen nvcc suits torch, for the log. Only the CUDA major is binding: torch's
+    cpp_extension refuses an nvcc of another major and merely warns about another minor
+    (_check_cuda_version), and a minor mismatch builds (nvcc 12.4 against torch's 12.8:
+    tests/e2e/test_cuda12_builds.py)."""
+    ours = f"{nvcc.version.major}.{nvcc.version.minor}" if nvcc.version else "unknown"
+    theirs = Version(torch.cuda)
+    if ours == f"{theirs.major}.{theirs.minor}":
+        why = "accepted, the same CUDA release"
+    else:
+        why = (
+            "accepted, the same CUDA major (torch refuses only another major; for another "
+            "minor its cpp_extension warns)"
+        )
+    return f"nvcc {nvcc.path} (CUDA {ours}) for torch {torch.version} (CUDA {torch.cuda}): {why}"
+
+
 def host_compiler_program() -> tuple[str, str]:
     """The C++ compiler setuptools/torch will call: CXX (else c++) and the program it names."""
     cxx = os.environ.get("CXX", "c++")

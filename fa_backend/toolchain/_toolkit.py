@@ -111,7 +111,8 @@ def _no_compiler_on_index(torch: TorchInfo, found: str = "") -> FaShimError:
         f"fa-shim cannot bring one: the package index has no CUDA {torch.cuda_major} compiler "
         f"(the nvidia-cuda-nvcc-cu{torch.cuda_major} wheels carry ptxas and headers but no "
         "bin/nvcc; fa-shim provisions nvcc for CUDA 13 and later torches only).",
-        fix=f"install the CUDA toolkit {cuda} (any {torch.cuda_major}.x from {cuda} on works): "
+        fix=f"install the CUDA toolkit {cuda}, or another {torch.cuda_major}.x (torch accepts a "
+        f"minor mismatch within its CUDA major, with a warning): "
         f"NVIDIA's installer or your distribution's package (e.g. `cuda-toolkit-"
         f"{cuda.replace('.', '-')}` from NVIDIA's apt/dnf repository), `conda install -c "
         f"nvidia cuda-toolkit={cuda}`, or a CUDA {cuda} devel container image; then set "
@@ -170,13 +171,15 @@ def choose(torch: TorchInfo, settings) -> _compilers.Nvcc:
     decision = decide(torch, settings)
     if decision.error is not None:
         raise decision.error
-    if decision.nvcc is not None:
-        return decision.nvcc
-    cuda = decision.provision
-    if mode(settings.cuda_toolkit) == "auto":
-        _log.info(f"no nvcc on this machine fits torch {torch.version} (CUDA {torch.cuda})")
-    provision(settings.resolved_cache_dir, cuda, settings.offline)
-    return nvcc_of(settings.resolved_cache_dir, cuda)
+    nvcc = decision.nvcc
+    if nvcc is None:
+        cuda = decision.provision
+        if mode(settings.cuda_toolkit) == "auto":
+            _log.info(f"no nvcc on this machine fits torch {torch.version} (CUDA {torch.cuda})")
+        provision(settings.resolved_cache_dir, cuda, settings.offline)
+        nvcc = nvcc_of(settings.resolved_cache_dir, cuda)
+    _log.info(_compilers.fit(nvcc, torch))  # which nvcc, its CUDA against torch's, and why
+    return nvcc
 
 
 # ------------------------------------------------------------------------------ provisioning

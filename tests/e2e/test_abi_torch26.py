@@ -1,41 +1,19 @@
-"""The ABI proof against torch 2.6 (ABI=0, the session's CUDA 12.4 venv): fa-shim injects 0, and
-torch <= 2.6 itself saves a plain build from a new-ABI compiler. Against torch 2.13 (ABI=1):
+"""torch <= 2.6 itself saves a plain build from a new-ABI compiler (the session's CUDA 12.4 venv,
+ABI=0). That fa-shim injects ABI 0 against torch 2.6 is proven by a real build of flash-attn
+2.8.3 with nvcc 12.4: tests/e2e/test_cuda12_builds.py. Against torch 2.13 (ABI=1):
 tests/integration/test_abi.py."""
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
-import zipfile
 
 import pytest
-from conftest import PY, SAMPLE, SAMPLE_VERSION, pip_wheel_cmd, run, sample_settings
+from conftest import SAMPLE, run
 
 pytestmark = pytest.mark.slow
 
 IMPORT = "import flash_attn, flash_attn_2_cuda; print('abi', flash_attn_2_cuda.cxx11_abi())"
-
-
-def test_torch_2_6_gets_abi_0_injected(torch26_python, sample_sdist_dir, tmp_path):
-    out = tmp_path / "wheels"
-    run(
-        pip_wheel_cmd(torch26_python, out, *sample_settings(sample_sdist_dir)),
-        env=dict(os.environ),
-    )
-    (wheel,) = out.glob("*.whl")
-    assert f"flash_attn-{SAMPLE_VERSION}+cu124torch2.6cxx11abiFALSE-" in wheel.name
-    with zipfile.ZipFile(wheel) as zf:
-        prov = json.loads(zf.read(next(n for n in zf.namelist() if n.endswith("provenance.json"))))
-    assert prov["torch"]["cxx11_abi"] == 0
-    assert prov["injected_flags"][0]["injected"]["cxx"][-2:] == [
-        "-std=c++17",
-        "-D_GLIBCXX_USE_CXX11_ABI=0",
-    ]
-    site = tmp_path / "site"
-    run([PY, "-m", "pip", "install", "--no-deps", "--target", site, wheel])
-    proc = run([torch26_python, "-c", IMPORT], env={**os.environ, "PYTHONPATH": str(site)})
-    assert "abi 0" in proc.stdout
 
 
 def test_torch_2_6_negative_control_is_saved_by_torch_itself(torch26_python, tmp_path):

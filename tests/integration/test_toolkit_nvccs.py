@@ -78,6 +78,17 @@ def test_cuda_12_torch_gets_the_no_compiler_on_the_index_error(tmp_path, mode):
     assert not (tmp_path / "cache" / "toolkits").exists()  # nothing was fetched
 
 
+def test_cuda_12_fix_says_torch_takes_another_minor(tmp_path, monkeypatch):
+    """torch 2.9.1+cu128 without a CUDA 12 nvcc: the fix names 12.8 and says another 12.x works
+    (torch accepts a minor mismatch; nvcc 12.4 builds for it: tests/e2e/test_cuda12_builds.py),
+    not "any 12.x from 12.8 on"."""
+    for name in ("CUDA_HOME", "CUDA_PATH"):
+        monkeypatch.delenv(name, raising=False)
+    error = _toolkit.decide(_torch("2.9.1+cu128", "12.8"), _settings_for(tmp_path)).error
+    assert "install the CUDA toolkit 12.8, or another 12.x (torch accepts a minor" in error.fix
+    assert "from 12.8 on" not in error.fix
+
+
 def test_one_toolkit_reached_by_a_symlink_is_asked_once(tmp_path, monkeypatch):
     """A symlink to an nvcc already seen needs no dry run (one process fewer per path on every
     build and wheel-cache hit); a wrapper script in another place still gets one."""

@@ -1,0 +1,191 @@
+"""CUDA 12, compiled for real: the two CUDA 12 environments fa-shim was made for, built through
+plain `pip wheel` with a real nvcc 12.4 (tests/cuda12_toolkit.py: Debian's compiler, the index's
+cu12 headers, downloaded once per machine).
+
+- torch 2.9.1+cu128 (the new C++ ABI), `-C cuda-archs=89` (the L4), nvcc named by CUDA_HOME:
+  a minor mismatch (12.4 against torch's 12.8) that torch accepts and fa-shim logs as accepted;
+- torch 2.6.0+cu124 (the old C++ ABI, _GLIBCXX_USE_CXX11_ABI=0), nvcc named by -C nvcc: fa-shim
+  injects ABI 0 into every cxx and nvcc command, the provenance says so, the module imports
+  with ABI 0.
+
+Each builds the smallest set that compiles real kernels (conftest.SMALLEST_REAL_SET: hdim128,
+bf16, forward only, upstream's five DISABLE switches: 4 kernels and flash_api.cpp), verifies,
+carries its label and tags, and imports under its torch (no GPU here: import only).
+FlashAttention-3's stable line is prepared with the same nvcc under torch 2.9.1 (upstream needs
+CUDA 12.3 or newer).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import zipfile
+from pathlib import Path
+
+import cuda12_toolkit
+import pytest
+from conftest import (
+    FA3_SHARED,
+    REPO,
+    SHARED_SDISTS,
+    SMALLEST_REAL_SET,
+    _torch_venv,
+    clean_env,
+    overlay_venv,
+    run,
+)
+
+pytestmark = [pytest.mark.realbuild, pytest.mark.slow, pytest.mark.cuda_torch]
+
+SET = ".hdim128.bf16.fwd.nodropout.noalibi.nosoftcap.nolocal.nounevenk"
+TAG = f"cp{sys.version_info.major}{sys.version_info.minor}"
+IMPORT = (
+    "import importlib.metadata as m, json, flash_attn, flash_attn_2_cuda, torch; "
+    "print(json.dumps({'version': m.version('flash-attn'), 'torch': torch.__version__}))"
+)
+
+
+@pytest.fixture(scope="session")
+def cuda12_home() -> Path:
+    """The CUDA 12.4 toolkit home; skipped only where apt-get or the index cannot be reached."""
+    try:
+        home, how = cuda12_toolkit.home()
+    except cuda12_toolkit.Unreachable as exc:
+        pytest.skip(f"no CUDA 12.4 toolkit: {exc}")
+    word = "assembled" if how["assembled"] else "cached"
+    print(f"CUDA 12.4 toolkit {word} at {home} in {how['seconds']:.1f} s", file=sys.stderr)
+    return home
+
+
+@pytest.fixture(scope="session")
+def torch291_python(tmp_path_factory) -> Path:
+    """A venv with torch 2.9.1 from the index (CUDA 12.8, the new C++ ABI; ~4 GB)."""
+    return _torch_venv(tmp_path_factory, "torch291", ["torch==2.9.1", "einops"])
+
+
+def _build(python: Path, tmp: Path, archs: str, env: dict, *options: str) -> dict:
+    settings = {
+        "sdist-dir": str(SHARED_SDISTS),
+        **SMALLEST_REAL_SET,
+        "cuda-archs": archs,
+        "compiler-cache": "none",
+        "cache-dir": str(tmp / "fa-shim-cache"),
+    }
+    config = [a for k, v in settings.items() for a in ("-C", f"{k}={v}")]
+    proc = run(
+        [python, "-m", "pip", "wheel", "-v", "--no-build-isolation", "--no-deps",
+         "-w", tmp / "dist", REPO, *config, *options],
+        cwd=tmp,
+        env=clean_env(XDG_CACHE_HOME=str(tmp / "xdg"), PIP_NO_CACHE_DIR="1", **env),
+    )  # fmt: skip
+    (wheel,) = (tmp / "dist").glob("*.whl")
+    with zipfile.ZipFile(wheel) as zf:
+        name = next(n for n in zf.namelist() if n.endswith("fa_shim_provenance.json"))
+        prov = json.loads(zf.read(name))
+    # verify and import in a venv of its own over the torch venv (which stays untouched)
+    venv, _ = overlay_venv(python, tmp / "venv")
+    run([venv, "-m", "pip", "install", "-q", "--no-deps", "--no-index", wheel])
+    verify = run([venv, "-m", "fa_backend", "verify", "flash_attn"], cwd=REPO, env=clean_env())
+    imported = run([venv, "-c", IMPORT], cwd=tmp, env=clean_env())
+    return {
+        "wheel": wheel,
+        "log": " ".join((proc.stdout + proc.stderr).split()),
+        "prov": prov,
+        "verify": " ".join(verify.stdout.split()),
+        "import": json.loads(imported.stdout.strip().splitlines()[-1]),
+    }
+
+
+@pytest.fixture(scope="module")
+def torch291_build(torch291_python, cuda12_home, tmp_path_factory) -> dict:
+    tmp = tmp_path_factory.mktemp("cuda12-torch291")
+    return _build(torch291_python, tmp, "89", {"CUDA_HOME": str(cuda12_home)})
+
+
+@pytest.fixture(scope="module")
+def torch26_build(torch26_python, cuda12_home, tmp_path_factory) -> dict:
+    tmp = tmp_path_factory.mktemp("cuda12-torch26")
+    return _build(torch26_python, tmp, "80", {}, "-C", f"nvcc={cuda12_home / 'bin' / 'nvcc'}")
+
+
+def _check_nvcc(prov: dict) -> None:
+    assert prov["nvcc"] == {"version": "12.4", "build": "12.4.131"}
+
+
+def test_torch_2_9_1_cu128_for_the_l4(torch291_build, cuda12_home):
+    build, prov = torch291_build, torch291_build["prov"]
+    label = f"cu128torch2.9cxx11abiTRUE{SET}"
+    assert build["wheel"].name == f"flash_attn-2.8.3+{label}-{TAG}-{TAG}-linux_x86_64.whl"
+    # the toolkit decision: which nvcc, its CUDA against torch's, why it is accepted
+    nvcc = cuda12_home / "bin" / "nvcc"
+    assert (
+        f"nvcc {nvcc} (CUDA 12.4) for torch 2.9.1+cu128 (CUDA 12.8): accepted, the same CUDA "
+        "major (torch refuses only another major; for another minor its cpp_extension warns)"
+    ) in build["log"]
+    assert f"using nvcc {nvcc} (CUDA 12.4, from CUDA_HOME)" in build["log"]
+    assert "89 runs the sm_80 code" in build["log"]
+    _check_nvcc(prov)
+    assert prov["torch"]["version"] == "2.9.1+cu128" and prov["torch"]["cxx11_abi"] == 1
+    injected = prov["injected_flags"][0]["injected"]
+    assert injected["cxx"][-1] == injected["nvcc"][-1] == "-D_GLIBCXX_USE_CXX11_ABI=1"
+    assert "result: OK" in build["verify"], build["verify"]
+    assert "PASS abi" in build["verify"] and "(_GLIBCXX_USE_CXX11_ABI=1)" in build["verify"]
+    assert build["import"]["version"] == f"2.8.3+{label}"
+    assert build["import"]["torch"] == "2.9.1+cu128"
+
+
+def test_torch_2_6_cu124_gets_abi_0_injected(torch26_build, cuda12_home):
+    """torch 2.6 is built with the old C++ ABI: fa-shim injects 0 into every cxx and nvcc
+    command, the provenance records it, and the module imports reporting ABI 0."""
+    build, prov = torch26_build, torch26_build["prov"]
+    label = f"cu124torch2.6cxx11abiFALSE{SET}"
+    assert build["wheel"].name == f"flash_attn-2.8.3+{label}-{TAG}-{TAG}-linux_x86_64.whl"
+    nvcc = cuda12_home / "bin" / "nvcc"
+    assert (
+        f"nvcc {nvcc} (CUDA 12.4) for torch 2.6.0+cu124 (CUDA 12.4): accepted, the same CUDA "
+        "release"
+    ) in build["log"]
+    assert f"using nvcc {nvcc} (CUDA 12.4, from setting nvcc)" in build["log"]
+    _check_nvcc(prov)
+    assert prov["torch"]["version"] == "2.6.0+cu124" and prov["torch"]["cxx11_abi"] == 0
+    injected = prov["injected_flags"][0]["injected"]
+    assert injected["cxx"][-2:] == ["-std=c++17", "-D_GLIBCXX_USE_CXX11_ABI=0"]
+    assert injected["nvcc"][-1] == "-D_GLIBCXX_USE_CXX11_ABI=0"
+    assert "result: OK" in build["verify"], build["verify"]
+    # the module's references to torch pass std::string in the old ABI, as torch 2.6's do
+    assert "PASS abi" in build["verify"] and "(_GLIBCXX_USE_CXX11_ABI=0)" in build["verify"]
+    assert build["import"]["version"] == f"2.8.3+{label}"
+    assert build["import"]["torch"] == "2.6.0+cu124"
+
+
+FA3_NO_FEATURES = "fp8,split,paged-kv,appendkv,local,softcap,packgqa,varlen,cluster"
+
+
+@pytest.mark.skipif(not FA3_SHARED.is_dir(), reason="needs the FA3 trees in ../shared/fa3")
+def test_fa3_stable_line_prepares_with_nvcc_12_4(torch291_python, cuda12_home, tmp_path):
+    """Upstream's hopper/setup.py takes nvcc >= 12.3 (and would download nvcc 12.6 and ptxas
+    12.8 for it, which fa-shim patches out): nvcc 12.4 prepares the stable line, the preflight
+    compiling its probe with the build's exact nvcc command line, all for sm_90a."""
+    config = {
+        "fa3-source-dir": str(FA3_SHARED),
+        "compiler-cache": "none",
+        "head-dims": "128",
+        "dtypes": "bf16",
+        "disable": FA3_NO_FEATURES,
+    }
+    options = [a for k, v in config.items() for a in ("-C", f"{k}={v}")]
+    proc = run(
+        [torch291_python, "-m", "fa_backend", "prepare", "--build-dir", tmp_path / "b", *options],
+        cwd=REPO / "flash-attn-3",
+        env=clean_env(
+            PYTHONPATH=str(REPO), XDG_CACHE_HOME=str(tmp_path / "xdg"), CUDA_HOME=str(cuda12_home)
+        ),
+    )
+    summary = json.loads(proc.stdout)
+    assert summary["wheel"].startswith("flash_attn_3-3.0.0+g0251105a.cu12.torch2.9plus.hdim128.")
+    assert summary["wheel"].endswith("-cp39-abi3-linux_x86_64.whl")  # torch < 2.10: 3.9's API
+    assert summary["provenance"]["nvcc"]["version"] == "12.4"
+    nvcc = [c for c in summary["compile_commands"] if c["kind"] == "nvcc"]
+    assert nvcc and all("arch=compute_90a,code=sm_90a" in c["args"] for c in nvcc)
+    log = " ".join(proc.stderr.split())
+    assert "(CUDA 12.4) for torch 2.9.1+cu128 (CUDA 12.8): accepted, the same CUDA major" in log
