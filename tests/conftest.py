@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import atexit
 import dataclasses
+import ensurepip
 import hashlib
 import importlib.util
 import io
@@ -33,6 +34,12 @@ SHARED_SDISTS = (
     _SHARED
     if _SHARED.is_dir()
     else Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "fa-shim-test-sdists"
+)
+# uv's cache for the CUDA torch venvs, kept between runs as pip's is (the tests' own
+# XDG_CACHE_HOME is a fresh directory per test)
+UV_CACHE = Path(
+    os.environ.get("UV_CACHE_DIR")
+    or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "uv"
 )
 SDISTS_READ_BY_PATH = ("2.6.3", "2.7.4.post1", "2.8.3", "2.8.3.post2")
 # Every flash-attn release on PyPI from 2.6.3 to 2.8.3.post2 (see docs/upstream-versions.md).
@@ -284,7 +291,15 @@ def _torch_venv(tmp_path_factory, name: str, packages: list[str]) -> Path:
         if not Path(given).is_file():
             pytest.fail(f"{torch_venv_variable(name)}={given}: no such interpreter", pytrace=False)
         return Path(given)
-    return make_venv(tmp_path_factory.mktemp(f"venv-{name}") / "v", [*packages, *BUILD_TOOLS])
+    path = tmp_path_factory.mktemp(f"venv-{name}") / "v"
+    # uv lays the multi-GB torch and its CUDA libraries out from its cache in seconds (pip
+    # copies them: 1-3 minutes a venv); the venv gets the pip `python -m venv` would bring
+    env = {**os.environ, "UV_CACHE_DIR": str(UV_CACHE)}
+    run(["uv", "venv", "-q", "--python", sys.executable, path], env=env)
+    python = path / "bin" / "python"
+    pip = f"pip=={ensurepip.version()}"
+    run(["uv", "pip", "install", "-q", "--python", python, pip, *packages, *BUILD_TOOLS], env=env)
+    return python
 
 
 @pytest.fixture(scope="session")
@@ -303,6 +318,27 @@ def torch2141_python(tmp_path_factory) -> Path:
 def torch26_python(tmp_path_factory) -> Path:
     """A venv with torch 2.6.0 (CUDA 12.4, built with the old ABI, _GLIBCXX_USE_CXX11_ABI=0)."""
     return _torch_venv(tmp_path_factory, "torch26", ["torch==2.6.0", "numpy<2"])
+
+
+@pytest.fixture(scope="session")
+def torch291_python(tmp_path_factory) -> Path:
+    """A venv with torch 2.9.1 from the index (CUDA 12.8, the new C++ ABI; ~6.7 GB)."""
+    return _torch_venv(tmp_path_factory, "torch291", ["torch==2.9.1", "einops"])
+
+
+@pytest.fixture(scope="session")
+def cuda12_home() -> Path:
+    """The CUDA 12.4 toolkit home (tests/cuda12_toolkit.py, kept between runs); skipped only
+    where apt-get or the index cannot be reached."""
+    import cuda12_toolkit
+
+    try:
+        home, how = cuda12_toolkit.home()
+    except cuda12_toolkit.Unreachable as exc:
+        pytest.skip(f"no CUDA 12.4 toolkit: {exc}")
+    word = "assembled" if how["assembled"] else "cached"
+    print(f"CUDA 12.4 toolkit {word} at {home} in {how['seconds']:.1f} s", file=sys.stderr)
+    return home
 
 
 def pytest_sessionstart(session):
@@ -411,6 +447,7 @@ _MARKED_FIXTURES = {
     "torch211_python": ["cuda_torch", "slow"],
     "torch2141_python": ["cuda_torch", "slow"],
     "torch26_python": ["cuda_torch", "slow"],
+    "torch291_python": ["cuda_torch", "slow"],
 }
 _NEVER_IN_UNIT = ("slow", "realbuild", "cuda_torch", "network")
 

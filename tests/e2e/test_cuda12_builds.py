@@ -8,8 +8,8 @@ cu12 headers, downloaded once per machine).
   injects ABI 0 into every cxx and nvcc command, the provenance says so, the module imports
   with ABI 0.
 
-Each builds the smallest set that compiles real kernels (conftest.SMALLEST_REAL_SET: hdim128,
-bf16, forward only, upstream's five DISABLE switches: 4 kernels and flash_api.cpp), verifies,
+Each builds the smallest set that compiles real kernels (conftest.SMALLEST_REAL_SET with head dim
+32: bf16, forward only, upstream's five DISABLE switches: 4 kernels and flash_api.cpp), verifies,
 carries its label and tags, and imports under its torch (no GPU here: import only).
 FlashAttention-3's stable line is prepared with the same nvcc under torch 2.9.1 (upstream needs
 CUDA 12.3 or newer).
@@ -22,14 +22,12 @@ import sys
 import zipfile
 from pathlib import Path
 
-import cuda12_toolkit
 import pytest
 from conftest import (
     FA3_SHARED,
     REPO,
     SHARED_SDISTS,
     SMALLEST_REAL_SET,
-    _torch_venv,
     clean_env,
     overlay_venv,
     run,
@@ -37,7 +35,7 @@ from conftest import (
 
 pytestmark = [pytest.mark.realbuild, pytest.mark.slow, pytest.mark.cuda_torch]
 
-SET = ".hdim128.bf16.fwd.nodropout.noalibi.nosoftcap.nolocal.nounevenk"
+SET = ".hdim32.bf16.fwd.nodropout.noalibi.nosoftcap.nolocal.nounevenk"
 TAG = f"cp{sys.version_info.major}{sys.version_info.minor}"
 IMPORT = (
     "import importlib.metadata as m, json, flash_attn, flash_attn_2_cuda, torch; "
@@ -45,28 +43,11 @@ IMPORT = (
 )
 
 
-@pytest.fixture(scope="session")
-def cuda12_home() -> Path:
-    """The CUDA 12.4 toolkit home; skipped only where apt-get or the index cannot be reached."""
-    try:
-        home, how = cuda12_toolkit.home()
-    except cuda12_toolkit.Unreachable as exc:
-        pytest.skip(f"no CUDA 12.4 toolkit: {exc}")
-    word = "assembled" if how["assembled"] else "cached"
-    print(f"CUDA 12.4 toolkit {word} at {home} in {how['seconds']:.1f} s", file=sys.stderr)
-    return home
-
-
-@pytest.fixture(scope="session")
-def torch291_python(tmp_path_factory) -> Path:
-    """A venv with torch 2.9.1 from the index (CUDA 12.8, the new C++ ABI; ~4 GB)."""
-    return _torch_venv(tmp_path_factory, "torch291", ["torch==2.9.1", "einops"])
-
-
 def _build(python: Path, tmp: Path, archs: str, env: dict, *options: str) -> dict:
     settings = {
         "sdist-dir": str(SHARED_SDISTS),
         **SMALLEST_REAL_SET,
+        "head-dims": "32",  # its four kernel sources compile about a quarter sooner than 128's
         "cuda-archs": archs,
         "compiler-cache": "none",
         "cache-dir": str(tmp / "fa-shim-cache"),
@@ -112,10 +93,13 @@ def _check_nvcc(prov: dict) -> None:
     assert prov["nvcc"] == {"version": "12.4", "build": "12.4.131"}
 
 
+@pytest.mark.cell(
+    flavour="FA2 2.8.3.post2", torch="2.9.1+cu128", nvcc="12.4", abi="TRUE", stage="compiled"
+)
 def test_torch_2_9_1_cu128_for_the_l4(torch291_build, cuda12_home):
     build, prov = torch291_build, torch291_build["prov"]
     label = f"cu128torch2.9cxx11abiTRUE{SET}"
-    assert build["wheel"].name == f"flash_attn-2.8.3+{label}-{TAG}-{TAG}-linux_x86_64.whl"
+    assert build["wheel"].name == f"flash_attn-2.8.3.post2+{label}-{TAG}-{TAG}-linux_x86_64.whl"
     # the toolkit decision: which nvcc, its CUDA against torch's, why it is accepted
     nvcc = cuda12_home / "bin" / "nvcc"
     assert (
@@ -130,16 +114,19 @@ def test_torch_2_9_1_cu128_for_the_l4(torch291_build, cuda12_home):
     assert injected["cxx"][-1] == injected["nvcc"][-1] == "-D_GLIBCXX_USE_CXX11_ABI=1"
     assert "result: OK" in build["verify"], build["verify"]
     assert "PASS abi" in build["verify"] and "(_GLIBCXX_USE_CXX11_ABI=1)" in build["verify"]
-    assert build["import"]["version"] == f"2.8.3+{label}"
+    assert build["import"]["version"] == f"2.8.3.post2+{label}"
     assert build["import"]["torch"] == "2.9.1+cu128"
 
 
+@pytest.mark.cell(
+    flavour="FA2 2.8.3.post2", torch="2.6.0+cu124", nvcc="12.4", abi="FALSE", stage="compiled"
+)
 def test_torch_2_6_cu124_gets_abi_0_injected(torch26_build, cuda12_home):
     """torch 2.6 is built with the old C++ ABI: fa-shim injects 0 into every cxx and nvcc
     command, the provenance records it, and the module imports reporting ABI 0."""
     build, prov = torch26_build, torch26_build["prov"]
     label = f"cu124torch2.6cxx11abiFALSE{SET}"
-    assert build["wheel"].name == f"flash_attn-2.8.3+{label}-{TAG}-{TAG}-linux_x86_64.whl"
+    assert build["wheel"].name == f"flash_attn-2.8.3.post2+{label}-{TAG}-{TAG}-linux_x86_64.whl"
     nvcc = cuda12_home / "bin" / "nvcc"
     assert (
         f"nvcc {nvcc} (CUDA 12.4) for torch 2.6.0+cu124 (CUDA 12.4): accepted, the same CUDA "
@@ -154,7 +141,7 @@ def test_torch_2_6_cu124_gets_abi_0_injected(torch26_build, cuda12_home):
     assert "result: OK" in build["verify"], build["verify"]
     # the module's references to torch pass std::string in the old ABI, as torch 2.6's do
     assert "PASS abi" in build["verify"] and "(_GLIBCXX_USE_CXX11_ABI=0)" in build["verify"]
-    assert build["import"]["version"] == f"2.8.3+{label}"
+    assert build["import"]["version"] == f"2.8.3.post2+{label}"
     assert build["import"]["torch"] == "2.6.0+cu124"
 
 
@@ -162,6 +149,13 @@ FA3_NO_FEATURES = "fp8,split,paged-kv,appendkv,local,softcap,packgqa,varlen,clus
 
 
 @pytest.mark.skipif(not FA3_SHARED.is_dir(), reason="needs the FA3 trees in ../shared/fa3")
+@pytest.mark.cell(
+    flavour="FA3 main-0251105a",
+    torch="2.9.1+cu128",
+    nvcc="12.4",
+    abi="stable ABI",
+    stage="prepare",
+)
 def test_fa3_stable_line_prepares_with_nvcc_12_4(torch291_python, cuda12_home, tmp_path):
     """Upstream's hopper/setup.py takes nvcc >= 12.3 (and would download nvcc 12.6 and ptxas
     12.8 for it, which fa-shim patches out): nvcc 12.4 prepares the stable line, the preflight
