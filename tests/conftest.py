@@ -291,14 +291,19 @@ def _torch_venv(tmp_path_factory, name: str, packages: list[str]) -> Path:
         if not Path(given).is_file():
             pytest.fail(f"{torch_venv_variable(name)}={given}: no such interpreter", pytrace=False)
         return Path(given)
-    path = tmp_path_factory.mktemp(f"venv-{name}") / "v"
-    # uv lays the multi-GB torch and its CUDA libraries out from its cache in seconds (pip
-    # copies them: 1-3 minutes a venv); the venv gets the pip `python -m venv` would bring
+    return uv_venv(tmp_path_factory.mktemp(f"venv-{name}") / "v", [*packages, *BUILD_TOOLS])
+
+
+def uv_venv(path: Path, packages: list[str]) -> Path:
+    """A venv of this Python with `packages` and the pip `python -m venv` would bring, laid out
+    by uv from its cache: the multi-GB torch and its CUDA libraries in seconds (pip copies them,
+    1-3 minutes a venv). pip's find-links (this machine's local torch builds) are uv's too."""
     env = {**os.environ, "UV_CACHE_DIR": str(UV_CACHE)}
+    links = [a for d in os.environ.get("PIP_FIND_LINKS", "").split() for a in ("--find-links", d)]
     run(["uv", "venv", "-q", "--python", sys.executable, path], env=env)
     python = path / "bin" / "python"
     pip = f"pip=={ensurepip.version()}"
-    run(["uv", "pip", "install", "-q", "--python", python, pip, *packages, *BUILD_TOOLS], env=env)
+    run(["uv", "pip", "install", "-q", "--python", python, *links, pip, *packages], env=env)
     return python
 
 

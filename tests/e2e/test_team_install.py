@@ -23,11 +23,11 @@ from conftest import (
     REPO,
     SAMPLE_VERSION,
     T211_LABEL,
-    make_venv,
     pip_wheel_cmd,
     run,
     run_sample,
     sample_settings,
+    uv_venv,
 )
 from packaging.utils import canonicalize_name
 from packaging.version import Version
@@ -82,9 +82,8 @@ def team_cache(tmp_path_factory, sample_sdist_dir, torch211_python) -> Path:
 def test_pip_and_uv_install_the_wheel_of_the_installed_torch(team_cache, tmp_path, uv_cache):
     flat = sorted(w.name for w in team_cache.glob("*.whl"))
     assert len(flat) == 2 and any(T211_LABEL.lower() in w.lower() for w in flat)
-    python = make_venv(tmp_path / "t213", [])
     torch = run([PY, "-c", "import importlib.metadata as m; print(m.version('torch'))"])
-    run([python, "-m", "pip", "install", "-q", "--no-compile", f"torch=={torch.stdout.strip()}"])
+    python = uv_venv(tmp_path / "t213", [f"torch=={torch.stdout.strip()}"])
     env = venv_env(python, uv_cache)
     freeze = run([python, "-m", "pip", "freeze"], env=env).stdout
     for frontend in ("pip", "uv"):
