@@ -15,9 +15,11 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..core._version import __version__
 from ..resources import CHECKOUT
 from ..wheel import _metadata
 from ..wheel._names import Names
+from ..wheel._sdist_self import SdistSpec
 
 if TYPE_CHECKING:
     from packaging import tags
@@ -182,6 +184,13 @@ class Flavour(abc.ABC):
     @abc.abstractmethod
     def disk_needs(self, plan: Plan, tools: Tools) -> tuple[int, int]:
         """(scratch peak, wheel size) in bytes, erring high."""
+
+    # ------------------------------------------------------------------------------- sdist
+
+    def sdist(self, settings: Settings) -> SdistSpec:
+        """What an sdist of this flavour's project packs (the build_sdist hook): by default the
+        project alone, at fa-shim's version."""
+        return SdistSpec(__version__, {}, ("LICENSE",))
 
     # ------------------------------------------------------------------------------ advice
 

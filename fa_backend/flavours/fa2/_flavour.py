@@ -13,6 +13,7 @@ from ...sources import _patches
 from ...toolchain import _archs, _jobs, _space
 from ...wheel import _metadata
 from ...wheel._names import Names
+from ...wheel._sdist_self import SdistSpec
 from .._interface import Flavour, Plan, Sizing, Tools
 from . import _costs, _kernels, _releases, _sdist, _tu_parts
 
@@ -141,6 +142,13 @@ class Fa2(Flavour):
         else:
             kernels = _space.FULL_KERNELS if source.sdist.pinned else None
         return _space.compile_needs(kernels, archs, source.sdist.path.stat().st_size)
+
+    # ------------------------------------------------------------------------------- sdist
+
+    def sdist(self, settings) -> SdistSpec:
+        version = settings.flash_attn_version or "0"
+        files = ("README.md", "LICENSE", "vendored_patches")
+        return SdistSpec(version, {"flash-attn-version": version}, files)
 
     # ------------------------------------------------------------------------------ advice
 

@@ -14,11 +14,14 @@ from pathlib import Path
 
 from ...core import _log
 from ...core._errors import FaShimError
+from ...core._version import __version__
+from ...resources import CHECKOUT
 from ...sources import _patches
 from ...toolchain import _archs, _cuda_driver, _jobs, _space
 from ...toolchain._torch import TorchInfo
 from ...wheel import _metadata
 from ...wheel._names import Names
+from ...wheel._sdist_self import SdistSpec
 from .. import _unit_table
 from .._interface import Flavour, Plan, Sizing, Tools
 from . import _costs, _groups, _kernels, _releases, _sources, _tree_facts, _trees, _units
@@ -348,6 +351,14 @@ class Fa3(Flavour):
         # objects sized as FA2's kernel units: FA3's are as heavy
         archs = len(tools.archs.targets) if tools.archs else 1
         return _space.compile_needs(len(self._units(plan, tools)), archs, 0)
+
+    # ------------------------------------------------------------------------------- sdist
+
+    def sdist(self, settings) -> SdistSpec:
+        # fa-shim's version: which line, hence which upstream version, `auto` builds depends on
+        # the torch the wheel is built against
+        pins = {"fa3-release": settings.fa3_release}
+        return SdistSpec(__version__, pins, ("LICENSE", _releases.FA3_DIR.relative_to(CHECKOUT)))
 
     # ------------------------------------------------------------------------------ advice
 
