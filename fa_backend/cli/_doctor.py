@@ -180,7 +180,10 @@ def diagnose(project: Path = PROJECT) -> DoctorReport:
         flavour, settings = _registry.load(None, project_dir=project)
     except FaShimError as exc:
         report.problem("settings", ERROR, exc.cause, exc.fix or "")
-        flavour, settings = _registry.get("fa2"), _settings.Settings()
+        found, settings = _registry.of_project(project), _settings.Settings()
+        if found is None:  # no flavour, no build to diagnose: the error says why
+            return report
+        flavour = found
     python_section(report, flavour)
     report.sections["project"] = {"path": str(project), "distribution": flavour.names.dist}
     report.sections["flash_attn_version"] = settings.flash_attn_version

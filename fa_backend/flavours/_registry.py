@@ -78,6 +78,17 @@ def of_package(top_levels: set[str]) -> Flavour | None:
     return None
 
 
+def of_project(project_dir: Path) -> Flavour | None:
+    """The flavour a project's pyproject.toml names, its settings unread (None: the file is
+    unreadable or names no flavour known here)."""
+    try:
+        name = _settings.read_pyproject_table(project_dir).get(_settings.FLAVOUR_KEY)
+    except FaShimError:
+        return None
+    name = name or _settings.Settings.flavour
+    return get(name) if name in known() else None
+
+
 def _check_applies(flavour: Flavour, settings: _settings.Settings) -> None:
     """A setting of another flavour is a mistake, not something to ignore silently."""
     for other in every():

@@ -186,6 +186,7 @@ class Settings:
         False, "bool", "Keep the scratch build directory after a successful build."
     )
     verbose: bool = _setting(False, "bool", "Echo the full upstream build output to stderr.")
+    # the project's (a project that names none is fa-shim's root, FlashAttention-2)
     flavour: str = dataclasses.field(default="fa2", metadata={"kind": "project"})
     # where each setting given came from, e.g. "config_settings (-C)" (for messages)
     given: Mapping[str, str] = dataclasses.field(

@@ -89,7 +89,7 @@ def load(
 
     pyproject = pyproject_of(project_dir)
     table = dict(read_pyproject_table(pyproject.parent))
-    flavour = table.pop(FLAVOUR_KEY, "fa2")  # checked by flavours/_registry
+    flavour = table.pop(FLAVOUR_KEY, Settings.flavour)  # checked by flavours/_registry
     for key in table:
         if key not in FIELDS:
             raise _unknown(key, f"[tool.fa-shim] of {pyproject}", [*known, FLAVOUR_KEY])

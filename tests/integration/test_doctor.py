@@ -156,3 +156,13 @@ def test_doctor_in_flash_attn_3_diagnoses_flash_attn_3():
         env=environ,
     )
     assert json.loads(root.stdout)["project"]["distribution"] == "flash-attn"
+    # a setting it cannot load: still that project's flavour, read from its pyproject.toml
+    broken = run(
+        [PY, "-m", "fa_backend", "doctor", "--json"],
+        cwd=fa3,
+        check=False,
+        env={**environ, "FA_SHIM_MAX_JOBS": "many"},
+    )
+    report = json.loads(broken.stdout)
+    assert report["project"]["distribution"] == "flash-attn-3"
+    assert "FA_SHIM_MAX_JOBS" in report["problems"][0]["cause"]
