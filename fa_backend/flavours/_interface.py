@@ -101,6 +101,9 @@ class Flavour(abc.ABC):
     names: Names
     own_settings: frozenset[str] = frozenset()  # setting keys no other flavour takes
     sources_key = "sources"  # the provenance entry `sources()` fills
+    # the keys in it, or in the dicts it holds, that say where the sources were found, not what
+    # they are: recorded with the wheel-cache entry, kept out of the wheel's provenance
+    sources_how: tuple[str, ...] = ("origin",)
 
     # ------------------------------------------------------------------------------- plan
 
