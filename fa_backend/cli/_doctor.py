@@ -16,7 +16,6 @@ from ..flavours import _registry
 from ..flavours._interface import Flavour
 from ..pipeline import _seal
 from ..resources import PROJECT
-from ..settings import _settings
 from ..toolchain import _jobs, _preflight
 from ..verify import _verify
 from ..verify._fatbin import CudaCode
@@ -180,7 +179,7 @@ def diagnose(project: Path = PROJECT) -> DoctorReport:
         flavour, settings = _registry.load(None, project_dir=project)
     except FaShimError as exc:
         report.problem("settings", ERROR, exc.cause, exc.fix or "")
-        found, settings = _registry.of_project(project), _settings.Settings()
+        found, settings = _registry.of_project(project), _registry.defaults()
         if found is None:  # no flavour, no build to diagnose: the error says why
             return report
         flavour = found

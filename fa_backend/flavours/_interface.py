@@ -24,7 +24,7 @@ from ..wheel._sdist_self import SdistSpec
 if TYPE_CHECKING:
     from packaging import tags
 
-    from ..settings._model import Settings
+    from ..settings._model import Setting, Settings
     from ..sources._patches import Patch
     from ..toolchain._archs import ArchChoice
     from ..toolchain._compile_commands import Command
@@ -99,7 +99,7 @@ class Flavour(abc.ABC):
     the abstract methods; the others have the defaults most flavours want."""
 
     names: Names
-    own_settings: frozenset[str] = frozenset()  # setting keys no other flavour takes
+    own_settings: tuple[Setting, ...] = ()  # the settings it takes and no other flavour does
     sources_key = "sources"  # the provenance entry `sources()` fills
     # the keys in it, or in the dicts it holds, that say where the sources were found, not what
     # they are: recorded with the wheel-cache entry, kept out of the wheel's provenance

@@ -147,7 +147,9 @@ def _path(settings) -> Path:
 def _lookup(config_settings) -> dict | None:
     """The memo of these inputs when every identity it recorded still holds, else None."""
     try:
-        settings = _settings.load(config_settings)
+        from ..flavours import _registry  # its settings: every flavour's own among them
+
+        settings = _registry.load_settings(config_settings)
         path = _path(settings)
         memo = json.loads(path.read_text(encoding="utf-8"))
     except (FaShimError, OSError, ValueError):

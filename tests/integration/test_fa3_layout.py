@@ -27,7 +27,7 @@ def _project(tmp_path: Path, backend_path: str = ".") -> Path:
         'requires = []\nbuild-backend = "fa_backend"\n'
         f'backend-path = ["{backend_path}"]\n\n'
         '[project]\nname = "flash-attn-3"\ndynamic = ["version"]\n\n'
-        '[tool.fa-shim]\nflavour = "fa3"\nflash-attn-version = "2.8.3"\n'
+        '[tool.fa-shim]\nflavour = "fa3"\nfa3-release = "2.8.3"\n'
     )
     return project
 

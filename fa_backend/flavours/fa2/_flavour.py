@@ -15,7 +15,7 @@ from ...wheel import _metadata
 from ...wheel._names import Names
 from ...wheel._sdist_self import SdistSpec
 from .._interface import Flavour, Plan, Sizing, Tools
-from . import _costs, _kernels, _releases, _sdist, _tu_parts
+from . import _costs, _kernels, _releases, _sdist, _settings, _tu_parts
 
 
 @dataclasses.dataclass(frozen=True)
@@ -32,7 +32,7 @@ class Fa2Source:
 
 class Fa2(Flavour):
     names = Names("fa2", "flash-attn", "flash_attn", "flash_attn_2_cuda", abi3=False)
-    own_settings = frozenset({"sdist", "sdist-dir", "allow-unknown-version", "tu-parts"})
+    own_settings = _settings.OWN
     sources_key = "sdist"
 
     def plan(self, settings, torch) -> Plan:

@@ -24,7 +24,17 @@ from ...wheel._names import Names
 from ...wheel._sdist_self import SdistSpec
 from .. import _unit_table
 from .._interface import Flavour, Plan, Sizing, Tools
-from . import _costs, _groups, _kernels, _releases, _sources, _tree_facts, _trees, _units
+from . import (
+    _costs,
+    _groups,
+    _kernels,
+    _releases,
+    _settings,
+    _sources,
+    _tree_facts,
+    _trees,
+    _units,
+)
 
 ARCH = "90a"  # hopper/setup.py compiles its *_sm90.cu sources for exactly this
 # what hopper/setup.py's ninja rules compile: its *_sm90.cu kernels for sm_90a, the helper units
@@ -79,9 +89,7 @@ class Fa3(Flavour):
     names = Names(
         "fa3", "flash-attn-3", "flash_attn_3", "flash_attn_3._C", abi3=True, project="flash-attn-3"
     )
-    own_settings = frozenset(
-        {"fa3-release", "fa3-source", "fa3-hopper", "fa3-cutlass", "fa3-source-dir", "fa3-group"}
-    )
+    own_settings = _settings.OWN
     sources_key = "fa3_sources"
 
     def plan(self, settings, torch) -> Plan:
@@ -90,13 +98,6 @@ class Fa3(Flavour):
                 f"torch {torch.version} has no CUDA: FlashAttention-3 compiles CUDA kernels "
                 "against a CUDA torch.",
                 fix="install a CUDA build of torch (e.g. pip install torch, CUDA 12.3 or newer).",
-            )
-        if settings.flash_attn_version:
-            raise FaShimError(
-                f"flash-attn-version (from {settings.given.get('flash-attn-version')}) picks the "
-                "root project's flash-attn release; flash-attn-3 picks its upstream state with "
-                "fa3-release.",
-                fix=f"use -C fa3-release={settings.flash_attn_version} (or auto) instead.",
             )
         release = _releases.choose(settings.fa3_release, torch.version)
         if not release.serves(torch.version):

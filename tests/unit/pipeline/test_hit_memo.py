@@ -3,13 +3,13 @@ every run are left out of the key, every other name counts; the GPUs by the driv
 
 from __future__ import annotations
 
+from fa_backend.flavours import _registry
 from fa_backend.pipeline import _hit_memo
-from fa_backend.settings import _settings
 
 
 def test_the_key_counts_the_environment_but_for_what_changes_every_run(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    settings = _settings.load({})
+    settings = _registry.load_settings({})
     monkeypatch.setenv("PIP_BUILD_TRACKER", "/tmp/pip-build-tracker-1")
     before = _hit_memo._path(settings)
     monkeypatch.setenv("PIP_BUILD_TRACKER", "/tmp/pip-build-tracker-2")
@@ -42,7 +42,7 @@ def test_what_the_plan_looks_for_is_looked_for_again(tmp_path, monkeypatch):
     cxx.chmod(0o755)
     monkeypatch.setenv("CXX", str(cxx))
     monkeypatch.setenv("CUDA_HOME", str(tmp_path / "cuda"))
-    settings = _settings.load({})
+    settings = _registry.load_settings({})
     before = _hit_memo._watched(settings)
     assert before == _hit_memo._watched(settings)
     assert before[str(tmp_path / "cuda" / "bin" / "nvcc")] is None  # looked for, not there
@@ -58,7 +58,7 @@ def test_what_the_plan_looks_for_is_looked_for_again(tmp_path, monkeypatch):
 def test_a_memo_without_every_field_is_not_read(tmp_path, monkeypatch):
     """One another fa-shim wrote, or one edited by hand: the plan is made, nothing raises."""
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    path = _hit_memo._path(_settings.load({}))
+    path = _hit_memo._path(_registry.load_settings({}))
     path.parent.mkdir(parents=True)
     path.write_text('{"format": 1, "gpus": null}')
     assert _hit_memo._lookup({}) is None
