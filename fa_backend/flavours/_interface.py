@@ -11,7 +11,7 @@ from __future__ import annotations
 import abc
 import dataclasses
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -69,14 +69,14 @@ class Plan:
 
 @dataclasses.dataclass(frozen=True)
 class Sizing:
-    """How a flavour sizes its compile: jobs, nvcc threads, parts per kernel source, kernel
-    files per unit, and why the jobs are fewer than the machine's plan ("not 16: ..."; None:
-    they are not)."""
+    """How a flavour sizes its compile: jobs, nvcc threads, how it cuts its sources into units
+    (`shape`, its own knobs by name: the pipeline passes them on to lay_out() in Tools and
+    records them in the provenance, never reads them), and why the jobs are fewer than the
+    machine's plan ("not 16: ..."; None: they are not)."""
 
     jobs: int
     threads: int
-    tu_parts: int = 1
-    group: int = 1
+    shape: Mapping[str, int] = dataclasses.field(default_factory=dict)
     cut: str | None = None
 
 
@@ -90,8 +90,7 @@ class Tools:
     jobs: int
     nvcc_threads: int | None
     compiler_cache: str | None
-    tu_parts: int = 1  # kernel sources compiled as this many parts (fa2's _tu_parts)
-    group: int = 1  # kernel files compiled together, up to this many to a unit (fa3's _groups)
+    shape: Mapping[str, int] = dataclasses.field(default_factory=dict)  # Sizing.shape
 
 
 class Flavour(abc.ABC):
@@ -173,6 +172,10 @@ class Flavour(abc.ABC):
     def memory_model(self, plan: Plan) -> Callable[[str], int] | None:
         """Peak bytes one source (a basename) takes to compile for one architecture (None: no
         model; the toolchain plans jobs from one figure per unit)."""
+        return None
+
+    def shape_note(self, shape: Mapping[str, int]) -> str | None:
+        """How this Sizing.shape cuts the compile, in words (doctor; None: as upstream does)."""
         return None
 
     def estimate_note(self, plan: Plan) -> str:

@@ -76,7 +76,7 @@ def toolchain(plan: Plan) -> Tools:
     if cache:
         _log.info(f"compiling through the compiler cache {cache}")
     threads = sizing.threads if nvcc else None
-    return Tools(nvcc, archs, sizing.jobs, threads, cache, sizing.tu_parts, sizing.group)
+    return Tools(nvcc, archs, sizing.jobs, threads, cache, sizing.shape)
 
 
 def prepare(plan: Plan, scratch: Path, tools: Tools | None = None) -> Prepared:

@@ -83,6 +83,7 @@ def library_includes(torch: TorchInfo, cuda_home: Path) -> list[str]:
 # Triton path skips the CUDA build (a wheel without _C), a local version renames the wheel
 _NEUTRAL_ENV = {"FLASH_ATTENTION_TRITON_AMD_ENABLE": "FALSE", "FLASH_ATTN_LOCAL_VERSION": ""}
 _GIB = 1024**3
+GROUP = "group"  # Sizing.shape: forward files compiled together, up to this many a unit (_groups)
 
 
 class Fa3(Flavour):
@@ -229,16 +230,16 @@ class Fa3(Flavour):
         need = max(map(peak, layout))
         fits = planned if s.max_jobs else max(1, memory // need)
         if fits >= planned:
-            return Sizing(planned, threads, group=group)
+            return Sizing(planned, threads, {GROUP: group})
         cut = f"not {planned}: a FlashAttention-3 unit of this set needs {need / _GIB:.0f} GiB"
-        return Sizing(fits, threads, group=group, cut=cut)
+        return Sizing(fits, threads, {GROUP: group}, cut)
 
     def _units(self, plan: Plan, tools: Tools) -> list[str]:
         """The units build.ninja compiles: setup.py's, forward variants grouped as tools say."""
         return list(self._layout(plan, tools))
 
     def _layout(self, plan: Plan, tools: Tools) -> dict[str, list[str]]:
-        return _groups.layout(self._setup_units(plan), tools.group)
+        return _groups.layout(self._setup_units(plan), tools.shape.get(GROUP, 1))
 
     def _setup_units(self, plan: Plan) -> list[str]:
         """The units setup.py lists for the set, one per file (before any group)."""
@@ -352,6 +353,10 @@ class Fa3(Flavour):
         # objects sized as FA2's kernel units: FA3's are as heavy
         archs = len(tools.archs.targets) if tools.archs else 1
         return _space.compile_needs(len(self._units(plan, tools)), archs, 0)
+
+    def shape_note(self, shape) -> str | None:
+        group = shape.get(GROUP, 1)
+        return f"up to {group} forward variants of a head dim in one unit" if group > 1 else None
 
     # ------------------------------------------------------------------------------- sdist
 

@@ -103,7 +103,7 @@ def test_the_flavour_sizes_the_full_main_set_by_its_lines_table():
         plan, settings=dataclasses.replace(settings, own={**settings.own, "fa3-group": None})
     )
     grouped = _flavour.FLAVOUR.sizing(auto, None, 16, 124 * GIB)
-    assert (grouped.group, grouped.jobs) == (5, 13)
+    assert (grouped.shape[_flavour.GROUP], grouped.jobs) == (5, 13)
 
 
 def test_the_tailored_stable_set_is_predicted_as_measured():
