@@ -47,7 +47,9 @@ def build_sdist(sdist_directory, config_settings=None):
     from .wheel import _sdist_self
 
     flavour, settings = _registry.load(config_settings)
-    return _sdist_self.write(Path.cwd(), sdist_directory, flavour.names, flavour.sdist(settings))
+    return _sdist_self.write(
+        Path.cwd(), sdist_directory, flavour.names, flavour.sdist_contents(settings)
+    )
 
 
 @boundary

@@ -184,7 +184,7 @@ def diagnose(project: Path = PROJECT) -> DoctorReport:
         flavour = found
     python_section(report, flavour)
     report.sections["project"] = {"path": str(project), "distribution": flavour.names.dist}
-    report.sections["flash_attn_version"] = settings.flash_attn_version
+    report.sections["pins"] = dict(flavour.sdist_contents(settings).pins)  # what picks its sources
     torch = torch_section(report, flavour, settings)
     nvcc = nvcc_section(report, settings, torch)
     compiler_section(report, torch)

@@ -193,7 +193,7 @@ class Flavour(abc.ABC):
 
     # ------------------------------------------------------------------------------- sdist
 
-    def sdist(self, settings: Settings) -> SdistSpec:
+    def sdist_contents(self, settings: Settings) -> SdistSpec:
         """What an sdist of this flavour's project packs (the build_sdist hook): by default the
         project alone, at fa-shim's version."""
         return SdistSpec(__version__, {}, ("LICENSE",))

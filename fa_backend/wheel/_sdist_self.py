@@ -31,7 +31,8 @@ class SdistSpec:
     answer (Flavour.sdist)."""
 
     version: str  # its file name's and PKG-INFO's
-    # [tool.fa-shim] lines rewritten in the packed pyproject.toml: what a build from it picks
+    # the settings that pick the project's upstream sources, by key: written into the packed
+    # pyproject.toml (a build from it picks the same), shown by doctor
     pins: Mapping[str, str]
     files: tuple[str | Path, ...]  # paths in fa-shim's checkout packed as they are (the registry)
 

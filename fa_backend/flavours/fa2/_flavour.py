@@ -154,7 +154,7 @@ class Fa2(Flavour):
 
     # ------------------------------------------------------------------------------- sdist
 
-    def sdist(self, settings) -> SdistSpec:
+    def sdist_contents(self, settings) -> SdistSpec:
         version = settings.flash_attn_version or "0"
         files = ("README.md", "LICENSE", "vendored_patches")
         return SdistSpec(version, {"flash-attn-version": version}, files)

@@ -360,7 +360,7 @@ class Fa3(Flavour):
 
     # ------------------------------------------------------------------------------- sdist
 
-    def sdist(self, settings) -> SdistSpec:
+    def sdist_contents(self, settings) -> SdistSpec:
         # fa-shim's version: which line, hence which upstream version, `auto` builds depends on
         # the torch the wheel is built against
         pins = {"fa3-release": settings.fa3_release}
