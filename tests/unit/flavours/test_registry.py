@@ -17,14 +17,18 @@ from fa_backend.core._errors import FaShimError
 from fa_backend.flavours import _registry
 from fa_backend.flavours.fa2._flavour import FLAVOUR as FA2
 from fa_backend.flavours.fa3._flavour import FLAVOUR as FA3
+from fa_backend.settings._model import Setting
 
 
 @pytest.fixture(autouse=True)
 def fresh_entry_points():
-    """The registry scans the entry points once per process; these tests change the path."""
+    """The registry scans the entry points once per process (and loads each flavour once);
+    these tests change the path."""
     _registry._plugins.cache_clear()
+    _registry.get.cache_clear()
     yield
     _registry._plugins.cache_clear()
+    _registry.get.cache_clear()
 
 
 def test_flavour_is_read_from_the_project_only(tmp_path):
@@ -142,3 +146,12 @@ def test_an_entry_point_that_is_no_flavour_is_refused(tmp_path, monkeypatch):
 
 def test_without_the_plug_in_only_the_built_ins_are_known():
     assert _registry.known() == ["fa2", "fa3"]
+
+
+def test_a_plug_in_cannot_declare_a_setting_already_known(demo_flavour, monkeypatch):
+    """Two flavours' keys, or a flavour's and a shared one, would read one -C value two ways."""
+    for key in ("sdist", "max-jobs"):
+        taken = (Setting(key, None, "path", "the demo's, clashing"),)
+        monkeypatch.setattr(demo_flavour, "own_settings", taken)
+        with pytest.raises(FaShimError, match=f"flavour 'demo' declares setting '{key}'"):
+            _registry.declared()
