@@ -28,7 +28,7 @@ else:  # pragma: no cover - exercised on 3.9/3.10 only
 @dataclasses.dataclass(frozen=True)
 class SdistSpec:
     """What a project's sdist holds besides fa_backend/ and its pyproject.toml: a flavour's
-    answer (Flavour.sdist)."""
+    answer (Flavour.sdist_contents)."""
 
     version: str  # its file name's and PKG-INFO's
     # the settings that pick the project's upstream sources, by key: written into the packed

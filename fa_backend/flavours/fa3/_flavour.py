@@ -24,17 +24,7 @@ from ...wheel._names import Names
 from ...wheel._sdist_self import SdistSpec
 from .. import _unit_table
 from .._interface import Flavour, Plan, Sizing, Tools
-from . import (
-    _costs,
-    _groups,
-    _kernels,
-    _releases,
-    _settings,
-    _sources,
-    _tree_facts,
-    _trees,
-    _units,
-)
+from . import _costs, _groups, _kernels, _releases, _settings, _sources, _tree_facts, _trees, _units
 
 ARCH = "90a"  # hopper/setup.py compiles its *_sm90.cu sources for exactly this
 # what hopper/setup.py's ninja rules compile: its *_sm90.cu kernels for sm_90a, the helper units
