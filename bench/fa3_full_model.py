@@ -46,11 +46,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from fa_backend.flavours import _unit_table  # noqa: E402
+from fa_backend.flavours import _registry, _unit_table  # noqa: E402
 from fa_backend.flavours.fa3 import _costs, _groups, _kernels, _releases, _units  # noqa: E402
 from fa_backend.pipeline import _stats  # noqa: E402
 from fa_backend.schedule import _pools, _schedule  # noqa: E402
-from fa_backend.settings import _settings  # noqa: E402
 
 GIB = 1024**3
 FULL_RUN = ROOT / "bench/results/2026-11-23-h100-fa3/full-compile-stats.jsonl"
@@ -151,7 +150,7 @@ def full_tailoring() -> _kernels.Fa3Tailoring:
     switches = ("BACKWARD", "SPLIT", "PAGEDKV", "APPENDKV", "LOCAL", "SOFTCAP", "PACKGQA",
                 "FP16", "FP8", "VARLEN", "CLUSTER", *(f"HDIM{h}" for h in HDIMS), "SM80",
                 "HDIMDIFF64", "HDIMDIFF192")  # fmt: skip
-    return _kernels.tailoring(_settings.load({}, environ={}), switches)
+    return _kernels.tailoring(_registry.load_settings({}, environ={}), switches)
 
 
 def fa_shim_order() -> list[str]:

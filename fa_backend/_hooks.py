@@ -35,11 +35,13 @@ def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
 
 @boundary
 def build_sdist(sdist_directory, config_settings=None):
-    from .settings import _settings
+    from .flavours import _registry
     from .wheel import _sdist_self
 
-    settings = _settings.load(config_settings)
-    return _sdist_self.write(Path.cwd(), sdist_directory, settings.flash_attn_version or "0")
+    flavour, settings = _registry.load(config_settings)
+    return _sdist_self.write(
+        Path.cwd(), sdist_directory, flavour.names, flavour.sdist_contents(settings)
+    )
 
 
 @boundary

@@ -147,9 +147,12 @@ def torch_info(version: str, cuda: str | None, abi: int = 1, cxx_std: str = "c++
 def planned(flavour, config: dict, project_dir: Path = REPO, torch=None):
     """flavour.plan() of these -C settings, as pipeline/_build.plan makes it but against a torch
     given as values (this machine's CPU torch 2.13 unless `torch`): a real Plan, in-process."""
+    from fa_backend.flavours import _registry
     from fa_backend.settings import _settings
 
-    settings = _settings.load(config, environ={}, project_dir=project_dir)
+    # every flavour's own settings, and this one's (a plug-in the registry may have missed)
+    declared = {s.key: s for s in [*_registry.declared(), *flavour.own_settings]}.values()
+    settings = _settings.load(config, environ={}, project_dir=project_dir, declared=declared)
     return flavour.plan(settings, torch or torch_info("2.13.0+cpu", None, cxx_std="c++20"))
 
 

@@ -113,8 +113,8 @@ def rebuild(root: Path, config: dict[str, str]) -> Row:
         name = next(n for n in zf.namelist() if n.endswith("/fa_shim_provenance.json"))
         recorded = json.loads(zf.read(name))
     # an independent compile: no compiler cache; the object layout the entry has
-    parts, group = recorded.get("tu_parts") or 1, recorded.get("group") or 1
-    tools = dataclasses.replace(tools, tu_parts=parts, group=group, compiler_cache=None)
+    shape = {knob: recorded.get(knob, value) for knob, value in tools.shape.items()}
+    tools = dataclasses.replace(tools, shape=shape, compiler_cache=None)
     _log.info(f"rebuilding {entry.wheel.name} (fingerprint {key}) to compare its bytes")
     with _build.scratch_dir(plan.settings) as scratch:
         fresh = _build.fresh_wheel(plan, tools, scratch)

@@ -16,7 +16,6 @@ from ..flavours import _registry
 from ..flavours._interface import Flavour
 from ..pipeline import _seal
 from ..resources import PROJECT
-from ..settings import _settings
 from ..toolchain import _jobs, _preflight
 from ..verify import _verify
 from ..verify._fatbin import CudaCode
@@ -45,15 +44,14 @@ def _machine_and_gpus(
     tools, why = _prediction.build_tools(report.project) if nvcc is not None else (None, source)
     cores, memory = _jobs.available_cores(), _jobs.available_memory()
     if tools is not None:  # the build's own decision for this configuration
-        jobs, threads, parts = tools.jobs, tools.nvcc_threads, tools.tu_parts
-        sized = "the build's own sizing for this configuration" + (
-            f", each kernel source in {parts} parts" if parts > 1 else ""
-        )
+        jobs, threads, shape = tools.jobs, tools.nvcc_threads, dict(tools.shape)
+        note = flavour.shape_note(tools.shape)
+        sized = "the build's own sizing for this configuration" + (f", {note}" if note else "")
     else:  # no build could start here: what a full build would get
         jobs, threads = _jobs.plan_jobs(
             cores, memory, len(archs) or 1, settings.max_jobs, settings.nvcc_threads
         )
-        parts, sized = None, f"sized for a full build: {why}"
+        shape, sized = {}, f"sized for a full build: {why}"
     report.add(
         "machine",
         {
@@ -61,7 +59,7 @@ def _machine_and_gpus(
             "available_memory_gib": round(memory / GIB, 1),
             "jobs": jobs,
             "nvcc_threads": threads,
-            "tu_parts": parts,
+            **shape,
             "sized": sized,
         },
         f"{cores} cores, {memory / GIB:.1f} GiB available -> {jobs} compile job(s) x "
@@ -180,10 +178,13 @@ def diagnose(project: Path = PROJECT) -> DoctorReport:
         flavour, settings = _registry.load(None, project_dir=project)
     except FaShimError as exc:
         report.problem("settings", ERROR, exc.cause, exc.fix or "")
-        flavour, settings = _registry.get("fa2"), _settings.Settings()
+        found, settings = _registry.of_project(project), _registry.defaults()
+        if found is None:  # no flavour, no build to diagnose: the error says why
+            return report
+        flavour = found
     python_section(report, flavour)
     report.sections["project"] = {"path": str(project), "distribution": flavour.names.dist}
-    report.sections["flash_attn_version"] = settings.flash_attn_version
+    report.sections["pins"] = dict(flavour.sdist_contents(settings).pins)  # what picks its sources
     torch = torch_section(report, flavour, settings)
     nvcc = nvcc_section(report, settings, torch)
     compiler_section(report, torch)

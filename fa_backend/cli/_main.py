@@ -49,9 +49,10 @@ def _delegate(python: str, argv: list[str]) -> int:
 
 
 def _settings(args: argparse.Namespace) -> int:
+    from ..flavours import _registry
     from ..settings import _settings
 
-    print(_settings.reference_markdown())
+    print(_settings.reference_markdown(_registry.declared()))
     return 0
 
 

@@ -11,19 +11,21 @@ from __future__ import annotations
 import abc
 import dataclasses
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..core._version import __version__
 from ..resources import CHECKOUT
 from ..wheel import _metadata
 from ..wheel._names import Names
+from ..wheel._sdist_self import SdistSpec
 
 if TYPE_CHECKING:
     from packaging import tags
 
     from ..schedule._schedule import Machine
-    from ..settings._model import Settings
+    from ..settings._model import Setting, Settings
     from ..sources._patches import Patch
     from ..toolchain._archs import ArchChoice
     from ..toolchain._compile_commands import Command
@@ -67,14 +69,14 @@ class Plan:
 
 @dataclasses.dataclass(frozen=True)
 class Sizing:
-    """How a flavour sizes its compile: jobs, nvcc threads, parts per kernel source, kernel
-    files per unit, and why the jobs are fewer than the machine's plan ("not 16: ..."; None:
-    they are not)."""
+    """How a flavour sizes its compile: jobs, nvcc threads, how it cuts its sources into units
+    (`shape`, its own knobs by name: the pipeline passes them on to lay_out() in Tools and
+    records them in the provenance, never reads them), and why the jobs are fewer than the
+    machine's plan ("not 16: ..."; None: they are not)."""
 
     jobs: int
     threads: int
-    tu_parts: int = 1
-    group: int = 1
+    shape: Mapping[str, int] = dataclasses.field(default_factory=dict)
     cut: str | None = None
 
 
@@ -88,8 +90,7 @@ class Tools:
     jobs: int
     nvcc_threads: int | None
     compiler_cache: str | None
-    tu_parts: int = 1  # kernel sources compiled as this many parts (fa2's _tu_parts)
-    group: int = 1  # kernel files compiled together, up to this many to a unit (fa3's _groups)
+    shape: Mapping[str, int] = dataclasses.field(default_factory=dict)  # Sizing.shape
 
 
 class Flavour(abc.ABC):
@@ -97,8 +98,11 @@ class Flavour(abc.ABC):
     the abstract methods; the others have the defaults most flavours want."""
 
     names: Names
-    own_settings: frozenset[str] = frozenset()  # setting keys no other flavour takes
+    own_settings: tuple[Setting, ...] = ()  # the settings it takes and no other flavour does
     sources_key = "sources"  # the provenance entry `sources()` fills
+    # the keys in it, or in the dicts it holds, that say where the sources were found, not what
+    # they are: recorded with the wheel-cache entry, kept out of the wheel's provenance
+    sources_how: tuple[str, ...] = ("origin",)
 
     # ------------------------------------------------------------------------------- plan
 
@@ -170,6 +174,10 @@ class Flavour(abc.ABC):
         model; the toolchain plans jobs from one figure per unit)."""
         return None
 
+    def shape_note(self, shape: Mapping[str, int]) -> str | None:
+        """How this Sizing.shape cuts the compile, in words (doctor; None: as upstream does)."""
+        return None
+
     def estimate_note(self, plan: Plan) -> str:
         return f"none for {self.names.dist} (fa-shim has no cost model for its sources)"
 
@@ -182,6 +190,13 @@ class Flavour(abc.ABC):
     @abc.abstractmethod
     def disk_needs(self, plan: Plan, tools: Tools) -> tuple[int, int]:
         """(scratch peak, wheel size) in bytes, erring high."""
+
+    # ------------------------------------------------------------------------------- sdist
+
+    def sdist_contents(self, settings: Settings) -> SdistSpec:
+        """What an sdist of this flavour's project packs (the build_sdist hook): by default the
+        project alone, at fa-shim's version."""
+        return SdistSpec(__version__, {}, ("LICENSE",))
 
     # ------------------------------------------------------------------------------ advice
 

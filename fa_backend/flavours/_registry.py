@@ -2,8 +2,9 @@
 
 fa2 and fa3 are built in; another package adds one through the `fa_shim.flavours` entry point
 group (name = the flavour's name, value = its Flavour instance), which a project then names in
-[tool.fa-shim] `flavour`. Settings a flavour owns (Flavour.own_settings) are refused, naming
-their project, when given to another flavour's build.
+[tool.fa-shim] `flavour`. The settings model knows the shared settings and, from here, those
+each flavour declares (Flavour.own_settings); one given to another flavour's build is refused,
+naming its project.
 """
 
 from __future__ import annotations
@@ -78,12 +79,53 @@ def of_package(top_levels: set[str]) -> Flavour | None:
     return None
 
 
+def of_project(project_dir: Path) -> Flavour | None:
+    """The flavour a project's pyproject.toml names, its settings unread (None: the file is
+    unreadable or names no flavour known here)."""
+    try:
+        name = _settings.read_pyproject_table(project_dir).get(_settings.FLAVOUR_KEY)
+    except FaShimError:
+        return None
+    name = name or _settings.Settings.flavour
+    return get(name) if name in known() else None
+
+
+def declared() -> list[_settings.Setting]:
+    """Every flavour's own settings, each key declared by one flavour only."""
+    owner: dict[str, Flavour] = {}
+    for flavour in every():
+        for setting in flavour.own_settings:
+            if setting.key in _settings.FIELDS or setting.key in owner:
+                other = owner.get(setting.key)
+                raise FaShimError(
+                    f"flavour {flavour.names.flavour!r} declares setting {setting.key!r}, "
+                    + (f"as {other.names.flavour!r} does." if other else "a shared setting."),
+                    fix=f"rename the setting in flavour {flavour.names.flavour!r}.",
+                )
+            owner[setting.key] = flavour
+    return [s for f in every() for s in f.own_settings]
+
+
+def load_settings(
+    config_settings: _settings.ConfigSettings | None,
+    environ: Mapping[str, str] | None = None,
+    project_dir: Path | None = None,
+) -> _settings.Settings:
+    """The settings, every flavour's own among them; whether they apply: load()."""
+    return _settings.load(config_settings, environ, project_dir, declared())
+
+
+def defaults() -> _settings.Settings:
+    """The settings when none are given and none can be read (doctor, after a bad one)."""
+    return _settings.Settings(own={s.key: s.default for s in declared()})
+
+
 def _check_applies(flavour: Flavour, settings: _settings.Settings) -> None:
     """A setting of another flavour is a mistake, not something to ignore silently."""
     for other in every():
         if other is flavour:
             continue
-        for key in sorted(other.own_settings - flavour.own_settings):
+        for key in sorted(s.key for s in other.own_settings):
             if key in settings.given:
                 raise FaShimError(
                     f"setting {key!r} (from {settings.given[key]}) applies to "
@@ -99,7 +141,7 @@ def load(
     project_dir: Path | None = None,
 ) -> tuple[Flavour, _settings.Settings]:
     """The project's flavour and its settings, each setting checked to apply to it."""
-    settings = _settings.load(config_settings, environ, project_dir)
+    settings = load_settings(config_settings, environ, project_dir)
     if settings.flavour not in known():  # the file by its full path: a frontend builds a copy
         raise _unknown(settings.flavour, str(_settings.pyproject_of(project_dir)))
     flavour = get(settings.flavour)

@@ -75,7 +75,7 @@ def toolchain(plan: Plan) -> Tools:
     if cache:
         _log.info(f"compiling through the compiler cache {cache}")
     threads = sizing.threads if nvcc else None
-    return Tools(nvcc, archs, sizing.jobs, threads, cache, sizing.tu_parts, sizing.group)
+    return Tools(nvcc, archs, sizing.jobs, threads, cache, sizing.shape)
 
 
 def prepare(plan: Plan, scratch: Path, tools: Tools | None = None) -> Prepared:
@@ -166,7 +166,7 @@ def fresh_wheel(plan: Plan, tools: Tools, scratch: Path, how: dict | None = None
             upstream_wheel = run_upstream_build(plan, prep)
         started = time.monotonic()  # repacked before the source place goes
         target = scratch / "wheel" / plan.wheel_name
-        in_wheel, this_run = _reproducible.split(provenance(plan, prep))
+        in_wheel, this_run = _reproducible.split(provenance(plan, prep), plan.flavour)
         wheel = repack(plan, upstream_wheel, target, in_wheel)
         if how is not None:
             how.update(this_run, compiled_in=str(where), **_reproducible.circumstances())

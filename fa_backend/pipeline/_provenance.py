@@ -45,7 +45,7 @@ def _torch_facts(plan: Plan) -> list:
 
 
 def fingerprint(plan: Plan, tools: Tools) -> dict:
-    """Everything that decides what the wheel computes; jobs, threads, tu-parts and groups do
+    """Everything that decides what the wheel computes; jobs, threads and the compile's shape do
     not (they change how the objects are cut, not a kernel), so machines of any size share it.
     The applied patches count by content (their sha256s), the host compiler by path + version,
     torch by _torch_facts."""
@@ -106,8 +106,7 @@ def provenance(plan: Plan, prep: Prepared) -> dict:
         "cuda_arch_choice": prep.tools.archs.describe() if prep.tools.archs else None,
         "compiler_cache": prep.tools.compiler_cache,
         "network_seal": _seal.choose().kind,
-        "tu_parts": prep.tools.tu_parts,
-        "group": prep.tools.group,
+        **prep.tools.shape,  # how the flavour cut its sources into units
         "host_compiler": _compilers.host_compiler(),
         "cuda_archs": archs,
         "injected_flags": prep.report.get("extensions", []),

@@ -30,6 +30,7 @@ import sysconfig
 import time
 from pathlib import Path
 
+from ..flavours._interface import Flavour
 from ..resources.launcher import KEEP_ENV, SEED_ENV  # noqa: F401 (_upstream sets them)
 from ..toolchain import _compilers
 from ..toolchain._torch import TorchInfo
@@ -99,18 +100,17 @@ def compile_flags(plan, tools, source_root: Path) -> dict[str, list[str]]:
 # What a provenance holds that describes this machine and run rather than the wheel: the same
 # fingerprint may come with any of these values, so they stay out of the wheel's bytes.
 _HOW = ("cuda_arch_choice", "compiler_cache", "network_seal")
-_SOURCE_HOW = ("origin",)
 _TORCH_HOW = ("path",)
 _NVCC_WHAT = ("version", "build")
 
 
-def split(prov: dict) -> tuple[dict, dict]:
+def split(prov: dict, flavour: Flavour) -> tuple[dict, dict]:
     """(what goes into the wheel, how it was built: for the wheel-cache entry's record)."""
     what = {k: v for k, v in prov.items() if k not in _HOW}
     how = {k: prov[k] for k in _HOW if k in prov}
-    for name in ("sdist", "fa3_sources"):
-        if isinstance(prov.get(name), dict):
-            what[name], how[name] = _strip(prov[name], _SOURCE_HOW)
+    name = flavour.sources_key
+    if isinstance(prov.get(name), dict):
+        what[name], how[name] = _strip(prov[name], flavour.sources_how)
     if isinstance(prov.get("torch"), dict):
         what["torch"], how["torch"] = _strip(prov["torch"], _TORCH_HOW)
     if isinstance(prov.get("nvcc"), dict):
@@ -121,7 +121,7 @@ def split(prov: dict) -> tuple[dict, dict]:
 
 
 def _strip(part: dict, keys: tuple[str, ...]) -> tuple[dict, dict]:
-    """Drop `keys` from part and from its nested dicts (FA3's two trees)."""
+    """Drop `keys` from part and from its nested dicts (e.g. one per source tree)."""
     what, how = {}, {}
     for k, v in part.items():
         if k in keys:

@@ -1,6 +1,8 @@
-"""The settings model: every setting, its kind and its help text, in one dataclass.
+"""The settings model: each setting, its kind and its help text. The ones every flavour takes are
+the Settings dataclass's fields; a flavour declares its own (Flavour.own_settings), which
+Settings holds by key in `own`.
 
-Each field carries its own help text, so the settings reference is generated from here
+Each setting carries its own help text, so the settings reference is generated from here
 (`python -m fa_backend settings`) and cannot drift. _settings.load fills it.
 """
 
@@ -8,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Union
 
@@ -16,10 +18,22 @@ ConfigSettings = Mapping[str, Union[str, list[str]]]
 ENV_PREFIX = "FA_SHIM_"
 
 
+@dataclasses.dataclass(frozen=True)
+class Setting:
+    """One setting: its key (-C key, FA_SHIM_KEY, [tool.fa-shim] key), default, kind (how
+    _convert reads it), help text (its row in the reference), for an int the largest value it
+    takes and, for a directory that must exist, `missing`: the fix when it does not."""
+
+    key: str
+    default: Any
+    kind: str
+    help: str
+    maximum: int | None = None
+    missing: str | None = None
+
+
 def _setting(default: Any, kind: str, help: str, maximum: int | None = None, **more: str) -> Any:
-    """A setting's field: its kind (how _convert reads it), help text, for an int the largest
-    value it takes (`maximum`) and, for a directory that must exist, `missing`: the fix when it
-    does not."""
+    """A shared setting's field (Setting's facts but its key, the field's name)."""
     metadata = {"kind": kind, "help": help, "max": maximum, **more}
     return dataclasses.field(default=default, metadata=metadata)
 
@@ -31,20 +45,6 @@ def default_cache_dir() -> Path:
 
 @dataclasses.dataclass(frozen=True)
 class Settings:
-    flash_attn_version: str | None = _setting(
-        None, "version", "Upstream flash-attn release to build (pinned in [tool.fa-shim])."
-    )
-    sdist: Path | None = _setting(
-        None, "path", "Explicit path of the upstream sdist (.tar.gz); used before anything else."
-    )
-    sdist_dir: Path | None = _setting(
-        None,
-        "path",
-        "Directory holding upstream sdists (shared storage, e.g. /efs/shared/flash-attn); it must "
-        "exist. Relative paths in any path setting are relative to where the command was run.",
-        missing="create it with the flash-attn sdists in it, or correct the sdist-dir setting "
-        "(without it the sdist is downloaded from the package index).",
-    )
     cache_dir: Path | None = _setting(
         None,
         "path",
@@ -54,9 +54,6 @@ class Settings:
         "(`wheels/`).",
     )
     offline: bool = _setting(False, "bool", "Never download; fail if no local sdist is found.")
-    allow_unknown_version: bool = _setting(
-        False, "bool", "Build a flash-attn version that has no pinned sha256 in vendored_patches/."
-    )
     cuda_archs: tuple[str, ...] = _setting(
         (),
         "archs",
@@ -83,13 +80,6 @@ class Settings:
         "architectures do nothing.",
         maximum=32,
     )
-    tu_parts: int | None = _setting(
-        None,
-        "int",
-        "Compile each forward and backward kernel source as this many parts in parallel "
-        "(default: the count the build-time model finds fastest for the set and the compile "
-        "jobs, e.g. 4 for a 4-source tailored set on 16 cores; 1 = never split; 2.8.3+ only).",
-    )
     head_dims: tuple[str, ...] = _setting(
         (), "list", "Tailored build: only these head dims, e.g. `64;128` (default: all)."
     )
@@ -105,49 +95,6 @@ class Settings:
         "Upstream feature switches to compile out: dropout, alibi, softcap, local, "
         "uneven_k (FLASHATTENTION_DISABLE_*); for flash-attn-3: fp8, split, paged-kv, "
         "appendkv, local, softcap, packgqa, varlen, cluster (as its setup.py names them).",
-    )
-    fa3_source: Path | None = _setting(
-        None,
-        "path",
-        "flash-attn-3: a flash-attention clone of the release with its csrc/cutlass submodule "
-        "(`git clone --recursive --branch v2.8.3`).",
-    )
-    fa3_hopper: Path | None = _setting(
-        None,
-        "path",
-        "flash-attn-3: flash-attention's LICENSE + hopper/ tree, as a directory or .tar.gz; "
-        "used before fa3-source.",
-    )
-    fa3_cutlass: Path | None = _setting(
-        None,
-        "path",
-        "flash-attn-3: CUTLASS's LICENSE.txt + include/ at the submodule commit, as a "
-        "directory or .tar.gz; used before fa3-source.",
-    )
-    fa3_source_dir: Path | None = _setting(
-        None,
-        "path",
-        "flash-attn-3: a (shared) directory holding both trees as "
-        "flash-attention-<tag>-hopper.tar.gz and cutlass-<commit>-include.tar.gz; it must "
-        "exist. Then fa-shim's cache, then a download from GitHub unless offline.",
-        missing="create it with the two FlashAttention-3 tarballs in it, or correct the "
-        "fa3-source-dir setting.",
-    )
-    fa3_group: int | None = _setting(
-        None,
-        "int",
-        "FlashAttention-3: compile the forward variants of one head dim and dtype (split, "
-        "paged, softcap, packgqa) at most this many to a unit, which share most of their "
-        "compile (default: the count the build-time model finds fastest for the set, the jobs "
-        "and the memory, e.g. 1 for a training set; 1 = upstream's units).",
-    )
-    fa3_release: str = _setting(
-        "auto",
-        "str",
-        "flash-attn-3: the upstream state to build (vendored_patches/fa3/): `auto` (the newest "
-        "line built against torch's stable ABI that the installed torch meets, `main-0251105a` "
-        "for torch >= 2.9, else the tagged `2.8.3`), a line's name, its tag (`v2.8.3`) or a "
-        "commit prefix of at least 7 hex digits.",
     )
     torch_python: Path | None = _setting(
         None,
@@ -186,11 +133,14 @@ class Settings:
         False, "bool", "Keep the scratch build directory after a successful build."
     )
     verbose: bool = _setting(False, "bool", "Echo the full upstream build output to stderr.")
+    # the project's (a project that names none is fa-shim's root, FlashAttention-2)
     flavour: str = dataclasses.field(default="fa2", metadata={"kind": "project"})
     # where each setting given came from, e.g. "config_settings (-C)" (for messages)
     given: Mapping[str, str] = dataclasses.field(
         default_factory=dict, compare=False, metadata={"kind": "project"}
     )
+    # the flavours' own settings by key: each one given, else its default
+    own: Mapping[str, Any] = dataclasses.field(default_factory=dict, metadata={"kind": "project"})
     progress: str = _setting(
         "auto",
         "str",
@@ -198,6 +148,13 @@ class Settings:
         "updated in place, when the frontend hides the build's output, e.g. pip without -v), "
         "`tty`, `stderr` (only), `none` (only the log). Never stdout.",
     )
+
+    def __getattr__(self, name: str) -> Any:
+        """A flavour's own setting as an attribute: `settings.a_key` is `own["a-key"]`."""
+        own = self.__dict__.get("own", {})
+        if name.replace("_", "-") in own:
+            return own[name.replace("_", "-")]
+        raise AttributeError(name)
 
     @property
     def resolved_cache_dir(self) -> Path:
@@ -210,7 +167,14 @@ class Settings:
 
 # `flavour` is a fact of the project (its pyproject.toml), never a -C or FA_SHIM_* setting
 FIELDS = {
-    f.name.replace("_", "-"): f
+    f.name.replace("_", "-"): Setting(
+        f.name.replace("_", "-"),
+        f.default,
+        f.metadata["kind"],
+        f.metadata["help"],
+        f.metadata["max"],
+        f.metadata.get("missing"),
+    )
     for f in dataclasses.fields(Settings)
     if f.metadata["kind"] != "project"
 }
@@ -220,11 +184,12 @@ def env_name(key: str) -> str:
     return ENV_PREFIX + key.replace("-", "_").upper()
 
 
-def reference_markdown() -> str:
-    """The settings table of docs/reference/settings.md, generated from the model."""
+def reference_markdown(declared: Sequence[Setting]) -> str:
+    """The settings table of docs/reference/settings.md: the shared settings, then those the
+    flavours declare."""
     rows = ["| `-C` key | environment variable | default | meaning |", "|---|---|---|---|"]
-    for key, field in FIELDS.items():
-        default = field.default
+    for setting in [*FIELDS.values(), *declared]:
+        key, default = setting.key, setting.default
         shown = "—" if default in (None, ()) else f"`{str(default).lower()}`"
-        rows.append(f"| `{key}` | `{env_name(key)}` | {shown} | {field.metadata['help']} |")
+        rows.append(f"| `{key}` | `{env_name(key)}` | {shown} | {setting.help} |")
     return "\n".join(rows)

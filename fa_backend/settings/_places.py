@@ -4,6 +4,8 @@ names the setting that moves it. The checks that settings' paths are what they m
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from ..core import _failures
 from ..core._errors import FaShimError
 from ._model import Settings
@@ -13,11 +15,12 @@ _FIX = {
     "-C wheel-cache-dir=DIR, or turn it off with -C wheel-cache=false.",
     "cache-dir": "make it writable for this user, or name another with -C cache-dir=DIR.",
 }
-_DIRECTORIES = ("sdist-dir", "cache-dir", "wheel-cache-dir", "fa3-source-dir")
+_CACHES = ("cache-dir", "wheel-cache-dir")
 
 
-def name(settings: Settings) -> None:
-    for key in _DIRECTORIES:
+def name(settings: Settings, existing: Sequence[str]) -> None:
+    """The caches, and the directories given that must exist (`existing`: their keys)."""
+    for key in (*existing, *_CACHES):
         path = getattr(settings, key.replace("-", "_"))
         if path is None:
             continue

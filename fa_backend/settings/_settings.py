@@ -6,7 +6,7 @@ from __future__ import annotations
 import difflib
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +17,7 @@ from ._model import (
     ENV_PREFIX,
     FIELDS,
     ConfigSettings,
+    Setting,
     Settings,
     default_cache_dir,
     env_name,
@@ -32,6 +33,7 @@ __all__ = [
     "ENV_PREFIX",
     "FIELDS",
     "ConfigSettings",
+    "Setting",
     "Settings",
     "default_cache_dir",
     "env_name",
@@ -81,17 +83,20 @@ def load(
     config_settings: ConfigSettings | None,
     environ: Mapping[str, str] | None = None,
     project_dir: Path | None = None,
+    declared: Sequence[Setting] = (),
 ) -> Settings:
-    """Merge the three sources, highest first: config_settings, environment, [tool.fa-shim]."""
+    """Merge the three sources, highest first: config_settings, environment, [tool.fa-shim].
+    The settings known are the shared ones and those declared (every flavour's own)."""
     environ = os.environ if environ is None else environ
-    known = list(FIELDS)
+    fields = {**FIELDS, **{s.key: s for s in declared}}
+    known = list(fields)
     layers: list[tuple[str, dict[str, Any]]] = []
 
     pyproject = pyproject_of(project_dir)
     table = dict(read_pyproject_table(pyproject.parent))
-    flavour = table.pop(FLAVOUR_KEY, "fa2")  # checked by flavours/_registry
+    flavour = table.pop(FLAVOUR_KEY, Settings.flavour)  # checked by flavours/_registry
     for key in table:
-        if key not in FIELDS:
+        if key not in fields:
             raise _unknown(key, f"[tool.fa-shim] of {pyproject}", [*known, FLAVOUR_KEY])
     layers.append((f"[tool.fa-shim] of {pyproject}", table))
 
@@ -107,28 +112,28 @@ def load(
     cs_layer = {}
     for key, value in (config_settings or {}).items():
         norm = key.lstrip("-").replace("_", "-")
-        if norm not in FIELDS:
+        if norm not in fields:
             raise _unknown(key, "config_settings (-C)", known)
         cs_layer[norm] = value
     layers.append(("config_settings (-C)", cs_layer))
 
-    values: dict[str, Any] = {"flavour": flavour}
+    values: dict[str, Any] = {s.key: s.default for s in declared}
     given: dict[str, str] = {}  # key: where it came from (a flavour refuses another's keys)
     for where, layer in layers:  # later layers win
         for key, value in layer.items():
-            field = FIELDS[key]
+            setting = fields[key]
             # name the real source, so the fix says what to change: FA_SHIM_MAX_JOBS
             source = f"environment variable {env_name(key)}" if layer is env_layer else where
-            kind, maximum = field.metadata["kind"], field.metadata.get("max")
-            values[field.name] = convert(key, kind, value, source, maximum)
+            values[key] = convert(key, setting.kind, value, source, setting.maximum)
             given[key] = env_name(key) if layer is env_layer else where
-    for key, field in FIELDS.items():
-        path = values.get(field.name)
-        if field.metadata.get("missing") and path and not path.is_dir():
+    for key, setting in fields.items():
+        path = values.get(key)
+        if setting.missing and path and not path.is_dir():
             raise FaShimError(
-                f"the {key} {path} does not exist (or is not a directory).",
-                fix=field.metadata["missing"],
+                f"the {key} {path} does not exist (or is not a directory).", fix=setting.missing
             )
-    settings = Settings(**values, given=given)
-    _places.name(settings)
+    own = {s.key: values.pop(s.key) for s in declared}
+    shared = {key.replace("-", "_"): value for key, value in values.items()}
+    settings = Settings(**shared, flavour=flavour, given=given, own=own)
+    _places.name(settings, [s.key for s in fields.values() if s.missing])
     return settings

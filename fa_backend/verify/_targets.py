@@ -27,8 +27,8 @@ class Target:
     tags: frozenset[tags.Tag] | None  # None: nothing says (a bare module)
     modules: list[tuple[str, Path]]  # (name as shipped, readable path)
     provenance: dict | None
+    flavour: Flavour  # the wheel's, the distribution's or the module's own: never assumed
     provenance_error: str | None = None
-    flavour: Flavour = dataclasses.field(default_factory=lambda: _registry.get("fa2"))
 
 
 def _parse_provenance(text: str | None, where: str) -> tuple[dict | None, str | None]:
@@ -43,18 +43,9 @@ def _parse_provenance(text: str | None, where: str) -> tuple[dict | None, str | 
         return None, f"{where} is not valid JSON ({exc})"
 
 
-def _default() -> Flavour:
-    """FA2's, the flavour of everything verify is given without one (a bare module)."""
-    return _registry.get("fa2")
-
-
 def _is_module(name: str, flavour: Flavour) -> bool:
     """flash_attn_2_cuda.<suffix>.so at the top; flash_attn_3/_C.<suffix>.so in its package."""
     return name.startswith(flavour.names.module_path + ".") and name.endswith(".so")
-
-
-def _flavour_of_dist(dist) -> Flavour:
-    return _registry.of_dist(dist.metadata["Name"] or "") or _default()
 
 
 def _flavour_of_wheel(infos: list[zipfile.ZipInfo]) -> Flavour | None:
@@ -101,10 +92,10 @@ def wheel_target(wheel: Path, scratch: Path) -> Target:
             fix="pass a flash-attn or flash-attn-3 wheel; verify checks nothing else.",
         )
     provenance, error = _parse_provenance(provenance_text, where)
-    return Target(str(wheel), "wheel", wheel_tags, modules, provenance, error, flavour)
+    return Target(str(wheel), "wheel", wheel_tags, modules, provenance, flavour, error)
 
 
-def _dist_target(dist, where: str) -> Target:
+def _dist_target(dist, flavour: Flavour, where: str) -> Target:
     wheel_text = dist.read_text("WHEEL") or ""
     dist_tags = frozenset(
         t
@@ -112,7 +103,6 @@ def _dist_target(dist, where: str) -> Target:
         if line.startswith("Tag:")
         for t in tags.parse_tag(line.split(":", 1)[1].strip())
     )
-    flavour = _flavour_of_dist(dist)
     files = [str(f) for f in dist.files or []]
     modules = [(f, Path(dist.locate_file(f))) for f in files if _is_module(f, flavour)]
     if not files:  # no RECORD: look next to the package
@@ -122,13 +112,7 @@ def _dist_target(dist, where: str) -> Target:
     provenance, error = _parse_provenance(dist.read_text(PROVENANCE), PROVENANCE)
     name = f"{dist.metadata['Name']} {dist.version}"
     return Target(
-        f"{name} in {where}",
-        "installed",
-        dist_tags or None,
-        modules,
-        provenance,
-        error,
-        flavour,
+        f"{name} in {where}", "installed", dist_tags or None, modules, provenance, flavour, error
     )
 
 
@@ -136,42 +120,47 @@ def installed_target(spec: str) -> Target:
     from importlib import metadata
 
     path = Path(spec)
-    named = next(
-        (f.names for f in _registry.every() if spec in (f.names.dist, f.names.file_name)), None
-    )
+    named = next((f for f in _registry.every() if spec in (f.names.dist, f.names.file_name)), None)
     if named and not path.exists():
         try:
-            dist = metadata.distribution(named.dist)
+            dist = metadata.distribution(named.names.dist)
         except metadata.PackageNotFoundError:
             pass
         else:
-            return _dist_target(dist, str(Path(dist.locate_file("")).resolve()))
+            return _dist_target(dist, named, str(Path(dist.locate_file("")).resolve()))
         raise FaShimError(
-            f"no {named.dist} distribution is installed for {sys.executable}.",
+            f"no {named.names.dist} distribution is installed for {sys.executable}.",
             fix="install it first, name the environment's interpreter with --python, or pass "
             "the wheel, site-packages directory or flash_attn_2_cuda*.so to verify.",
         )
     site = path.resolve()
     for dist in metadata.distributions(path=[str(site)]):
-        if _registry.of_dist(dist.metadata["Name"] or ""):
-            return _dist_target(dist, str(site))
-    module = _default().names.module
-    modules = [(p.name, p) for p in sorted(site.glob(f"{module}.*.so"))]
-    if not modules:
-        raise FaShimError(
-            f"{site} holds neither a flash-attn distribution nor a {module}*.so.",
-            fix="pass the site-packages directory flash-attn is installed in.",
-        )
-    return Target(str(site), "module", None, modules, None)
+        flavour = _registry.of_dist(dist.metadata["Name"] or "")
+        if flavour:
+            return _dist_target(dist, flavour, str(site))
+    for flavour in _registry.every():  # no distribution: a module by its flavour's name
+        found = sorted(site.glob(f"{flavour.names.module_path}.*.so"))
+        if found:
+            modules = [(p.relative_to(site).as_posix(), p) for p in found]
+            return Target(str(site), "module", None, modules, None, flavour)
+    raise FaShimError(
+        f"{site} holds neither a flash-attn distribution nor a {_module_names()}.",
+        fix="pass the site-packages directory flash-attn is installed in.",
+    )
+
+
+def _module_names() -> str:
+    return " or a ".join(f"{f.names.module_path}*.so" for f in _registry.every())
 
 
 def module_target(path: Path) -> Target:
-    """A bare flash_attn_2_cuda*.so: no tags, no provenance."""
-    module = _default().names.module
-    if not _is_module(path.name, _default()):
-        raise FaShimError(
-            f"{path.resolve()} is not a flash-attn module: verify checks {module}*.so only.",
-            fix=f"pass the {module}*.so of a flash-attn install, its wheel or its "
-            "site-packages directory.",
-        )
-    return Target(str(path.resolve()), "module", None, [(path.name, path)], None)
+    """A bare module (flash_attn_2_cuda*.so, flash_attn_3/_C*.so): no tags, no provenance; its
+    flavour is the one whose module it is by name."""
+    for flavour in _registry.every():
+        shipped = "/".join(path.absolute().parts[-1 - flavour.names.module_path.count("/") :])
+        if _is_module(shipped, flavour):
+            return Target(str(path.resolve()), "module", None, [(shipped, path)], None, flavour)
+    raise FaShimError(
+        f"{path.resolve()} is not a flash-attn module: verify checks {_module_names()} only.",
+        fix="pass the module of a flash-attn install, its wheel or its site-packages directory.",
+    )

@@ -1,65 +1,89 @@
-"""build_sdist: an sdist of fa-shim itself (backend + vendored patches), so sdist -> wheel works."""
+"""build_sdist: an sdist of a fa-shim project (its pyproject.toml, the backend and the files its
+flavour names, e.g. the vendored patches), so sdist -> wheel works for every project."""
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import io
 import os
 import re
+import sys
 import tarfile
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 from ..core import _atomic
 from ..core._errors import FaShimError
+from ..resources import CHECKOUT, PACKAGE
+from ._names import Names
 
-# What a wheel build from the sdist needs; tests, CI and docs stay in the repository.
-INCLUDE = ("pyproject.toml", "README.md", "LICENSE", "fa_backend", "vendored_patches")
-
-
-def _files(root: Path) -> list[Path]:
-    found = []
-    for name in INCLUDE:
-        path = root / name
-        if path.is_file():
-            found.append(path)
-        elif path.is_dir():
-            found += [p for p in path.rglob("*") if p.is_file() and "__pycache__" not in p.parts]
-    return sorted(found)
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on 3.9/3.10 only
+    import tomli as tomllib
 
 
-_VERSION_LINE = re.compile(r'^flash-attn-version\s*=\s*"[^"]*"', re.MULTILINE)
+@dataclasses.dataclass(frozen=True)
+class SdistSpec:
+    """What a project's sdist holds besides fa_backend/ and its pyproject.toml: a flavour's
+    answer (Flavour.sdist_contents)."""
+
+    version: str  # its file name's and PKG-INFO's
+    # the settings that pick the project's upstream sources, by key: written into the packed
+    # pyproject.toml (a build from it picks the same), shown by doctor
+    pins: Mapping[str, str]
+    files: tuple[str | Path, ...]  # paths in fa-shim's checkout packed as they are (the registry)
 
 
-def _content(path: Path, root: Path, version: str) -> bytes:
-    """The file as packed: pyproject.toml names the version the sdist is built for, so a
-    build from it (with no settings) builds that version, not the checkout's default."""
-    data = path.read_bytes()
-    if path == root / "pyproject.toml":
-        text, n = _VERSION_LINE.subn(f'flash-attn-version = "{version}"', data.decode())
+def _files(root: Path, prefix: str) -> list[tuple[str, Path]]:
+    if root.is_file():
+        return [(prefix, root)]
+    return [
+        (f"{prefix}/{p.relative_to(root).as_posix()}", p)
+        for p in root.rglob("*")
+        if p.is_file() and "__pycache__" not in p.parts
+    ]
+
+
+def _pinned(pyproject: Path, pins: dict[str, str]) -> bytes:
+    """pyproject.toml as packed: it names what the sdist is built for (the settings that pick
+    the sources), so a build from it with no settings builds that, not the checkout's default."""
+    text = pyproject.read_text()
+    for key, value in pins.items():
+        line = re.compile(rf'^{re.escape(key)}\s*=\s*"[^"]*"', re.MULTILINE)
+        text, n = line.subn(f'{key} = "{value}"', text)
         if n != 1:
             raise FaShimError(
-                "pyproject.toml has no single flash-attn-version line in [tool.fa-shim].",
-                fix='add flash-attn-version = "<version>" under [tool.fa-shim].',
+                f"{pyproject} has no single {key} line in [tool.fa-shim].",
+                fix=f'add {key} = "<value>" under [tool.fa-shim].',
             )
-        data = text.encode()
-    return data
+    return text.encode()
 
 
-def pkg_info(version: str) -> str:
+def pkg_info(names: Names, version: str, summary: str) -> str:
     return (
-        f"Metadata-Version: 2.2\nName: flash-attn\nVersion: {version}\n"
-        "Summary: FlashAttention-2 built from the upstream sdist against the installed "
-        "PyTorch (fa-shim)\nRequires-Python: >=3.9\nDynamic: Requires-Dist\n"
+        f"Metadata-Version: 2.2\nName: {names.dist}\nVersion: {version}\n"
+        f"Summary: {summary}\nRequires-Python: >=3.9\nDynamic: Requires-Dist\n"
     )
 
 
-DIST_NAME = "flash_attn"  # the root project's name (flash-attn) as file names spell it
-
-
-def write(root: Path, sdist_directory: str, version: str) -> str:
+def write(project: Path, sdist_directory: str, names: Names, spec: SdistSpec) -> str:
     """A reproducible tar.gz: sorted members, fixed owners, SOURCE_DATE_EPOCH mtimes."""
-    base = f"{DIST_NAME}-{version}"
+    base = f"{names.file_name}-{spec.version}"
+    pyproject = project / "pyproject.toml"
+    summary = tomllib.loads(pyproject.read_text()).get("project", {}).get("description", "")
+    files = _files(PACKAGE, "fa_backend")
+    for name in spec.files:
+        path = CHECKOUT / name
+        files += _files(path, Path(name).as_posix()) if path.exists() else []
+    entries = [
+        (f"{base}/{arcname}", p.read_bytes(), 0o755 if os.access(p, os.X_OK) else 0o644)
+        for arcname, p in files
+    ]
+    entries.append((f"{base}/pyproject.toml", _pinned(pyproject, dict(spec.pins)), 0o644))
+    entries.append((f"{base}/PKG-INFO", pkg_info(names, spec.version, summary).encode(), 0o644))
     out_dir = Path(sdist_directory).absolute()
     out_dir.mkdir(parents=True, exist_ok=True)
     mtime = int(os.environ.get("SOURCE_DATE_EPOCH", time.time()))
@@ -69,15 +93,6 @@ def write(root: Path, sdist_directory: str, version: str) -> str:
         gzip.GzipFile(fileobj=raw, mode="wb", mtime=mtime) as gz,
         tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar,
     ):
-        entries = [
-            (
-                f"{base}/{p.relative_to(root).as_posix()}",
-                _content(p, root, version),
-                0o755 if os.access(p, os.X_OK) else 0o644,
-            )
-            for p in _files(root)
-        ]
-        entries.append((f"{base}/PKG-INFO", pkg_info(version).encode(), 0o644))
         for name, data, mode in sorted(entries):
             info = tarfile.TarInfo(name)
             info.size, info.mode, info.mtime = len(data), mode, mtime

@@ -103,7 +103,7 @@ def test_jobs_are_the_builds_own_for_a_tailored_set(torch211_python, tmp_path, m
     assert (machine["jobs"], machine["nvcc_threads"], machine["tu_parts"]) == (
         tools.jobs,
         tools.nvcc_threads,
-        tools.tu_parts,
+        tools.shape["tu_parts"],
     )
     assert machine["jobs"] == 8 and machine["tu_parts"] == 2
     assert "each kernel source in 2 parts" in doctor(**settings).stdout

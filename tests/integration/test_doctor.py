@@ -145,6 +145,7 @@ def test_doctor_in_flash_attn_3_diagnoses_flash_attn_3():
     proc = run([PY, "-m", "fa_backend", "doctor", "--json"], cwd=fa3, check=False, env=environ)
     report = json.loads(proc.stdout)
     assert report["project"] == {"path": str(fa3), "distribution": "flash-attn-3"}
+    assert report["pins"] == {"fa3-release": "auto"}  # what its pyproject.toml picks
     assert report["python"]["wheel_tag"].startswith("cp39-abi3-")
     assert "FlashAttention-3" in report["build"]["stops"]  # FA3's own plan ran (CPU torch)
     assert "flash-attn-3's CUDA kernels" in report["problems"][0]["cause"]
@@ -156,3 +157,13 @@ def test_doctor_in_flash_attn_3_diagnoses_flash_attn_3():
         env=environ,
     )
     assert json.loads(root.stdout)["project"]["distribution"] == "flash-attn"
+    # a setting it cannot load: still that project's flavour, read from its pyproject.toml
+    broken = run(
+        [PY, "-m", "fa_backend", "doctor", "--json"],
+        cwd=fa3,
+        check=False,
+        env={**environ, "FA_SHIM_MAX_JOBS": "many"},
+    )
+    report = json.loads(broken.stdout)
+    assert report["project"]["distribution"] == "flash-attn-3"
+    assert "FA_SHIM_MAX_JOBS" in report["problems"][0]["cause"]

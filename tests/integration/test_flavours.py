@@ -1,7 +1,8 @@
 """Flavours as plug-ins: a third flavour, written against the interface alone
 (tests/packages/demo-flavour, found through its `fa_shim.flavours` entry point), builds the
-sample sdist through real pip; the registry lists it, refuses an unknown name with the known
-ones, and verify reads a wheel's flavour from its .dist-info."""
+sample sdist through real pip, given by a setting of its own (demo-sdist); the registry lists it
+and its setting, refuses an unknown name with the known ones, and verify reads a wheel's flavour
+from its .dist-info."""
 
 from __future__ import annotations
 
@@ -47,7 +48,7 @@ def test_a_third_flavour_builds_the_sample_through_real_pip(
     env = clean_env(PYTHONPATH=str(DEMO))  # as if the plug-in were installed
     sdist = sample_sdist_dir / f"flash_attn-{SAMPLE_VERSION}.tar.gz"
     out = tmp_path / "out"
-    cmd = pip_wheel_cmd(host_venv, out, "-v", "-C", f"sdist={sdist}", project=demo_project)
+    cmd = pip_wheel_cmd(host_venv, out, "-v", "-C", f"demo-sdist={sdist}", project=demo_project)
     proc = run(cmd, env=env)
     (wheel,) = out.glob("*.whl")
     assert wheel.name.startswith(f"fa_shim_demo-{SAMPLE_VERSION}+demo.")
@@ -71,16 +72,19 @@ def test_a_third_flavour_builds_the_sample_through_real_pip(
 def test_the_registry_finds_a_plugin_and_names_the_known_flavours(host_venv, demo_project):
     script = (
         "from fa_backend.flavours import _registry\n"
+        "from fa_backend.settings import _settings\n"
         "print(_registry.known())\n"
         "print(_registry.get('demo').names.dist)\n"
+        "print('| `demo-sdist` |' in _settings.reference_markdown(_registry.declared()))\n"
         "try:\n    _registry.get('dmeo')\n"
         "except Exception as exc:\n    print(exc.cause)\n"
     )
     with_plugin = run(
         [host_venv, "-c", script], env=clean_env(PYTHONPATH=str(DEMO)), cwd=demo_project
     )
-    known, dist, error = with_plugin.stdout.splitlines()
+    known, dist, documented, error = with_plugin.stdout.splitlines()
     assert known == "['fa2', 'fa3', 'demo']" and dist == "fa-shim-demo"
+    assert documented == "True"  # the setting the plug-in declares is in the reference
     assert "is not one of fa2, fa3, demo. Did you mean 'demo'?" in error
     without = run([host_venv, "-c", script], env=clean_env(), cwd=demo_project, check=False)
     assert "['fa2', 'fa3']" in without.stdout and without.returncode != 0

@@ -15,9 +15,9 @@ from fa_backend.sources import _patches
 
 @pytest.mark.parametrize("version", SUPPORTED)
 def test_vendored_patches_apply_strictly(version, upstream_sdists, tmp_path):
-    from fa_backend.settings import _settings
+    from fa_backend.flavours import _registry
 
-    settings = _settings.load(
+    settings = _registry.load_settings(
         {"flash-attn-version": version, "sdist-dir": str(upstream_sdists), "offline": "true"}
     )
     sdist = _sdist.locate(settings)

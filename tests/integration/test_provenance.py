@@ -26,7 +26,7 @@ from fa_backend.toolchain import _compilers
 from fa_backend.toolchain._archs import ArchChoice, Selection
 from fa_backend.toolchain._compile_commands import Command
 
-CPU_TOOLS = Tools(nvcc=None, archs=None, jobs=2, nvcc_threads=None, compiler_cache=None)
+CPU_TOOLS = Tools(None, None, jobs=2, nvcc_threads=None, compiler_cache=None, shape={"tu_parts": 1})
 SM90 = ArchChoice(Selection(("90",), "setting cuda-archs"), ("90",), (), {})
 
 
@@ -62,7 +62,7 @@ def test_the_fingerprint_of_a_plan(plan):
 
 def test_jobs_threads_and_parts_do_not_change_it(plan):
     """Machines of any size share a cache entry: parts cut the objects, not a kernel."""
-    big = Tools(nvcc=None, archs=None, jobs=16, nvcc_threads=4, compiler_cache="ccache", tu_parts=3)
+    big = Tools(None, None, jobs=16, nvcc_threads=4, compiler_cache="ccache", shape={"tu_parts": 3})
     assert _provenance.fingerprint(plan, big) == _provenance.fingerprint(plan, CPU_TOOLS)
 
 

@@ -99,14 +99,15 @@ import json, pathlib
 import fa_backend
 from fa_backend.core import _errors
 from fa_backend.flavours.fa2 import _releases
-from fa_backend.settings import _settings
+from fa_backend.flavours import _registry
 from fa_backend.toolchain import _archs, _torch
 NVCC = pathlib.Path({str(NVCC13)!r})
-torch = _torch.probe(None, _settings.load({{}}).resolved_cache_dir / "torch-probes")
+torch = _torch.probe(None, _registry.load_settings({{}}).resolved_cache_dir / "torch-probes")
 mechanism = _releases.release({SYNTHETIC!r}).archs
-choice = _archs.resolve(_settings.load({{"cuda-archs": "86"}}), torch, NVCC, mechanism, {{}})
+sm86 = _registry.load_settings({{"cuda-archs": "86"}})
+choice = _archs.resolve(sm86, torch, NVCC, mechanism, {{}})
 try:
-    _archs.resolve(_settings.load({{"cuda-archs": "100"}}), torch, NVCC, mechanism, {{}})
+    _archs.resolve(_registry.load_settings({{"cuda-archs": "100"}}), torch, NVCC, mechanism, {{}})
     too_new = None
 except _errors.FaShimError as exc:
     too_new = exc.cause

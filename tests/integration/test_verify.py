@@ -121,7 +121,8 @@ def test_fatbin_archs_of_a_real_nvcc_build(tmp_path):
         listed = run([cuobjdump, "--list-elf", module]).stdout
         assert "sm_80" in listed and "sm_90a" in listed
 
-    target = _targets.Target(str(module), "module", None, [("k.so", module)], None)
+    fa2 = _registry.get("fa2")
+    target = _targets.Target(str(module), "module", None, [("k.so", module)], None, fa2)
     torch = _verify.torch_here()
 
     def archs(gpus, provenance=None):

@@ -1,11 +1,12 @@
 """The shape docs/architecture.md draws, checked on the code: subpackages import only those above
 them in its table, no module imports itself back through others (lazy imports and imports for
-type checkers alone count too), no module is over 400 lines, and every subpackage's __init__
-says what it owns in two lines and does nothing else."""
+type checkers alone count too), no module is over 400 lines, every subpackage's __init__
+says what it owns in two lines and does nothing else, and a flavour's facts stay in flavours/."""
 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -111,3 +112,78 @@ def test_each_subpackage_says_what_it_owns_and_does_nothing_else():
         doc = ast.get_docstring(tree)
         assert doc and len(doc.splitlines()) == 2, init
         assert len(tree.body) == 1 or init.parent.name == "resources", init  # paths only there
+
+
+def _flavour_words() -> tuple[set[str], set[str], set[str]]:
+    """(the built-in flavours' names, their knobs of several words, their one-word knobs): the
+    knobs are each built-in flavour's own settings (in both spellings, `tu-parts`/`tu_parts`)
+    and the names of its compile shape (Sizing.shape), read off the code."""
+    from fa_backend.flavours import _registry
+    from fa_backend.flavours.fa2 import _flavour as fa2
+    from fa_backend.flavours.fa3 import _flavour as fa3
+
+    knobs = {s.key for name in _registry.BUILT_IN for s in _registry.get(name).own_settings}
+    knobs |= {k.replace("-", "_") for k in knobs} | {fa2.PARTS, fa3.GROUP}
+    several = {k for k in knobs if re.search(r"[-_]", k)}
+    return set(_registry.BUILT_IN), several, knobs - several
+
+
+def _names_a_flavour(path: Path) -> list[int]:
+    tree = ast.parse(path.read_text())
+    flavours, several, single = _flavour_words()
+    docstrings = {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+        and node.body
+        and isinstance(node.body[0], ast.Expr)
+        and isinstance(node.body[0].value, ast.Constant)
+    }
+    called = {id(node.func) for node in ast.walk(tree) if isinstance(node, ast.Call)}
+    words = sorted(flavours | several, key=len, reverse=True)
+    in_text = re.compile(r"(?<![\w-])(" + "|".join(map(re.escape, words)) + r")(?![\w-])")
+    lines = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            text = node.value
+            if id(node) not in docstrings and (text in single or in_text.search(text)):
+                lines.add(node.lineno)
+            continue
+        if isinstance(node, ast.Attribute):  # `m.group(1)` is re's, not FA3's group
+            name, one_word_counts = node.attr, id(node) not in called or node.attr != "group"
+        elif isinstance(node, (ast.Name, ast.arg, ast.keyword, ast.FunctionDef, ast.ClassDef)):
+            name, one_word_counts = getattr(node, "id", None) or getattr(node, "arg", None), False
+            name = name or getattr(node, "name", None)
+        else:
+            continue
+        if not name:
+            continue
+        bare = name.strip("_")
+        if (
+            bare in several
+            or set(bare.split("_")) & flavours
+            or (one_word_counts and bare in single)
+        ):
+            lines.add(node.lineno)
+    return sorted(lines)
+
+
+def test_outside_flavours_at_most_five_lines_name_a_flavour_or_its_knobs():
+    """A flavour owns its facts (docs/architecture.md): outside fa_backend/flavours/, at most 5
+    lines name one. A line names a flavour or one of its knobs when, comments and docstrings
+    aside, it holds one of the built-in flavours' names ("fa2", "fa3") or their knobs
+    (_flavour_words: each one's own settings, both spellings, and its compile shape's names):
+    - an identifier (a name, an attribute, a parameter, a keyword, a def) that is one, or of
+      which a flavour's name is a `_`-separated part (`fa3_sources`);
+    - a string, docstrings aside, that is one, or that holds a flavour's name or a knob of
+      several words as a whole word (`"-C sdist-dir=DIR"`).
+    A one-word knob (`sdist`, `group`) is also a plain word of packaging and of `re`: it counts
+    as a whole string or an attribute (`settings.sdist`), never as a local name, a parameter or
+    prose, and `.group(...)` called is a regex match's."""
+    found = [
+        f"{path.relative_to(REPO)}:{line}: {path.read_text().splitlines()[line - 1].strip()}"
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if "flavours" not in path.relative_to(PACKAGE).parts
+        for line in _names_a_flavour(path)
+    ]
+    assert len(found) <= 5, "\n".join(found)

@@ -13,8 +13,9 @@ from ...sources import _patches
 from ...toolchain import _archs, _jobs, _space
 from ...wheel import _metadata
 from ...wheel._names import Names
+from ...wheel._sdist_self import SdistSpec
 from .._interface import Flavour, Plan, Sizing, Tools
-from . import _costs, _kernels, _releases, _sdist, _tu_parts
+from . import _costs, _kernels, _releases, _sdist, _settings, _tu_parts
 
 
 @dataclasses.dataclass(frozen=True)
@@ -29,9 +30,12 @@ class Fa2Source:
         return _releases.release(self.sdist.version)
 
 
+PARTS = "tu_parts"  # Sizing.shape: each kernel source compiled as this many parts (_tu_parts)
+
+
 class Fa2(Flavour):
     names = Names("fa2", "flash-attn", "flash_attn", "flash_attn_2_cuda", abi3=False)
-    own_settings = frozenset({"sdist", "sdist-dir", "allow-unknown-version", "tu-parts"})
+    own_settings = _settings.OWN
     sources_key = "sdist"
 
     def plan(self, settings, torch) -> Plan:
@@ -93,7 +97,7 @@ class Fa2(Flavour):
         )
         if parts > 1:
             _log.info(f"compiling each kernel source as {parts} parts (-C tu-parts)")
-        return Sizing(jobs, threads, parts)
+        return Sizing(jobs, threads, {PARTS: parts})
 
     # ------------------------------------------------------------------------------ prepare
 
@@ -102,7 +106,7 @@ class Fa2(Flavour):
         _space.before_extract(sdist.path, dest.parent)
         source = _sdist.extract(sdist, dest)
         _patches.apply_all(list(plan.patches), source)
-        _tu_parts.write(source / _tu_parts.KERNEL_DIR, tools.tu_parts)
+        _tu_parts.write(source / _tu_parts.KERNEL_DIR, tools.shape.get(PARTS, 1))
         return source
 
     def driver_spec(self, plan: Plan, tools: Tools, source: Path) -> dict:
@@ -111,7 +115,9 @@ class Fa2(Flavour):
             "exclude_sources": list(tailoring.exclude_sources),
             "defines": list(tailoring.defines),
             "heavy_sources_first": list(plan.source.release.naming.heavy_first),
-            "split_sources": _tu_parts.layout(source / _tu_parts.KERNEL_DIR, tools.tu_parts),
+            "split_sources": _tu_parts.layout(
+                source / _tu_parts.KERNEL_DIR, tools.shape.get(PARTS, 1)
+            ),
         }
 
     def check(self, plan: Plan, tools: Tools, commands: Sequence) -> None:
@@ -122,7 +128,7 @@ class Fa2(Flavour):
     # ------------------------------------------------------------------ estimate and space
 
     def planned_sources(self, plan: Plan, tools: Tools) -> list[str] | None:
-        return _costs.planned_sources(plan.source, tools.tu_parts)
+        return _costs.planned_sources(plan.source, tools.shape.get(PARTS, 1))
 
     def cost_model(self, plan: Plan):
         return _costs.model(len(plan.source.tailoring.disabled))
@@ -141,6 +147,17 @@ class Fa2(Flavour):
         else:
             kernels = _space.FULL_KERNELS if source.sdist.pinned else None
         return _space.compile_needs(kernels, archs, source.sdist.path.stat().st_size)
+
+    def shape_note(self, shape) -> str | None:
+        parts = shape.get(PARTS, 1)
+        return f"each kernel source in {parts} parts" if parts > 1 else None
+
+    # ------------------------------------------------------------------------------- sdist
+
+    def sdist_contents(self, settings) -> SdistSpec:
+        version = settings.flash_attn_version or "0"
+        files = ("README.md", "LICENSE", "vendored_patches")
+        return SdistSpec(version, {"flash-attn-version": version}, files)
 
     # ------------------------------------------------------------------------------ advice
 

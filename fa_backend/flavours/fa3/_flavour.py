@@ -14,14 +14,17 @@ from pathlib import Path
 
 from ...core import _log
 from ...core._errors import FaShimError
+from ...core._version import __version__
+from ...resources import CHECKOUT
 from ...sources import _patches
 from ...toolchain import _archs, _cuda_driver, _jobs, _space
 from ...toolchain._torch import TorchInfo
 from ...wheel import _metadata
 from ...wheel._names import Names
+from ...wheel._sdist_self import SdistSpec
 from .. import _unit_table
 from .._interface import Flavour, Plan, Sizing, Tools
-from . import _costs, _groups, _kernels, _releases, _sources, _tree_facts, _trees, _units
+from . import _costs, _groups, _kernels, _releases, _settings, _sources, _tree_facts, _trees, _units
 
 ARCH = "90a"  # hopper/setup.py compiles its *_sm90.cu sources for exactly this
 # what hopper/setup.py's ninja rules compile: its *_sm90.cu kernels for sm_90a, the helper units
@@ -70,15 +73,14 @@ def library_includes(torch: TorchInfo, cuda_home: Path) -> list[str]:
 # Triton path skips the CUDA build (a wheel without _C), a local version renames the wheel
 _NEUTRAL_ENV = {"FLASH_ATTENTION_TRITON_AMD_ENABLE": "FALSE", "FLASH_ATTN_LOCAL_VERSION": ""}
 _GIB = 1024**3
+GROUP = "group"  # Sizing.shape: forward files compiled together, up to this many a unit (_groups)
 
 
 class Fa3(Flavour):
     names = Names(
         "fa3", "flash-attn-3", "flash_attn_3", "flash_attn_3._C", abi3=True, project="flash-attn-3"
     )
-    own_settings = frozenset(
-        {"fa3-release", "fa3-source", "fa3-hopper", "fa3-cutlass", "fa3-source-dir", "fa3-group"}
-    )
+    own_settings = _settings.OWN
     sources_key = "fa3_sources"
 
     def plan(self, settings, torch) -> Plan:
@@ -87,13 +89,6 @@ class Fa3(Flavour):
                 f"torch {torch.version} has no CUDA: FlashAttention-3 compiles CUDA kernels "
                 "against a CUDA torch.",
                 fix="install a CUDA build of torch (e.g. pip install torch, CUDA 12.3 or newer).",
-            )
-        if settings.flash_attn_version:
-            raise FaShimError(
-                f"flash-attn-version (from {settings.given.get('flash-attn-version')}) picks the "
-                "root project's flash-attn release; flash-attn-3 picks its upstream state with "
-                "fa3-release.",
-                fix=f"use -C fa3-release={settings.flash_attn_version} (or auto) instead.",
             )
         release = _releases.choose(settings.fa3_release, torch.version)
         if not release.serves(torch.version):
@@ -225,16 +220,16 @@ class Fa3(Flavour):
         need = max(map(peak, layout))
         fits = planned if s.max_jobs else max(1, memory // need)
         if fits >= planned:
-            return Sizing(planned, threads, group=group)
+            return Sizing(planned, threads, {GROUP: group})
         cut = f"not {planned}: a FlashAttention-3 unit of this set needs {need / _GIB:.0f} GiB"
-        return Sizing(fits, threads, group=group, cut=cut)
+        return Sizing(fits, threads, {GROUP: group}, cut)
 
     def _units(self, plan: Plan, tools: Tools) -> list[str]:
         """The units build.ninja compiles: setup.py's, forward variants grouped as tools say."""
         return list(self._layout(plan, tools))
 
     def _layout(self, plan: Plan, tools: Tools) -> dict[str, list[str]]:
-        return _groups.layout(self._setup_units(plan), tools.group)
+        return _groups.layout(self._setup_units(plan), tools.shape.get(GROUP, 1))
 
     def _setup_units(self, plan: Plan) -> list[str]:
         """The units setup.py lists for the set, one per file (before any group)."""
@@ -348,6 +343,18 @@ class Fa3(Flavour):
         # objects sized as FA2's kernel units: FA3's are as heavy
         archs = len(tools.archs.targets) if tools.archs else 1
         return _space.compile_needs(len(self._units(plan, tools)), archs, 0)
+
+    def shape_note(self, shape) -> str | None:
+        group = shape.get(GROUP, 1)
+        return f"up to {group} forward variants of a head dim in one unit" if group > 1 else None
+
+    # ------------------------------------------------------------------------------- sdist
+
+    def sdist_contents(self, settings) -> SdistSpec:
+        # fa-shim's version: which line, hence which upstream version, `auto` builds depends on
+        # the torch the wheel is built against
+        pins = {"fa3-release": settings.fa3_release}
+        return SdistSpec(__version__, pins, ("LICENSE", _releases.FA3_DIR.relative_to(CHECKOUT)))
 
     # ------------------------------------------------------------------------------ advice
 

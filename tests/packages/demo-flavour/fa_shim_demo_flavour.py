@@ -13,18 +13,24 @@ from pathlib import Path
 
 from fa_backend.core._errors import FaShimError
 from fa_backend.flavours._interface import Flavour, Plan, Sizing
+from fa_backend.settings._model import Setting
 from fa_backend.wheel import _metadata
 from fa_backend.wheel._names import Names
 
 
 class Demo(Flavour):
     names = Names("demo", "fa-shim-demo", "flash_attn", "flash_attn_2_cuda", abi3=False)
-    own_settings = frozenset({"sdist"})  # shared with fa2: both take an sdist path
+    own_settings = (  # declared here, known to fa-shim's settings once the plug-in is installed
+        Setting("demo-sdist", None, "path", "The demo flavour: the sdist it builds as its own."),
+    )
 
     def plan(self, settings, torch) -> Plan:
-        if not settings.sdist or not settings.sdist.is_file():
-            raise FaShimError("the demo flavour builds -C sdist=FILE.", fix="pass -C sdist=FILE.")
-        pkg_info = _metadata.read_pkg_info(settings.sdist)
+        sdist = settings.demo_sdist
+        if not sdist or not sdist.is_file():
+            raise FaShimError(
+                "the demo flavour builds -C demo-sdist=FILE.", fix="pass -C demo-sdist=FILE."
+            )
+        pkg_info = _metadata.read_pkg_info(sdist)
         info = re.sub(r"^Name: .*$", f"Name: {self.names.dist}", pkg_info, count=1, flags=re.M)
         upstream = next(line for line in info.splitlines() if line.startswith("Version:"))
         version = _metadata.full_version(upstream.split(":", 1)[1].strip(), "demo." + torch.label)
@@ -32,7 +38,7 @@ class Demo(Flavour):
             info, version, _metadata.torch_requirement(torch.version)
         )
         tag = _metadata.wheel_tag(self.names)
-        return Plan(settings, torch, self, settings.sdist, (), version, tag, metadata)
+        return Plan(settings, torch, self, sdist, (), version, tag, metadata)
 
     def sources(self, plan, with_origin):
         digest = hashlib.sha256(plan.source.read_bytes()).hexdigest()

@@ -11,11 +11,10 @@ import pytest
 from conftest import REPO
 from packaging import tags
 
-from fa_backend.flavours import _unit_table
+from fa_backend.flavours import _registry, _unit_table
 from fa_backend.flavours._interface import Plan
 from fa_backend.flavours.fa3 import _costs, _flavour, _groups, _kernels, _releases
 from fa_backend.schedule import _schedule
-from fa_backend.settings import _settings
 from fa_backend.toolchain._torch import TorchInfo
 
 GIB = 1024**3
@@ -36,7 +35,7 @@ def _units(name: str) -> list[str]:
 
 def _tailoring(**settings: str) -> _kernels.Fa3Tailoring:
     config = {k.replace("_", "-"): v for k, v in settings.items()}
-    return _kernels.tailoring(_settings.load(config, environ={}), MAIN)
+    return _kernels.tailoring(_registry.load_settings(config, environ={}), MAIN)
 
 
 def test_units_cost_what_was_measured_with_every_feature():
@@ -87,7 +86,9 @@ def test_the_flavour_sizes_the_full_main_set_by_its_lines_table():
     measured, 7.46 GiB the heaviest that was) bounds the jobs of upstream's units: 16 on the
     H100 box's 124 GiB, 8 on 64 GiB, the cut said. With the size the model picks, five forward
     variants to a unit (9.2 GiB), 13."""
-    settings = _settings.load({"fa3-group": "1"}, environ={}, project_dir=REPO / "flash-attn-3")
+    settings = _registry.load_settings(
+        {"fa3-group": "1"}, environ={}, project_dir=REPO / "flash-attn-3"
+    )
     release = _releases.release("main-0251105a")
     source = _flavour.Fa3Source(release, None, _kernels.tailoring(settings, MAIN))
     torch = TorchInfo("2.11.0", "13.0", 1, None, "/venv/torch", "c++17", "python", False)
@@ -98,9 +99,11 @@ def test_the_flavour_sizes_the_full_main_set_by_its_lines_table():
     assert _flavour.FLAVOUR.sizing(plan, None, 16, 124 * GIB).jobs == 16
     small = _flavour.FLAVOUR.sizing(plan, None, 16, 64 * GIB)
     assert small.jobs == 8 and "a FlashAttention-3 unit of this set needs 8 GiB" in small.cut
-    auto = dataclasses.replace(plan, settings=dataclasses.replace(settings, fa3_group=None))
+    auto = dataclasses.replace(
+        plan, settings=dataclasses.replace(settings, own={**settings.own, "fa3-group": None})
+    )
     grouped = _flavour.FLAVOUR.sizing(auto, None, 16, 124 * GIB)
-    assert (grouped.group, grouped.jobs) == (5, 13)
+    assert (grouped.shape[_flavour.GROUP], grouped.jobs) == (5, 13)
 
 
 def test_the_tailored_stable_set_is_predicted_as_measured():

@@ -10,6 +10,7 @@ from conftest import REPO
 from packaging import tags
 
 from fa_backend.core._errors import FaShimError
+from fa_backend.flavours import _registry
 from fa_backend.flavours._interface import Plan, Tools
 from fa_backend.flavours.fa3 import _flavour, _kernels, _releases, _tree_facts
 from fa_backend.settings import _settings
@@ -28,7 +29,7 @@ PROJECT = REPO / "flash-attn-3"  # its [tool.fa-shim], not the root's flash-attn
 
 
 def _load(config: dict) -> _settings.Settings:
-    return _settings.load(config, environ={}, project_dir=PROJECT)
+    return _registry.load_settings(config, environ={}, project_dir=PROJECT)
 
 
 def _torch(version: str, cuda: str = "12.8") -> TorchInfo:
@@ -43,14 +44,6 @@ def test_a_stable_line_under_an_older_torch_is_refused():
         info.value.cause
     )
     assert "-C fa3-release=auto" in info.value.fix
-
-
-def test_fa2s_version_setting_is_refused_naming_fa3_release():
-    settings = _load({"flash-attn-version": "2.8.3"})
-    with pytest.raises(FaShimError) as info:
-        FA3.plan(settings, _torch("2.11.0+cu130", "13.0"))
-    assert "flash-attn-3 picks its upstream state with fa3-release" in info.value.cause
-    assert info.value.fix == "use -C fa3-release=2.8.3 (or auto) instead."
 
 
 def test_a_setup_py_that_does_not_target_the_registrys_floor_is_refused():

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from fa_backend.flavours import _registry
 from fa_backend.flavours.fa3 import _kernels, _releases, _units
-from fa_backend.settings import _settings
 
 RECORDED = Path(__file__).parent / "fa3_units"
 V283 = (
@@ -30,7 +30,7 @@ def _recorded(name: str) -> list[str]:
 
 def _planned(line: str, switches: tuple[str, ...], **settings: str) -> list[str]:
     config = {k.replace("_", "-"): v for k, v in settings.items()}
-    tailoring = _kernels.tailoring(_settings.load(config, environ={}), switches)
+    tailoring = _kernels.tailoring(_registry.load_settings(config, environ={}), switches)
     return sorted(_units.planned(_releases.release(line), tailoring))
 
 
@@ -69,7 +69,9 @@ def test_planned_units_are_what_setup_py_compiled(recorded, line, switches, sett
     expected = _recorded(recorded)
     if _releases.release(line).split_aggregates:  # the driver compiles what they include
         tailoring = _kernels.tailoring(
-            _settings.load({k.replace("_", "-"): v for k, v in settings.items()}, environ={}),
+            _registry.load_settings(
+                {k.replace("_", "-"): v for k, v in settings.items()}, environ={}
+            ),
             switches,
         )
         off = _units.switches_on(tailoring.env, _kernels.ENV_PREFIX)
@@ -90,12 +92,14 @@ def test_the_stable_line_compiles_per_head_dim_units_and_its_stable_api():
 def test_head_dims_own_the_hdimdiff_switches():
     """A set without head dim 64 (192) leaves out the hdim64_* (hdim192_128) units: they are
     empty there (their instantiations sit behind DISABLE_HDIM64/192)."""
-    tailoring = _kernels.tailoring(_settings.load({"head-dims": "128"}, environ={}), MAIN)
+    tailoring = _kernels.tailoring(_registry.load_settings({"head-dims": "128"}, environ={}), MAIN)
     env = dict(tailoring.env)
     assert env["FLASH_ATTENTION_DISABLE_HDIMDIFF64"] == "TRUE"
     assert env["FLASH_ATTENTION_DISABLE_HDIMDIFF192"] == "TRUE"
     assert tailoring.label == ".hdim128"  # no `nohdimdiff64`: head-dims says it
-    tailoring = _kernels.tailoring(_settings.load({"head-dims": "64,192"}, environ={}), MAIN)
+    tailoring = _kernels.tailoring(
+        _registry.load_settings({"head-dims": "64,192"}, environ={}), MAIN
+    )
     assert dict(tailoring.env)["FLASH_ATTENTION_DISABLE_HDIMDIFF64"] == "FALSE"
     with pytest.raises(Exception, match="which the setting head-dims decides"):
-        _kernels.tailoring(_settings.load({"disable": "hdimdiff64"}, environ={}), MAIN)
+        _kernels.tailoring(_registry.load_settings({"disable": "hdimdiff64"}, environ={}), MAIN)

@@ -17,50 +17,57 @@ from fa_backend.core._errors import FaShimError
 from fa_backend.flavours import _registry
 from fa_backend.flavours.fa2._flavour import FLAVOUR as FA2
 from fa_backend.flavours.fa3._flavour import FLAVOUR as FA3
-from fa_backend.settings import _settings
+from fa_backend.settings._model import Setting
 
 
 @pytest.fixture(autouse=True)
 def fresh_entry_points():
-    """The registry scans the entry points once per process; these tests change the path."""
+    """The registry scans the entry points once per process (and loads each flavour once);
+    these tests change the path."""
     _registry._plugins.cache_clear()
+    _registry.get.cache_clear()
     yield
     _registry._plugins.cache_clear()
+    _registry.get.cache_clear()
 
 
 def test_flavour_is_read_from_the_project_only(tmp_path):
     (tmp_path / "pyproject.toml").write_text('[tool.fa-shim]\nflavour = "fa2"\n')
-    assert _settings.load({}, environ={}, project_dir=tmp_path).flash_attn_version is None
+    assert _registry.load_settings({}, environ={}, project_dir=tmp_path).flash_attn_version is None
     with pytest.raises(FaShimError, match="unknown setting 'flavour' in config_settings"):
-        _settings.load({"flavour": "fa3"}, environ={}, project_dir=tmp_path)
+        _registry.load_settings({"flavour": "fa3"}, environ={}, project_dir=tmp_path)
     with pytest.raises(FaShimError, match="unknown setting 'FA_SHIM_FLAVOUR' in the environment"):
-        _settings.load({}, environ={"FA_SHIM_FLAVOUR": "fa3"}, project_dir=tmp_path)
+        _registry.load_settings({}, environ={"FA_SHIM_FLAVOUR": "fa3"}, project_dir=tmp_path)
     (tmp_path / "pyproject.toml").write_text('[tool.fa-shim]\nflavour = "fa4"\n')
     with pytest.raises(FaShimError, match=r"is not one of fa2, fa3\. Did you mean 'fa3'"):
         _registry.load({}, environ={}, project_dir=tmp_path)
     (tmp_path / "pyproject.toml").write_text('[tool.fa-shim]\nflavor = "fa3"\n')
     with pytest.raises(FaShimError, match="Did you mean 'flavour'"):
-        _settings.load({}, environ={}, project_dir=tmp_path)
+        _registry.load_settings({}, environ={}, project_dir=tmp_path)
 
 
 def test_the_repository_flash_attn_3_project_is_that_layout():
     project = REPO / "flash-attn-3"
     assert (project / "fa_backend").is_symlink()
     assert (project / "fa_backend").resolve() == (REPO / "fa_backend").resolve()
-    assert _settings.load({}, environ={}, project_dir=project).flavour == "fa3"
-    assert _settings.load({}, environ={}, project_dir=REPO).flavour == "fa2"
+    assert _registry.load_settings({}, environ={}, project_dir=project).flavour == "fa3"
+    assert _registry.load_settings({}, environ={}, project_dir=REPO).flavour == "fa2"
 
 
 def test_each_flavour_refuses_the_other_flavours_settings(tmp_path):
     fa3 = REPO / "flash-attn-3"
     with pytest.raises(FaShimError, match=r"'sdist-dir' .* applies to fa-shim's root only"):
         _registry.load({"sdist-dir": str(tmp_path)}, environ={}, project_dir=fa3)
+    with pytest.raises(FaShimError, match=r"'flash-attn-version' .* builds flash-attn-3\."):
+        _registry.load({"flash-attn-version": "2.8.3"}, environ={}, project_dir=fa3)
     with pytest.raises(FaShimError, match="FA_SHIM_TU_PARTS"):
         _registry.load({}, environ={"FA_SHIM_TU_PARTS": "2"}, project_dir=fa3)
     with pytest.raises(FaShimError, match=r"'fa3-source' .* applies to flash-attn-3/"):
         _registry.load({"fa3-source": str(tmp_path)}, environ={}, project_dir=REPO)
     with pytest.raises(FaShimError, match=r"fa3-source-dir .* does not exist"):
-        _settings.load({"fa3-source-dir": str(tmp_path / "no")}, environ={}, project_dir=fa3)
+        _registry.load_settings(
+            {"fa3-source-dir": str(tmp_path / "no")}, environ={}, project_dir=fa3
+        )
 
 
 def test_fa2_and_fa3_are_built_in_and_come_first():
@@ -99,8 +106,11 @@ def test_a_plug_in_is_found_through_its_entry_point(demo_flavour, tmp_path):
     assert _registry.get("demo") is demo_flavour
     assert _registry.of_dist("fa-shim-demo") is demo_flavour
     (tmp_path / "pyproject.toml").write_text('[tool.fa-shim]\nflavour = "demo"\n')
-    flavour, settings = _registry.load({"sdist": str(tmp_path / "x.tar.gz")}, {}, tmp_path)
+    flavour, settings = _registry.load({"demo-sdist": str(tmp_path / "x.tar.gz")}, {}, tmp_path)
     assert flavour is demo_flavour and settings.flavour == "demo"
+    assert settings.demo_sdist == tmp_path / "x.tar.gz"  # a setting the plug-in declares
+    with pytest.raises(FaShimError, match=r"'sdist' .* applies to fa-shim's root only"):
+        _registry.load({"sdist": str(tmp_path / "x.tar.gz")}, {}, tmp_path)
 
 
 def test_an_unknown_flavour_names_the_known_ones_and_the_fix(demo_flavour):
@@ -136,3 +146,12 @@ def test_an_entry_point_that_is_no_flavour_is_refused(tmp_path, monkeypatch):
 
 def test_without_the_plug_in_only_the_built_ins_are_known():
     assert _registry.known() == ["fa2", "fa3"]
+
+
+def test_a_plug_in_cannot_declare_a_setting_already_known(demo_flavour, monkeypatch):
+    """Two flavours' keys, or a flavour's and a shared one, would read one -C value two ways."""
+    for key in ("sdist", "max-jobs"):
+        taken = (Setting(key, None, "path", "the demo's, clashing"),)
+        monkeypatch.setattr(demo_flavour, "own_settings", taken)
+        with pytest.raises(FaShimError, match=f"flavour 'demo' declares setting '{key}'"):
+            _registry.declared()

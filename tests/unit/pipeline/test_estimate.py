@@ -80,7 +80,7 @@ def test_a_flavour_without_a_cost_model_says_so_and_progress_counts_sources(
     sample_sdist_dir, demo_flavour
 ):
     sdist = sample_sdist_dir / f"flash_attn-{SAMPLE_VERSION}.tar.gz"
-    plan = planned(demo_flavour, {"sdist": str(sdist)})
+    plan = planned(demo_flavour, {"demo-sdist": str(sdist)})
     tools = Tools(nvcc=None, archs=None, jobs=1, nvcc_threads=None, compiler_cache=None)
     preview = _estimate.preview(plan, tools, ["flash_api.cpp"], cores=4)
     assert preview.seconds is None and preview.cost is _schedule.uniform

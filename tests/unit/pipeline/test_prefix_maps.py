@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from fa_backend.flavours.fa2._flavour import FLAVOUR as FA2
+from fa_backend.flavours.fa3._flavour import FLAVOUR as FA3
 from fa_backend.pipeline import _reproducible
 from fa_backend.toolchain._torch import TorchInfo
 
@@ -37,9 +39,10 @@ def test_the_flags_go_to_both_compilers():
 
 
 def test_the_wheel_keeps_what_it_is_and_the_entry_how_it_was_made():
+    """Each flavour's sources entry loses the keys it names (Flavour.sources_how)."""
+    fa2 = {"sha256": "ab", "pinned": True, "file": "f.tar.gz", "origin": "sdist-dir /x"}
+    fa3 = {"hopper": {"pin": "p", "origin": "cache"}, "tag": "v2.8.3"}
     prov = {
-        "sdist": {"sha256": "ab", "pinned": True, "file": "f.tar.gz", "origin": "sdist-dir /x"},
-        "fa3_sources": {"hopper": {"pin": "p", "origin": "cache"}, "tag": "v2.8.3"},
         "torch": {"version": "2.11.0", "path": "/venv/torch"},
         "nvcc": {"version": "13.0", "build": "13.0.88", "path": "/c/bin/nvcc", "origin": "PATH"},
         "network_seal": "network namespace",
@@ -47,18 +50,20 @@ def test_the_wheel_keeps_what_it_is_and_the_entry_how_it_was_made():
         "cuda_arch_choice": {"source": "the visible GPUs"},
         "tu_parts": 2,
     }
-    what, how = _reproducible.split(prov)
+    what, how = _reproducible.split({**prov, FA2.sources_key: fa2}, FA2)
     assert what == {
-        "sdist": {"sha256": "ab", "pinned": True, "file": "f.tar.gz"},
-        "fa3_sources": {"hopper": {"pin": "p"}, "tag": "v2.8.3"},
+        FA2.sources_key: {"sha256": "ab", "pinned": True, "file": "f.tar.gz"},
         "torch": {"version": "2.11.0"},
         "nvcc": {"version": "13.0", "build": "13.0.88"},
         "tu_parts": 2,
     }
-    assert how["sdist"] == {"origin": "sdist-dir /x"} and how["torch"] == {"path": "/venv/torch"}
+    assert how[FA2.sources_key] == {"origin": "sdist-dir /x"}
+    assert how["torch"] == {"path": "/venv/torch"}
     assert how["nvcc"] == {"path": "/c/bin/nvcc", "origin": "PATH"}
-    assert how["fa3_sources"] == {"hopper": {"origin": "cache"}}
     assert how["network_seal"] == "network namespace" and how["compiler_cache"].endswith("ccache")
+    what, how = _reproducible.split({**prov, FA3.sources_key: fa3}, FA3)
+    assert what[FA3.sources_key] == {"hopper": {"pin": "p"}, "tag": "v2.8.3"}
+    assert how[FA3.sources_key] == {"hopper": {"origin": "cache"}}
 
 
 def test_the_option_follows_the_compilers_version():

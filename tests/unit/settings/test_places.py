@@ -9,12 +9,12 @@ import pytest
 
 from fa_backend.core import _failures
 from fa_backend.core._errors import FaShimError
-from fa_backend.settings import _settings
+from fa_backend.flavours import _registry
 
 
 def _load(tmp_path: Path, config: dict, environ: dict | None = None):
     (tmp_path / "pyproject.toml").write_text('[tool.fa-shim]\nflash-attn-version = "2.8.3"\n')
-    return _settings.load(config, environ or {}, tmp_path)
+    return _registry.load_settings(config, environ or {}, tmp_path)
 
 
 def test_a_wheel_cache_dir_that_is_a_file_is_refused(tmp_path):
@@ -49,5 +49,5 @@ def test_a_failure_under_tmp_names_the_setting_not_tmpdir(tmp_path):
 def test_a_pyproject_error_names_its_full_path(tmp_path):
     (tmp_path / "pyproject.toml").write_text("[tool.fa-shim]\nmax-jbos = 2\n")
     with pytest.raises(FaShimError) as info:
-        _settings.load({}, {}, tmp_path)
+        _registry.load_settings({}, {}, tmp_path)
     assert f"[tool.fa-shim] of {tmp_path / 'pyproject.toml'}" in info.value.cause

@@ -9,8 +9,8 @@ import re
 import pytest
 
 from fa_backend.core._errors import FaShimError
+from fa_backend.flavours import _registry
 from fa_backend.flavours.fa3 import _kernels as _fa3_kernels
-from fa_backend.settings import _settings
 
 V283_SWITCHES = (
     "BACKWARD", "SPLIT", "PAGEDKV", "APPENDKV", "LOCAL", "SOFTCAP", "PACKGQA", "FP16", "FP8",
@@ -30,7 +30,7 @@ def known(setup_py) -> tuple[str, ...]:
 
 def _set(known, **settings) -> _fa3_kernels.Fa3Tailoring:
     config = {k.replace("_", "-"): v for k, v in settings.items()}
-    return _fa3_kernels.tailoring(_settings.load(config, environ={}), known)
+    return _fa3_kernels.tailoring(_registry.load_settings(config, environ={}), known)
 
 
 def _on(t: _fa3_kernels.Fa3Tailoring) -> set[str]:

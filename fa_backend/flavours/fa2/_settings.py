@@ -1,0 +1,44 @@
+"""The settings FlashAttention-2 (the root project) takes and no other flavour does: which
+upstream release, where its sdist is, and how its kernel sources are cut into parts."""
+
+from __future__ import annotations
+
+from ...settings._model import Setting
+
+OWN = (
+    Setting(
+        "flash-attn-version",
+        None,
+        "version",
+        "Upstream flash-attn release to build (pinned in [tool.fa-shim]).",
+    ),
+    Setting(
+        "sdist",
+        None,
+        "path",
+        "Explicit path of the upstream sdist (.tar.gz); used before anything else.",
+    ),
+    Setting(
+        "sdist-dir",
+        None,
+        "path",
+        "Directory holding upstream sdists (shared storage, e.g. /efs/shared/flash-attn); it must "
+        "exist. Relative paths in any path setting are relative to where the command was run.",
+        missing="create it with the flash-attn sdists in it, or correct the sdist-dir setting "
+        "(without it the sdist is downloaded from the package index).",
+    ),
+    Setting(
+        "allow-unknown-version",
+        False,
+        "bool",
+        "Build a flash-attn version that has no pinned sha256 in vendored_patches/.",
+    ),
+    Setting(
+        "tu-parts",
+        None,
+        "int",
+        "Compile each forward and backward kernel source as this many parts in parallel "
+        "(default: the count the build-time model finds fastest for the set and the compile "
+        "jobs, e.g. 4 for a 4-source tailored set on 16 cores; 1 = never split; 2.8.3+ only).",
+    ),
+)
