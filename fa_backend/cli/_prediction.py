@@ -13,10 +13,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from ..core._errors import FaShimError, NotLocal
+from ..flavours import _registry
 from ..flavours._interface import Tools
 from ..fleet import _wheel_cache
 from ..pipeline import _build, _estimate
-from ..settings import _settings
 from ..toolchain import _jobs, _requirements
 from ..verify._report import ERROR
 
@@ -65,7 +65,7 @@ def build_section(report, project: Path) -> None:
             plan = _build.plan({"offline": "true"})  # doctor never downloads
     except NotLocal as exc:  # doctor's own offline: a build stops only where the user's is
         with in_project(project):
-            if _settings.load({}).offline:
+            if _registry.load_settings({}).offline:
                 _stop(report, data, exc)
                 return
         data["downloads"] = exc.cause

@@ -16,6 +16,8 @@ import pytest
 import tomllib
 from conftest import REPO, clean_env, run
 
+from fa_backend import __version__
+
 FRONTENDS = {
     "build": [sys.executable, "-m", "build", "--no-isolation", "--outdir"],
     "uv": ["uv", "build", "--no-build-isolation", "--out-dir"],
@@ -37,8 +39,8 @@ def test_the_fa3_project_builds_its_sdist_and_a_wheel_from_it(frontend, tmp_path
     proc = run(cmd, check=False, cwd=tmp_path, env=clean_env())
     text = proc.stdout + proc.stderr
     (sdist,) = out.glob("*.tar.gz")
-    assert sdist.name == "flash_attn_3-0.1.0.tar.gz", text  # fa-shim's version: no line pinned
-    top = "flash_attn_3-0.1.0"
+    assert sdist.name == f"flash_attn_3-{__version__}.tar.gz", text  # fa-shim's: no line pinned
+    top = f"flash_attn_3-{__version__}"
     members = _members(sdist)
     pyproject = tomllib.loads(members[f"{top}/pyproject.toml"].decode())
     assert pyproject["project"]["name"] == "flash-attn-3"
@@ -47,7 +49,7 @@ def test_the_fa3_project_builds_its_sdist_and_a_wheel_from_it(frontend, tmp_path
     assert f"{top}/vendored_patches/fa3/2.8.3/release.toml" in members
     assert f"{top}/LICENSE" in members
     assert not any("vendored_patches/2.8.3/" in n or "__pycache__" in n for n in members)
-    assert "Name: flash-attn-3\nVersion: 0.1.0\n" in members[f"{top}/PKG-INFO"].decode()
+    assert f"Name: flash-attn-3\nVersion: {__version__}\n" in members[f"{top}/PKG-INFO"].decode()
     # then the wheel from that sdist: FA3's plan, in the unpacked copy, stops at its CUDA check
     assert proc.returncode != 0
     assert FA3_NEEDS_CUDA in text, text
@@ -61,12 +63,12 @@ def test_the_root_project_builds_its_sdist(frontend, tmp_path):
     out = tmp_path / "out"
     run([*FRONTENDS[frontend], out, "--sdist", REPO], cwd=tmp_path, env=clean_env())
     (sdist,) = out.glob("*.tar.gz")
-    assert sdist.name == "flash_attn-2.8.3.tar.gz"
+    assert sdist.name == "flash_attn-2.8.3.post2.tar.gz"
     members = _members(sdist)
-    pyproject = tomllib.loads(members["flash_attn-2.8.3/pyproject.toml"].decode())
-    assert pyproject["tool"]["fa-shim"]["flash-attn-version"] == "2.8.3"
-    assert "flash_attn-2.8.3/vendored_patches/2.8.3/release.toml" in members
-    assert "flash_attn-2.8.3/README.md" in members
-    pkg_info = members["flash_attn-2.8.3/PKG-INFO"].decode()
-    assert "Name: flash-attn\nVersion: 2.8.3\n" in pkg_info
+    pyproject = tomllib.loads(members["flash_attn-2.8.3.post2/pyproject.toml"].decode())
+    assert pyproject["tool"]["fa-shim"]["flash-attn-version"] == "2.8.3.post2"
+    assert "flash_attn-2.8.3.post2/vendored_patches/2.8.3.post2/release.toml" in members
+    assert "flash_attn-2.8.3.post2/README.md" in members
+    pkg_info = members["flash_attn-2.8.3.post2/PKG-INFO"].decode()
+    assert "Name: flash-attn\nVersion: 2.8.3.post2\n" in pkg_info
     assert "Summary: FlashAttention-2 built from the upstream sdist" in pkg_info
