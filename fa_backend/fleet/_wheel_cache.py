@@ -15,7 +15,7 @@ import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from ..core import _atomic, _log
+from ..core import _atomic, _failures, _log
 from ..core._errors import FaShimError
 from ..wheel._wheelfile import publish
 from . import _entries, _hostlock, _shared_dirs
@@ -52,6 +52,7 @@ def lookup(root: Path, entry_key: str, wheel_name: str) -> Path | None:
 def store(root: Path, entry_key: str, wheel: Path, fingerprint: dict, built: dict) -> Path:
     """The entry (whole or absent, _entries), then the flat --find-links copy."""
     stored = _entries.store(root, entry_key, wheel, fingerprint, built)
+    _failures.published("the wheel cache", stored)
     try:
         publish(wheel, root)  # the flat --find-links view: latest build of this file name
     except OSError as exc:  # e.g. another user's copy in a sticky root: the entry is kept
@@ -135,4 +136,13 @@ def obtain(
                         f"the wheel cache {root} could not keep this wheel ({why}: "
                         f"{exc.filename or root}); the wheel itself is built"
                     )
-        return publish(wheel, out_dir)  # only a complete wheel appears in out_dir
+        return deliver(wheel, out_dir)
+
+
+def deliver(wheel: Path, out_dir: Path) -> Path:
+    """The finished wheel copied into the frontend's output directory: only a complete wheel
+    appears there, and a failure says what was published before it."""
+    with _failures.doing(f"copying the wheel into the output directory {out_dir}"):
+        path = publish(wheel, out_dir)
+    _failures.published("the output directory", path)
+    return path

@@ -295,3 +295,32 @@ def _running(pid: int, seconds: float = 10) -> bool:
         if time.monotonic() > deadline:
             return True
         time.sleep(0.2)
+
+
+def test_a_failure_after_the_wheel_reached_the_cache_says_where_it_is(tmp_path, sample_sdist_dir):
+    """A real build whose bookkeeping path (verify's records, `verified/`) is a file and whose
+    output directory cannot be made (a file is in its place): the record is a warning; the
+    error names the output directory, what was being done there, and the wheel-cache entry the
+    wheel was published to, never "nothing was published"."""
+    cache = tmp_path / "cache"
+    (cache / "fa-shim").mkdir(parents=True)
+    (cache / "fa-shim" / "verified").write_text("in the way")
+    out = tmp_path / "out"
+    out.write_text("in the way")
+    config = {**SAMPLE, "sdist-dir": str(sample_sdist_dir), "compiler-cache": "none"}
+    proc = subprocess.run(
+        hook("build_wheel", out, config),
+        cwd=REPO,
+        env={**os.environ, "XDG_CACHE_HOME": str(cache)},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    err = proc.stderr
+    assert proc.returncode == 1 and "Traceback" not in err, err
+    assert "could not record that flash_attn-" in err and f"{cache}/fa-shim/verified" in err, err
+    (cached,) = (cache / "fa-shim" / "wheels").glob("*/*.whl")
+    (error,) = [line for line in err.splitlines() if line.startswith("fa-shim: error:")]
+    assert f"{out} (EEXIST) while copying the wheel into the output directory {out}" in error
+    assert f"the wheel was published to the wheel cache ({cached})" in error
+    assert "nothing was published" not in err
