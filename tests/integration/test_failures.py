@@ -1,6 +1,8 @@
 """A table of broken invocations of the hooks and the CLI, each run for real in a fresh process:
 none prints a traceback, each ends in one `fa-shim: error:` (or argparse's usage error) with a
-fix, and none leaves anything half-written (no wheel or .part file, no scratch directory)."""
+fix, and none leaves anything half-written (no wheel or .part file, no scratch directory).
+After the wheel is published, a failure says where it is, and a checkout replaced under the
+build does not cost pip its wheel."""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import CAN_MOUNT, PY, REPO, SAMPLE_VERSION, hook
+from conftest import CAN_MOUNT, PY, REPO, SAMPLE_VERSION, copy_repo, hook, pip_wheel_cmd, run
 
 SAMPLE = {
     "flash-attn-version": SAMPLE_VERSION,
@@ -324,3 +326,25 @@ def test_a_failure_after_the_wheel_reached_the_cache_says_where_it_is(tmp_path, 
     assert f"{out} (EEXIST) while copying the wheel into the output directory {out}" in error
     assert f"the wheel was published to the wheel cache ({cached})" in error
     assert "nothing was published" not in err
+
+
+def test_a_checkout_replaced_under_the_build_still_delivers_its_wheel(tmp_path, sample_sdist_dir):
+    """The checkout pip builds from re-synced while the build compiles (removed, an equal copy
+    in its place: the working directory is gone, every file is at its path again): the
+    wheel, built and checked, reaches pip, as it did before the hit memo asked for the working
+    directory after publishing it (ENOENT naming no path, "nothing was published")."""
+    checkout, marker = copy_repo(tmp_path / "fa-shim"), tmp_path / "replaced"
+    resync = tmp_path / "resync-c++"  # replaces the checkout as the module's compile starts
+    resync.write_text(
+        f'#!/bin/sh\ncase "$*" in *flash_api.cpp*) [ -e {marker} ] || {{ touch {marker}; '
+        f"cp -a {checkout} {checkout}.new && rm -r {checkout} && "
+        f'mv {checkout}.new {checkout}; }};; esac\nexec c++ "$@"\n'
+    )
+    resync.chmod(0o755)
+    config = {**SAMPLE, "sdist-dir": sample_sdist_dir}
+    options = [a for k, v in config.items() for a in ("-C", f"{k}={v}")]
+    cmd = pip_wheel_cmd(PY, tmp_path / "out", "-v", *options, project=checkout)
+    proc = run(cmd, check=False, env={**os.environ, "CXX": str(resync)})
+    assert marker.exists(), proc.stderr
+    assert proc.returncode == 0, proc.stderr
+    assert len(list((tmp_path / "out").glob("*.whl"))) == 1
