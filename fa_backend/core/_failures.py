@@ -37,14 +37,15 @@ def begin() -> None:
 
 
 def published(place: str, path: Path) -> None:
-    """A whole wheel now lies at path (place: "the wheel cache", "the output directory")."""
+    """This run's whole wheel lies at path (place: "the wheel cache", "the output directory"),
+    put there or found there (a wheel-cache hit)."""
     _RUN["published"].append(f"{place} ({path})")
 
 
 def outcome() -> str:
-    """What this run published, for a message about a failure."""
+    """Where this run's wheel is, for a message about a failure."""
     done = _RUN["published"]
-    return "the wheel was published to " + " and ".join(done) if done else "nothing was published"
+    return "the wheel is in " + " and ".join(done) if done else "nothing was published"
 
 
 @contextlib.contextmanager

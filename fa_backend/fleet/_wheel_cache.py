@@ -84,6 +84,7 @@ def _hit(root: Path, entry_key: str, wheel_name: str, check: Callable[[Path], No
         )
         return None
     _log.info(f"wheel cache hit: {entry.wheel} (fingerprint {entry_key})")
+    _failures.published("the wheel cache", entry.wheel)
     return entry.wheel
 
 

@@ -299,41 +299,16 @@ def _running(pid: int, seconds: float = 10) -> bool:
         time.sleep(0.2)
 
 
-def test_a_failure_after_the_wheel_reached_the_cache_says_where_it_is(tmp_path, sample_sdist_dir):
-    """A real build whose bookkeeping path (verify's records, `verified/`) is a file and whose
-    output directory cannot be made (a file is in its place): the record is a warning; the
-    error names the output directory, what was being done there, and the wheel-cache entry the
-    wheel was published to, never "nothing was published"."""
-    cache = tmp_path / "cache"
-    (cache / "fa-shim").mkdir(parents=True)
-    (cache / "fa-shim" / "verified").write_text("in the way")
-    out = tmp_path / "out"
-    out.write_text("in the way")
-    config = {**SAMPLE, "sdist-dir": str(sample_sdist_dir), "compiler-cache": "none"}
-    proc = subprocess.run(
-        hook("build_wheel", out, config),
-        cwd=REPO,
-        env={**os.environ, "XDG_CACHE_HOME": str(cache)},
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    err = proc.stderr
-    assert proc.returncode == 1 and "Traceback" not in err, err
-    assert "could not record that flash_attn-" in err and f"{cache}/fa-shim/verified" in err, err
-    (cached,) = (cache / "fa-shim" / "wheels").glob("*/*.whl")
-    (error,) = [line for line in err.splitlines() if line.startswith("fa-shim: error:")]
-    assert f"{out} (EEXIST) while copying the wheel into the output directory {out}" in error
-    assert f"the wheel was published to the wheel cache ({cached})" in error
-    assert "nothing was published" not in err
-
-
 def test_a_checkout_replaced_under_the_build_still_delivers_its_wheel(tmp_path, sample_sdist_dir):
     """The checkout pip builds from re-synced while the build compiles (removed, an equal copy
-    in its place: the working directory is gone, every file is at its path again): the
-    wheel, built and checked, reaches pip, as it did before the hit memo asked for the working
-    directory after publishing it (ENOENT naming no path, "nothing was published")."""
-    checkout, marker = copy_repo(tmp_path / "fa-shim"), tmp_path / "replaced"
+    in its place: the working directory is gone, every file is at its path again), and verify's
+    records (`verified/`) a file: the wheel, built and checked, reaches pip with a warning for
+    the record, where the hit memo asked for the working directory after publishing it (ENOENT
+    naming no path, "nothing was published"). Then a hit whose output directory cannot be made
+    (a file in its place): the error names it, what was being done, and where the wheel is."""
+    checkout, marker, cache = copy_repo(tmp_path / "fa-shim"), tmp_path / "replaced", tmp_path / "x"
+    (cache / "fa-shim").mkdir(parents=True)
+    (cache / "fa-shim" / "verified").write_text("in the way")
     resync = tmp_path / "resync-c++"  # replaces the checkout as the module's compile starts
     resync.write_text(
         f'#!/bin/sh\ncase "$*" in *flash_api.cpp*) [ -e {marker} ] || {{ touch {marker}; '
@@ -341,10 +316,21 @@ def test_a_checkout_replaced_under_the_build_still_delivers_its_wheel(tmp_path, 
         f'mv {checkout}.new {checkout}; }};; esac\nexec c++ "$@"\n'
     )
     resync.chmod(0o755)
-    config = {**SAMPLE, "sdist-dir": sample_sdist_dir}
+    config = {**SAMPLE, "sdist-dir": str(sample_sdist_dir)}
     options = [a for k, v in config.items() for a in ("-C", f"{k}={v}")]
     cmd = pip_wheel_cmd(PY, tmp_path / "out", "-v", *options, project=checkout)
-    proc = run(cmd, check=False, env={**os.environ, "CXX": str(resync)})
-    assert marker.exists(), proc.stderr
-    assert proc.returncode == 0, proc.stderr
+    env = {**os.environ, "CXX": str(resync), "XDG_CACHE_HOME": str(cache)}
+    proc = run(cmd, check=False, env=env)
+    assert marker.exists() and proc.returncode == 0, proc.stderr
     assert len(list((tmp_path / "out").glob("*.whl"))) == 1
+    assert "could not record that flash_attn-" in proc.stderr
+    assert f"{cache}/fa-shim/verified" in proc.stderr
+    (cached,) = (cache / "fa-shim" / "wheels").glob("*/*.whl")
+    out = tmp_path / "in-the-way"
+    out.write_text("a file")
+    hit = run(hook("build_wheel", out, config), cwd=checkout, env=env, check=False)
+    assert hit.returncode == 1 and "Traceback" not in hit.stderr, hit.stderr
+    (error,) = [line for line in hit.stderr.splitlines() if line.startswith("fa-shim: error:")]
+    assert f"{out} (EEXIST) while copying the wheel into the output directory {out}" in error
+    assert f"the wheel is in the wheel cache ({cached})" in error
+    assert "nothing was published" not in hit.stderr

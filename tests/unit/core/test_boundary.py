@@ -140,6 +140,6 @@ def test_after_a_wheel_was_published_no_error_says_nothing_was(capsys, tmp_path)
     code, err = _exit(build_wheel, capsys)
     assert code == 1 and "nothing was published" not in err
     assert f"{tmp_path / 'out'} (ENOENT) while copying the wheel into the output directory" in err
-    assert f"the wheel was published to the wheel cache ({cached})" in err
+    assert f"the wheel is in the wheel cache ({cached})" in err
     code, err = _exit(_raising(KeyboardInterrupt()), capsys)  # the next run starts afresh
     assert err.strip() == "fa-shim: error: interrupted: nothing was published"
