@@ -62,8 +62,8 @@ def doing(what: str) -> Iterator[None]:
 
 def directory_of(path: str | os.PathLike | None) -> Path | None:
     """The nearest existing directory at or above path (what a full disk or a mount is)."""
-    if not path:
-        return None
+    if not path or (not os.path.isabs(path) and _cwd_moved()):
+        return None  # relative to a working directory that is gone
     here = Path(path).absolute()
     for candidate in (here, *here.parents):
         if candidate.is_dir():
@@ -127,10 +127,10 @@ def from_oserror(exc: OSError) -> FaShimError:
     while_ = f" while {doing}" if doing else ""
     reason = exc.strerror or str(exc)
     code = errno.errorcode.get(exc.errno or 0, "OSError")
+    if exc.errno in NO_SPACE and (path or not _cwd_moved()):
+        return no_space(directory_of(path), doing or "")
     if not path or (not os.path.isabs(path) and _cwd_moved()):
         return _unnamed(reason, code, while_, path)
-    if exc.errno in NO_SPACE:
-        return no_space(directory_of(path), doing or "")
     if exc.errno in NOT_WRITABLE:
         where = directory_of(path)
         named = named_by(Path(path).absolute()) or named_by(where)
