@@ -23,16 +23,18 @@ def boundary(func: F, *, frontend: bool = True) -> F:
 
     @functools.wraps(func)
     def wrapper(*args, **kwargs):
+        _failures.begin()
         try:
             with _lifeline.guarded(watch_parent=frontend):
                 return func(*args, **kwargs)
         except (FaShimError, OSError, subprocess.CalledProcessError, KeyboardInterrupt) as exc:
             status = 1
             if isinstance(exc, _lifeline.Terminated):
-                error = FaShimError(f"{exc.describe()}: nothing was published")
+                error = FaShimError(f"{exc.describe()}: {_failures.outcome()}")
                 status = 128 + exc.signum
             elif isinstance(exc, KeyboardInterrupt):
-                error, status = FaShimError(_failures.INTERRUPTED), _failures.INTERRUPTED_STATUS
+                error = FaShimError(f"{_failures.INTERRUPTED}: {_failures.outcome()}")
+                status = _failures.INTERRUPTED_STATUS
             elif isinstance(exc, OSError):
                 error = _failures.from_oserror(exc)
             elif isinstance(exc, subprocess.CalledProcessError):

@@ -1,28 +1,69 @@
 """What the boundary makes of failures that are not FaShimError yet: an OSError (a read-only
 directory, a full disk), a helper program that failed, and Ctrl-C. Each becomes one message with
-its fix; nothing here decides what was published (the pipeline writes whole files or none)."""
+its fix, naming the path and what was being done to it, and what was published before it
+(the pipeline writes whole files or none, and says so here: `published`)."""
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import shlex
 import subprocess
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 from ._errors import FaShimError
 
-INTERRUPTED = "interrupted: nothing was published"
+INTERRUPTED = "interrupted"
 INTERRUPTED_STATUS = 130  # 128 + SIGINT, what a shell reports for Ctrl-C
 NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
 NOT_WRITABLE = (errno.EACCES, errno.EPERM, errno.EROFS)
 
 
+# This run's (one hook's or command's, see begin): where it ran, and the wheels it published
+_RUN: dict = {"cwd": None, "published": []}
+
+
+def begin() -> None:
+    """A hook or command starts: nothing published yet; remember the working directory, which
+    an error naming no file is told against (a checkout replaced under a running build)."""
+    try:
+        cwd = os.getcwd()
+    except OSError:
+        cwd = os.environ.get("PWD")
+    _RUN.update(cwd=cwd, published=[])
+
+
+def published(place: str, path: Path) -> None:
+    """This run's whole wheel lies at path (place: "the wheel cache", "the output directory"),
+    put there or found there (a wheel-cache hit)."""
+    _RUN["published"].append(f"{place} ({path})")
+
+
+def outcome() -> str:
+    """Where this run's wheel is, for a message about a failure."""
+    done = _RUN["published"]
+    return "the wheel is in " + " and ".join(done) if done else "nothing was published"
+
+
+@contextlib.contextmanager
+def doing(what: str) -> Iterator[None]:
+    """An OSError in the block says it happened while `what` (which names its directory, e.g.
+    "copying the wheel into the output directory DIR"); the innermost block says it."""
+    try:
+        yield
+    except OSError as exc:
+        if not hasattr(exc, "fa_shim_doing"):
+            exc.fa_shim_doing = what  # type: ignore[attr-defined]
+        raise
+
+
 def directory_of(path: str | os.PathLike | None) -> Path | None:
     """The nearest existing directory at or above path (what a full disk or a mount is)."""
-    if not path:
-        return None
+    if not path or (not os.path.isabs(path) and _cwd_moved()):
+        return None  # relative to a working directory that is gone
     here = Path(path).absolute()
     for candidate in (here, *here.parents):
         if candidate.is_dir():
@@ -74,7 +115,7 @@ def where_it_is(directory: Path | None, path: str | os.PathLike | None = None) -
 def no_space(directory: Path | None, what: str = "") -> FaShimError:
     place = where_it_is(directory)
     return FaShimError(
-        f"no space left on {place}{f' while {what}' if what else ''}; nothing was published.",
+        f"no space left on {place}{f' while {what}' if what else ''}; {outcome()}.",
         fix="free space there, or point that directory at a larger disk; the sdist and any "
         "cached file are intact (a full disk damages none of them).",
     )
@@ -82,24 +123,52 @@ def no_space(directory: Path | None, what: str = "") -> FaShimError:
 
 def from_oserror(exc: OSError) -> FaShimError:
     path = exc.filename or exc.filename2
-    if exc.errno in NO_SPACE:
-        return no_space(directory_of(path))
+    doing = getattr(exc, "fa_shim_doing", None)
+    while_ = f" while {doing}" if doing else ""
     reason = exc.strerror or str(exc)
+    code = errno.errorcode.get(exc.errno or 0, "OSError")
+    if exc.errno in NO_SPACE and (path or not _cwd_moved()):
+        return no_space(directory_of(path), doing or "")
+    if not path or (not os.path.isabs(path) and _cwd_moved()):
+        return _unnamed(reason, code, while_, path)
     if exc.errno in NOT_WRITABLE:
         where = directory_of(path)
-        named = (named_by(Path(path).absolute()) if path else None) or named_by(where)
+        named = named_by(Path(path).absolute()) or named_by(where)
         return FaShimError(
-            f"cannot write {where_it_is(where, path) if path else 'a file'}"
-            f"{f' ({path})' if path else ''}: {reason}.",
+            f"cannot write {where_it_is(where, path)} ({path}){while_}: {reason}; {outcome()}.",
             fix=named[1]
             if named
             else "make it writable for this user, or choose another directory (the output "
             "directory of the frontend, --build-dir of prepare, -C cache-dir, TMPDIR).",
         )
-    code = errno.errorcode.get(exc.errno or 0, "OSError")
+    return FaShimError(f"{reason}: {path} ({code}){while_}; {outcome()}.", fix="check that path.")
+
+
+def _cwd_moved() -> bool:
+    """The working directory is no longer the one the run started in (removed, or replaced)."""
+    try:
+        now = os.getcwd()
+    except OSError:  # gone: a checkout removed, or cloned over
+        return True
+    return _RUN["cwd"] is not None and now != _RUN["cwd"]
+
+
+def _unnamed(reason: str, code: str, while_: str, path) -> FaShimError:
+    """An OSError that names no file (os.getcwd, a write through an open file) or a relative
+    one: told against the working directory the run started in, which the usual such failure
+    is (a checkout replaced under a running build)."""
+    cwd = _RUN["cwd"]
+    what = f"{reason}: {path}" if path else reason
+    if _cwd_moved():
+        return FaShimError(
+            f"the working directory {cwd} was removed or replaced while fa-shim ran in it "
+            f"({what}, {code}){while_}; {outcome()}.",
+            fix="run it again once the directory stays in place (a checkout re-synced or "
+            "cloned over during a build replaces it).",
+        )
     return FaShimError(
-        f"{reason}{f': {path}' if path else ''} ({code}).",
-        fix="check that path; nothing was published.",
+        f"{what} ({code}){while_}; the system named no file (fa-shim ran in {cwd}); {outcome()}.",
+        fix="check the working directory and the directories fa-shim writes.",
     )
 
 
@@ -113,7 +182,7 @@ def from_helper(exc: subprocess.CalledProcessError) -> FaShimError:
         f"the helper program {program} failed (exit status {exc.returncode}): `{command}`.",
         details=output.strip()[-2000:] or None,
         fix=f"check that {program} is installed and working (its own message is above); "
-        "nothing was published.",
+        f"{outcome()}.",
     )
 
 

@@ -98,6 +98,7 @@ def link_for_torch(root: Path, wheel: Path, torch_version: str) -> Path:
 def store(root: Path, entry_key: str, wheel: Path, fingerprint: dict, built: dict) -> Path:
     """The entry (whole or absent, _entries), then the flat --find-links copy."""
     stored = _entries.store(root, entry_key, wheel, fingerprint, built)
+    _failures.published("the wheel cache", stored)
     try:
         publish(wheel, root)  # the flat --find-links view: latest build of this file name
     except OSError as exc:  # e.g. another user's copy in a sticky root: the entry is kept
@@ -129,6 +130,7 @@ def _hit(root: Path, entry_key: str, wheel_name: str, check: Callable[[Path], No
         )
         return None
     _log.info(f"wheel cache hit: {entry.wheel} (fingerprint {entry_key})")
+    _failures.published("the wheel cache", entry.wheel)
     return entry.wheel
 
 
@@ -186,7 +188,7 @@ def obtain(
                     read_only = why
         if torch_version and not read_only:
             _torch_view(root, wheel, torch_version)
-        return publish(wheel, out_dir)  # only a complete wheel appears in out_dir
+        return deliver(wheel, out_dir)
 
 
 def _torch_view(root: Path, wheel: Path, torch_version: str) -> None:
@@ -200,3 +202,12 @@ def _torch_view(root: Path, wheel: Path, torch_version: str) -> None:
         return
     dist = parse_wheel_filename(wheel.name)[0]
     _log.info(f"teammates with torch {torch_version} install it with: {install_line(root, dist)}")
+
+
+def deliver(wheel: Path, out_dir: Path) -> Path:
+    """The finished wheel copied into the frontend's output directory: only a complete wheel
+    appears there, and a failure says what was published before it."""
+    with _failures.doing(f"copying the wheel into the output directory {out_dir}"):
+        path = publish(wheel, out_dir)
+    _failures.published("the output directory", path)
+    return path

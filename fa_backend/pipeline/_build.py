@@ -13,7 +13,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from ..core import _log, _scratch
+from ..core import _failures, _log, _scratch
 from ..core._errors import FaShimError
 from ..flavours._interface import Plan, Tools
 from ..fleet import _sccache, _stable_src, _wheel_cache
@@ -26,7 +26,6 @@ from ..toolchain import (
     _space,
     _toolkit,
 )
-from ..wheel._wheelfile import publish
 from . import (
     _compile_plan,
     _estimate,
@@ -161,13 +160,15 @@ def fresh_wheel(plan: Plan, tools: Tools, scratch: Path, how: dict | None = None
     shared = _sccache.is_sccache(tools.compiler_cache) or tools.nvcc is not None
     place = _stable_src.place(scratch, shared, plan.settings.keep_build_dir)
     with place as where, _sccache.session(tools.compiler_cache):
-        prep = prepare(plan, where, tools)
-        with _progress.watching(plan, prep):  # the estimate block, then progress a user can see
-            upstream_wheel = run_upstream_build(plan, prep)
+        with _failures.doing(f"preparing the sources in {where}"):
+            prep = prepare(plan, where, tools)
+        with _progress.watching(plan, prep), _failures.doing(f"building in {prep.source}"):
+            upstream_wheel = run_upstream_build(plan, prep)  # the estimate, then progress
         started = time.monotonic()  # repacked before the source place goes
         target = scratch / "wheel" / plan.wheel_name
         in_wheel, this_run = _reproducible.split(provenance(plan, prep), plan.flavour)
-        wheel = repack(plan, upstream_wheel, target, in_wheel)
+        with _failures.doing(f"repacking the wheel into {target}"):
+            wheel = repack(plan, upstream_wheel, target, in_wheel)
         if how is not None:
             how.update(this_run, compiled_in=str(where), **_reproducible.circumstances())
     _log.info(f"repacked as {wheel.name} ({time.monotonic() - started:.1f} s)")
@@ -233,6 +234,6 @@ def build(plan: Plan, wheel_directory: str, metadata_directory: str | None) -> s
                 torch_version=plan.torch.version,
             )
         else:
-            path = publish(fresh_wheel(plan, tools, scratch), out_dir)
+            path = _wheel_cache.deliver(fresh_wheel(plan, tools, scratch), out_dir)
     _log.info(f"built {path}")
     return path.name

@@ -54,5 +54,10 @@ def once(cache_dir: Path, wheel: Path, torch: TorchInfo, check: Callable[[], Non
         )
         return
     check()
-    with contextlib.suppress(OSError):  # an unwritable cache only costs the next check
+    try:
         _atomic.write(marker, json.dumps({"wheel": wheel.name}).encode())
+    except OSError as exc:  # bookkeeping: it only costs the next hit its check
+        _log.warn(
+            f"could not record that {wheel.name} passed its checks ({exc.strerror or exc}: "
+            f"{exc.filename or marker}); the next wheel-cache hit checks it again"
+        )

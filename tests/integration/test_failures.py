@@ -1,6 +1,8 @@
 """A table of broken invocations of the hooks and the CLI, each run for real in a fresh process:
 none prints a traceback, each ends in one `fa-shim: error:` (or argparse's usage error) with a
-fix, and none leaves anything half-written (no wheel or .part file, no scratch directory)."""
+fix, and none leaves anything half-written (no wheel or .part file, no scratch directory).
+After the wheel is published, a failure says where it is, and a checkout replaced under the
+build does not cost pip its wheel."""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import CAN_MOUNT, PY, REPO, SAMPLE_VERSION, hook
+from conftest import CAN_MOUNT, PY, REPO, SAMPLE_VERSION, copy_repo, hook, pip_wheel_cmd, run
 
 SAMPLE = {
     "flash-attn-version": SAMPLE_VERSION,
@@ -295,3 +297,40 @@ def _running(pid: int, seconds: float = 10) -> bool:
         if time.monotonic() > deadline:
             return True
         time.sleep(0.2)
+
+
+def test_a_checkout_replaced_under_the_build_still_delivers_its_wheel(tmp_path, sample_sdist_dir):
+    """The checkout pip builds from re-synced while the build compiles (removed, an equal copy
+    in its place: the working directory is gone, every file is at its path again), and verify's
+    records (`verified/`) a file: the wheel, built and checked, reaches pip with a warning for
+    the record, where the hit memo asked for the working directory after publishing it (ENOENT
+    naming no path, "nothing was published"). Then a hit whose output directory cannot be made
+    (a file in its place): the error names it, what was being done, and where the wheel is."""
+    checkout, marker, cache = copy_repo(tmp_path / "fa-shim"), tmp_path / "replaced", tmp_path / "x"
+    (cache / "fa-shim").mkdir(parents=True)
+    (cache / "fa-shim" / "verified").write_text("in the way")
+    resync = tmp_path / "resync-c++"  # replaces the checkout as the module's compile starts
+    resync.write_text(
+        f'#!/bin/sh\ncase "$*" in *flash_api.cpp*) [ -e {marker} ] || {{ touch {marker}; '
+        f"cp -a {checkout} {checkout}.new && rm -r {checkout} && "
+        f'mv {checkout}.new {checkout}; }};; esac\nexec c++ "$@"\n'
+    )
+    resync.chmod(0o755)
+    config = {**SAMPLE, "sdist-dir": str(sample_sdist_dir)}
+    options = [a for k, v in config.items() for a in ("-C", f"{k}={v}")]
+    cmd = pip_wheel_cmd(PY, tmp_path / "out", "-v", *options, project=checkout)
+    env = {**os.environ, "CXX": str(resync), "XDG_CACHE_HOME": str(cache)}
+    proc = run(cmd, check=False, env=env)
+    assert marker.exists() and proc.returncode == 0, proc.stderr
+    assert len(list((tmp_path / "out").glob("*.whl"))) == 1
+    assert "could not record that flash_attn-" in proc.stderr
+    assert f"{cache}/fa-shim/verified" in proc.stderr
+    (cached,) = (cache / "fa-shim" / "wheels").glob("*/*.whl")
+    out = tmp_path / "in-the-way"
+    out.write_text("a file")
+    hit = run(hook("build_wheel", out, config), cwd=checkout, env=env, check=False)
+    assert hit.returncode == 1 and "Traceback" not in hit.stderr, hit.stderr
+    (error,) = [line for line in hit.stderr.splitlines() if line.startswith("fa-shim: error:")]
+    assert f"{out} (EEXIST) while copying the wheel into the output directory {out}" in error
+    assert f"the wheel is in the wheel cache ({cached})" in error
+    assert "nothing was published" not in hit.stderr

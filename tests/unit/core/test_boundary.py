@@ -77,7 +77,7 @@ def test_a_failed_helper_program_is_named_with_its_own_words(capsys):
 def test_ctrl_c_is_status_130_and_one_line(capsys):
     code, err = _exit(_raising(KeyboardInterrupt()), capsys)
     assert code == _failures.INTERRUPTED_STATUS == 130
-    assert err.strip() == f"fa-shim: error: {_failures.INTERRUPTED}"
+    assert err.strip() == "fa-shim: error: interrupted: nothing was published"
 
 
 def test_other_exceptions_are_bugs_and_keep_their_traceback():
@@ -99,3 +99,47 @@ def test_a_closed_stderr_still_ends_in_the_exit_status(monkeypatch):
         with contextlib.suppress(BrokenPipeError):
             closed.close()  # what the boundary could not write is still buffered
     assert info.value.code == 1 and info.value.__suppress_context__
+
+
+def test_an_oserror_naming_no_file_is_told_against_the_working_directory(
+    capsys, monkeypatch, tmp_path
+):
+    """os.getcwd() in a checkout removed under the run (what a re-sync or a clone over it does)
+    names no file: the message names the directory the run started in and what happened to it;
+    where the directory is still there, it is named as where fa-shim ran."""
+    checkout = tmp_path / "checkout"
+    checkout.mkdir()
+    monkeypatch.chdir(checkout)
+
+    @boundary
+    def build_wheel():
+        checkout.rmdir()
+        os.getcwd()
+
+    code, err = _exit(build_wheel, capsys)
+    assert code == 1
+    assert f"the working directory {checkout} was removed or replaced while fa-shim ran" in err
+    assert "(No such file or directory, ENOENT)" in err and "nothing was published" in err
+    monkeypatch.chdir(tmp_path)
+    code, err = _exit(_raising(OSError(errno.EIO, "Input/output error")), capsys)
+    assert "Input/output error (EIO); the system named no file" in err
+    assert f"(fa-shim ran in {tmp_path})" in err
+
+
+def test_after_a_wheel_was_published_no_error_says_nothing_was(capsys, tmp_path):
+    cached = tmp_path / "wheels" / "k" / "x.whl"
+
+    @boundary
+    def build_wheel():
+        _failures.published("the wheel cache", cached)
+        with _failures.doing(f"copying the wheel into the output directory {tmp_path / 'out'}"):
+            raise FileNotFoundError(
+                errno.ENOENT, "No such file or directory", str(tmp_path / "out")
+            )
+
+    code, err = _exit(build_wheel, capsys)
+    assert code == 1 and "nothing was published" not in err
+    assert f"{tmp_path / 'out'} (ENOENT) while copying the wheel into the output directory" in err
+    assert f"the wheel is in the wheel cache ({cached})" in err
+    code, err = _exit(_raising(KeyboardInterrupt()), capsys)  # the next run starts afresh
+    assert err.strip() == "fa-shim: error: interrupted: nothing was published"
