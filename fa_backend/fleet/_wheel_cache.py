@@ -80,7 +80,7 @@ def link_for_torch(root: Path, wheel: Path, torch_version: str) -> Path:
     into place (the same bytes, no second copy); a copy where the file system links nothing."""
     target = torch_dir(root, torch_version) / wheel.name
     _shared_dirs.make(target.parent, root)
-    part = target.with_name(f".fa-shim-{uuid.uuid4().hex[:12]}.part")  # swept like any part
+    part = root / f".fa-shim-{uuid.uuid4().hex[:12]}.part"  # the top level's: swept when stale
     try:
         part.unlink(missing_ok=True)
         os.link(wheel, part)

@@ -46,7 +46,7 @@ def test_second_build_is_a_cache_hit_and_the_cache_is_a_find_links_dir(
     assert a.read_bytes() == b.read_bytes()
     flat = list(_cache_root().glob("*.whl"))
     assert [w.name for w in flat] == [a.name]
-    entry = next(p for p in _cache_root().iterdir() if p.is_dir() and p.name != ".locks")
+    entry = next(p for p in _cache_root().iterdir() if (p / "entry.json").is_file())
     facts = json.loads((entry / "fingerprint.json").read_text())
     assert facts["wheel"] == a.name and facts["torch"][2] == 1
     # the cache doubles as a --find-links directory, with no index at all
@@ -68,7 +68,7 @@ def test_second_build_is_a_cache_hit_and_the_cache_is_a_find_links_dir(
 
 def test_a_damaged_cache_entry_is_built_again_not_installed(sample_sdist_dir, tmp_path):
     _pip_wheel(tmp_path / "a", sample_sdist_dir)
-    entry = next(p for p in _cache_root().iterdir() if p.is_dir() and p.name != ".locks")
+    entry = next(p for p in _cache_root().iterdir() if (p / "entry.json").is_file())
     (cached,) = entry.glob("*.whl")
     good = cached.read_bytes()
     cached.write_bytes(good[: len(good) // 2])  # a disk error, a killed copy to shared storage
@@ -98,7 +98,7 @@ def test_a_compile_relevant_change_misses_the_cache(sample_sdist_dir, tmp_path):
     _pip_wheel(tmp_path / "a", sample_sdist_dir)
     changed = _pip_wheel(tmp_path / "b", sample_sdist_dir, env={"CXXFLAGS": "-DSAMPLE_EXTRA=1"})
     assert "wheel cache hit" not in changed.stderr
-    assert len([p for p in _cache_root().iterdir() if p.is_dir() and p.name != ".locks"]) == 2
+    assert len([p for p in _cache_root().iterdir() if (p / "entry.json").is_file()]) == 2
 
 
 def test_an_interrupted_build_leaves_no_cache_entry(sample_sdist_dir, tmp_path):
@@ -187,6 +187,6 @@ def test_a_changed_backend_misses_the_cache(sample_sdist_dir, tmp_path):
     changed = run(pip_wheel_cmd(PY, tmp_path / "c", "-v", *cmd, project=project))
     assert "wheel cache hit" not in changed.stderr
     assert "running upstream setup.py (wheel)" in changed.stderr
-    entries = [p for p in _cache_root().iterdir() if p.is_dir() and p.name != ".locks"]
+    entries = [p for p in _cache_root().iterdir() if (p / "entry.json").is_file()]
     sources = {json.loads((e / "fingerprint.json").read_text())["fa_shim_sources"] for e in entries}
     assert len(entries) == 2 and len(sources) == 2

@@ -101,7 +101,7 @@ def test_a_second_user_hits_the_first_users_entry_and_never_deletes_it(sample_sd
         cmd += ["-C", f"wheel-cache-dir={cache}"]
         line = " ".join(f"'{c}'" for c in cmd)
         run(["sh", "-c", f"umask 022; exec {line}"])
-        (entry,) = [p for p in cache.iterdir() if p.is_dir() and p.name != ".locks"]
+        (entry,) = [p for p in cache.iterdir() if (p / "entry.json").is_file()]
         (wheel,) = entry.glob("*.whl")
         assert stat.S_IMODE(wheel.stat().st_mode) == 0o644
         fingerprint = json.loads((entry / "fingerprint.json").read_text())
