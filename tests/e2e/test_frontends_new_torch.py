@@ -24,7 +24,6 @@ from conftest import flash_attn_version as _flash_attn_version
 from conftest import run_sample as _sample
 from conftest import sample_env as _sample_env
 from conftest import uv_project as _uv_project
-from packaging.version import Version
 
 pytestmark = pytest.mark.slow
 
@@ -63,46 +62,32 @@ def _torch_version(python) -> str:
     return run([python, "-c", "import torch; print(torch.__version__)"]).stdout.strip()
 
 
-def _pip_version(python) -> Version:
-    return Version(run([python, "-m", "pip", "--version"]).stdout.split()[1])
-
-
-@pytest.mark.parametrize("source", ["git-commit", "file-url"])
 def test_pip_wheel_cache_and_a_new_torch(
-    source, host_venv, torch211_overlay, fa_shim, sample_sdist_dir, tmp_path, env
+    host_venv, torch211_overlay, fa_shim, sample_sdist_dir, tmp_path, env
 ):
-    """pip caches a wheel it built from a git URL pinned to a commit (or any archive URL), and,
-    before pip PR #14080 (mid 2026), from a *named* local directory (`flash-attn @ file:///...`,
-    when the path looks like name-version, e.g. ".../fa-shim"); the key is the URL and the Python
-    version only. Another environment with another torch then gets the first one's wheel, as the
+    """pip caches a wheel it built from a git URL pinned to a commit (or any archive URL; and,
+    before pip PR #14080, mid 2026, from a *named* local directory, which on Python 3.11's pip
+    23.2.1 takes this very path: not run twice here); the key is the URL and the Python version
+    only. Another environment with another torch then gets the first one's wheel, as the
     version label shows. --no-cache-dir, or `pip cache remove flash_attn`, makes pip call fa-shim
     again, which builds for the torch it finds."""
     env = {**env, **_sample_env(sample_sdist_dir)}
-    if source == "git-commit":
-        commit = _git_clone_at_commit(fa_shim, tmp_path / "repo" / "fa-shim")
-        # PEP 508 form, as in a project's dependencies (pip wants a host in git+file URLs)
-        requirement = f"flash-attn @ git+file://localhost{tmp_path}/repo/fa-shim@{commit}"
-        stale_expected = True
-    else:
-        requirement = f"flash-attn @ {fa_shim.as_uri()}"
-        stale_expected = _pip_version(torch211_overlay) < Version("26.2")  # 23.2.1: stale
+    commit = _git_clone_at_commit(fa_shim, tmp_path / "repo" / "fa-shim")
+    # PEP 508 form, as in a project's dependencies (pip wants a host in git+file URLs)
+    requirement = f"flash-attn @ git+file://localhost{tmp_path}/repo/fa-shim@{commit}"
 
     run([host_venv, "-m", "pip", "install", requirement], env=env)
     assert _flash_attn_version(host_venv) == f"{SAMPLE_VERSION}+{HOST_LABEL}"
 
     out = run([torch211_overlay, "-m", "pip", "install", requirement], env=env).stdout
-    if stale_expected:
-        assert f"Using cached flash_attn-{SAMPLE_VERSION}+{HOST_LABEL}" in out
-        assert _flash_attn_version(torch211_overlay) == f"{SAMPLE_VERSION}+{HOST_LABEL}"
-        # the stale wheel requires the torch it was built for (torch==2.13.0), and pip installs
-        # that torch into this environment, over the 2.11 it had: the README warns of it
-        assert "torch-2.13.0" in out.splitlines()[-1], out.splitlines()[-1]
-        assert _torch_version(torch211_overlay).startswith("2.13.0")
-        run([torch211_overlay, "-m", "pip", "uninstall", "-y", "-q", "torch"], env=env)
-        assert _torch_version(torch211_overlay).startswith("2.11.0")  # the .pth one again
-    else:
-        assert "Using cached" not in out
-        assert _flash_attn_version(torch211_overlay) == f"{SAMPLE_VERSION}+{T211_LABEL}"
+    assert f"Using cached flash_attn-{SAMPLE_VERSION}+{HOST_LABEL}" in out
+    assert _flash_attn_version(torch211_overlay) == f"{SAMPLE_VERSION}+{HOST_LABEL}"
+    # the stale wheel requires the torch it was built for (torch==2.13.0), and pip installs
+    # that torch into this environment, over the 2.11 it had: the README warns of it
+    assert "torch-2.13.0" in out.splitlines()[-1], out.splitlines()[-1]
+    assert _torch_version(torch211_overlay).startswith("2.13.0")
+    run([torch211_overlay, "-m", "pip", "uninstall", "-y", "-q", "torch"], env=env)
+    assert _torch_version(torch211_overlay).startswith("2.11.0")  # the .pth one again
 
     reinstall = [torch211_overlay, "-m", "pip", "install", "--force-reinstall", "--no-deps"]
     out = run([*reinstall, "--no-cache-dir", requirement], env=env).stdout

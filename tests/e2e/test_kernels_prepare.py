@@ -159,24 +159,11 @@ def compile_flash_api(summary: dict, obj: Path) -> None:
 
 
 @pytest.mark.slow
-def test_tailored_flash_api_references_only_kept_kernels(torch211_python, tmp_path):
-    """The real flash_api.cpp of a tailored build (g++, torch 2.11 headers): its object file has
-    undefined references to exactly the kernels the set keeps, so the .so imports and links."""
-    summary = prepare(
-        torch211_python, tmp_path / "b", "head-dims=128", "dtypes=bf16", "forward-only=true"
-    )
-    obj = tmp_path / "flash_api.o"
-    compile_flash_api(summary, obj)
-    assert kernel_references(obj) == {
-        (kind, "bfloat16_t", 128, causal)
-        for kind in ("run_mha_fwd_", "run_mha_fwd_splitkv_dispatch")
-        for causal in (False, True)
-    }
-
-
-@pytest.mark.slow
 def test_full_flash_api_references_every_kernel(torch211_python, tmp_path):
-    """The control for the test above: the same compile untailored names all 72 kernels."""
+    """flash_api.cpp of an untailored build (g++, torch 2.11 headers): with the kernel-set patch
+    applied but inert, its object file still references all 72 kernels. A tailored set's
+    references are its kept kernels: the real builds' modules import (every reference defined)
+    and hold only those kernels (tests/e2e/test_real_build.py, test_cuda12_builds.py)."""
     summary = prepare(torch211_python, tmp_path / "b")
     obj = tmp_path / "flash_api.o"
     compile_flash_api(summary, obj)
