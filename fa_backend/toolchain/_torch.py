@@ -211,12 +211,6 @@ def _info(answer: dict, isolated: bool, found_by: str) -> TorchInfo:
     return TorchInfo(isolated=isolated, found_by=found_by, **fields)
 
 
-def _this_python() -> tuple[str, str]:
-    """(X.Y, extension suffix) of the interpreter running the build."""
-    version = "{}.{}".format(*sys.version_info[:2])
-    return version, str(sysconfig.get_config_var("EXT_SUFFIX"))
-
-
 _WAYS_OUT = (
     "make the build see that torch, in one of three ways:\n"
     "  1. build without isolation, with torch and fa-shim's build tools installed there: "
@@ -280,7 +274,8 @@ def _probe_named(python: Path, cache_dir: Path | None) -> TorchInfo:
             "e.g. -C torch-python=/path/to/venv/bin/python.",
         )
     answer, isolated = _probe_with_fallback(str(python), cache_dir)
-    version, suffix = _this_python()
+    version = "{}.{}".format(*sys.version_info[:2])  # the interpreter running the build
+    suffix = str(sysconfig.get_config_var("EXT_SUFFIX"))
     if answer.get("ext_suffix") and answer["ext_suffix"] != suffix:
         raise FaShimError(
             f"torch-python {python} is Python {answer.get('python_version')} (extension suffix "
