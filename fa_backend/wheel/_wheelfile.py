@@ -78,12 +78,6 @@ class WheelWriter:
         return base64.urlsafe_b64encode(sha.digest()).rstrip(b"=").decode()
 
 
-def write_dist_info(metadata_directory: Path, dist_info: str, metadata: str) -> str:
-    """prepare_metadata_for_build_wheel's answer: <dist_info>/METADATA, written whole."""
-    _atomic.write(metadata_directory / dist_info / "METADATA", metadata.encode("utf-8"))
-    return dist_info
-
-
 def read_prepared_metadata(metadata_directory: Path, dist_info: str) -> str:
     """The METADATA build_wheel was handed: pip passes the dist-info directory itself, other
     frontends the directory holding it; "" when there is none."""

@@ -88,9 +88,6 @@ def expected_pin(release: Fa3Release, kind: Kind) -> str:
     return release.hopper_pin if kind is HOPPER else release.cutlass_pin
 
 
-# ------------------------------------------------------------------------------ the files
-
-
 # ------------------------------------------------------------------------------- locating
 
 
