@@ -70,8 +70,5 @@ class Report:
     def count(self, status: str) -> int:
         return sum(c.status == status for c in self.checks)
 
-    def check(self, name: str) -> Check | None:
-        return next((c for c in self.checks if c.name == name), None)
-
     def render(self) -> str:
         return "\n".join([*self.heading(), *self.body(), f"result: {self.summary()}"])
