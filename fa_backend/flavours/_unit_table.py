@@ -28,7 +28,6 @@ MIB = 1024**2
 @dataclasses.dataclass(frozen=True)
 class UnitTable:
     units: Mapping[str, Mapping[str, float]]
-    measured: tuple[str, ...]
 
     def peak_bytes(self, *names: str) -> int | None:
         """The first of these names the table has, its peak in bytes."""
@@ -54,7 +53,7 @@ def load(release_dir: Path) -> UnitTable | None:
     try:
         data = json.loads(file.read_text(encoding="utf-8"))
         units = {str(k): dict(v) for k, v in data["units"].items()}
-        return UnitTable(units, tuple(data.get("measured", ())))
+        return UnitTable(units)
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise FaShimError(
             f"{file} is not a table of compile units ({exc}).",
