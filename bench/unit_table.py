@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -23,13 +24,46 @@ sys.path.insert(0, str(ROOT))
 from fa_backend.flavours import _unit_table  # noqa: E402
 from fa_backend.pipeline import _stats  # noqa: E402
 
+ABOUT = (
+    "Each compile unit's peak memory (MiB, the largest compiler process) and time (s) for one "
+    "architecture, from fa-shim's compiler launcher in real builds; refreshed by "
+    "bench/unit_table.py (issue 24)."
+)
+
+
+def merge(table: Mapping | None, records: Iterable[Mapping], origin: str) -> dict:
+    """The table with a run's launcher records folded in: each unit that compiled (exit 0) gets
+    this run's peak and time; units the run did not compile keep theirs. A unit compiled
+    twice in the records (a retried build) keeps its largest peak."""
+    units = {k: dict(v) for k, v in ((table or {}).get("units") or {}).items()}
+    fresh: dict[str, dict] = {}
+    for r in records:
+        if r.get("source", "?") == "?" or r.get("exit") != 0:
+            continue
+        name = str(r["source"]).rsplit("/", 1)[-1]
+        seen = fresh.get(name)
+        if seen is None or r["peak_rss_mib"] > seen["peak_mib"]:
+            fresh[name] = {"peak_mib": int(r["peak_rss_mib"]), "seconds": float(r["seconds"])}
+    units.update(fresh)
+    measured = [*((table or {}).get("measured") or []), f"{origin}: {len(fresh)} units"]
+    return {"about": ABOUT, "measured": measured, "units": dict(sorted(units.items()))}
+
+
+def dumps(table: Mapping) -> str:
+    """The table as JSON, one line per unit (diffs of a refresh read unit by unit)."""
+    units = ",\n".join(
+        f"  {json.dumps(name)}: {json.dumps(unit)}" for name, unit in table["units"].items()
+    )
+    head = json.dumps({k: v for k, v in table.items() if k != "units"}, indent=1)[:-2]
+    return f'{head},\n "units": {{\n{units}\n }}\n}}\n'
+
 
 def refreshed(release_dir: Path, stats: list[Path], start: dict | None) -> dict:
     table = start
     for path in stats:
         origin = path.resolve().relative_to(ROOT) if path.resolve().is_relative_to(ROOT) else path
-        table = _unit_table.merge(table, _stats.tu_stats(path), str(origin))
-    return table or _unit_table.merge(None, [], "empty")
+        table = merge(table, _stats.tu_stats(path), str(origin))
+    return table or merge(None, [], "empty")
 
 
 def main() -> int:
@@ -41,12 +75,12 @@ def main() -> int:
         "--fresh", action="store_true", help="start from an empty table (not the current one)"
     )
     args = parser.parse_args()
-    file = _unit_table.path(args.release_dir)
+    file = args.release_dir / _unit_table.TABLE_FILE
     current = None
     if file.is_file() and not args.fresh and not args.check:
         current = json.loads(file.read_text())
     table = refreshed(args.release_dir, args.stats, current)
-    text = _unit_table.dumps(table)
+    text = dumps(table)
     if args.check:
         same = file.is_file() and file.read_text() == text
         print(f"{file}: {'up to date' if same else 'differs from these records'}")

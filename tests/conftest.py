@@ -140,7 +140,6 @@ def torch_info(version: str, cuda: str | None, abi: int = 1, cxx_std: str = "c++
         package_dir="/t",
         cxx_std=cxx_std,
         python=sys.executable,
-        isolated=False,
     )
 
 

@@ -193,13 +193,10 @@ def name_it(exc: BaseException, path: str | os.PathLike) -> None:
         exc.filename = str(path)
 
 
-NO_SPACE_TEXT = "No space left on device"
-
-
 def no_space_in(output: str) -> FaShimError | None:
     """A child's own report of a full disk (a compiler that could not write its object)."""
     for line in output.splitlines():
-        if NO_SPACE_TEXT in line or "Disk quota exceeded" in line:
+        if "No space left on device" in line or "Disk quota exceeded" in line:
             paths = [p.rstrip(":'\",)") for p in line.split() if p.startswith(("/", "'/"))]
             where = directory_of(paths[0].strip("'")) if paths else None
             return no_space(where or Path(tempfile.gettempdir()), "compiling")

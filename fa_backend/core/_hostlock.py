@@ -42,10 +42,6 @@ from ._errors import FaShimError
 STALE_BEATS = 8  # heartbeats without a change before a lock is a dead builder's
 
 
-def _hostname() -> str:
-    return socket.gethostname()
-
-
 def _this_kernel() -> dict:
     """What names this machine's processes beyond a host name (which containers share): the
     boot and the pid namespace. A pid is only comparable where both are ours."""
@@ -124,7 +120,7 @@ class HostLock:
 
     def _try_create(self) -> bool:
         me = {
-            "host": _hostname(),
+            "host": socket.gethostname(),
             "pid": os.getpid(),
             "started": time.time(),
             "pid_started": _started(os.getpid()),

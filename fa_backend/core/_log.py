@@ -31,10 +31,8 @@ def quiet() -> Iterator[None]:
 
 
 def _say(line: str) -> None:
-    try:
+    with contextlib.suppress(OSError):  # stderr gone (a killed frontend's pipe): clean-up goes on
         print(line, file=sys.stderr, flush=True)
-    except OSError:  # stderr is gone (a killed frontend's pipe): a clean-up must go on
-        pass
 
 
 def info(message: str) -> None:

@@ -56,7 +56,7 @@ class Plan:
 
     @property
     def dist_info(self) -> str:
-        return _metadata.dist_info_name(self.version, self.names)
+        return f"{self.names.file_name}-{self.version}.dist-info"
 
     @property
     def wheel_name(self) -> str:

@@ -16,24 +16,18 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 
 from ..core._errors import FaShimError
 
 TABLE_FILE = "units.json"
 MIB = 1024**2
-ABOUT = (
-    "Each compile unit's peak memory (MiB, the largest compiler process) and time (s) for one "
-    "architecture, from fa-shim's compiler launcher in real builds; refreshed by "
-    "bench/unit_table.py (issue 24)."
-)
 
 
 @dataclasses.dataclass(frozen=True)
 class UnitTable:
     units: Mapping[str, Mapping[str, float]]
-    measured: tuple[str, ...]
 
     def peak_bytes(self, *names: str) -> int | None:
         """The first of these names the table has, its peak in bytes."""
@@ -51,48 +45,17 @@ class UnitTable:
         return None
 
 
-def path(release_dir: Path) -> Path:
-    return release_dir / TABLE_FILE
-
-
 def load(release_dir: Path) -> UnitTable | None:
     """The release's table, None where it has none."""
-    file = path(release_dir)
+    file = release_dir / TABLE_FILE
     if not file.is_file():
         return None
     try:
         data = json.loads(file.read_text(encoding="utf-8"))
         units = {str(k): dict(v) for k, v in data["units"].items()}
-        return UnitTable(units, tuple(data.get("measured", ())))
+        return UnitTable(units)
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise FaShimError(
             f"{file} is not a table of compile units ({exc}).",
             fix="regenerate it with bench/unit_table.py (docs/benchmarks.md).",
         ) from None
-
-
-def merge(table: Mapping | None, records: Iterable[Mapping], origin: str) -> dict:
-    """The table with a run's launcher records folded in: each unit that compiled (exit 0) gets
-    this run's peak and time; units the run did not compile keep theirs. A unit compiled
-    twice in the records (a retried build) keeps its largest peak."""
-    units = {k: dict(v) for k, v in ((table or {}).get("units") or {}).items()}
-    fresh: dict[str, dict] = {}
-    for r in records:
-        if r.get("source", "?") == "?" or r.get("exit") != 0:
-            continue
-        name = str(r["source"]).rsplit("/", 1)[-1]
-        seen = fresh.get(name)
-        if seen is None or r["peak_rss_mib"] > seen["peak_mib"]:
-            fresh[name] = {"peak_mib": int(r["peak_rss_mib"]), "seconds": float(r["seconds"])}
-    units.update(fresh)
-    measured = [*((table or {}).get("measured") or []), f"{origin}: {len(fresh)} units"]
-    return {"about": ABOUT, "measured": measured, "units": dict(sorted(units.items()))}
-
-
-def dumps(table: Mapping) -> str:
-    """The table as JSON, one line per unit (diffs of a refresh read unit by unit)."""
-    units = ",\n".join(
-        f"  {json.dumps(name)}: {json.dumps(unit)}" for name, unit in table["units"].items()
-    )
-    head = json.dumps({k: v for k, v in table.items() if k != "units"}, indent=1)[:-2]
-    return f'{head},\n "units": {{\n{units}\n }}\n}}\n'

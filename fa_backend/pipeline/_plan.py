@@ -14,7 +14,7 @@ from ..flavours import _registry
 from ..flavours._interface import Plan
 from ..settings import _settings
 from ..toolchain import _requirements, _torch
-from ..wheel._wheelfile import read_prepared_metadata, write_dist_info
+from ..wheel._wheelfile import read_prepared_metadata
 from . import _progress
 
 
@@ -34,7 +34,9 @@ def plan(config_settings: _settings.ConfigSettings | None) -> Plan:
 
 
 def write_metadata(plan: Plan, metadata_directory: str) -> str:
-    return write_dist_info(Path(metadata_directory), plan.dist_info, plan.metadata)
+    """prepare_metadata_for_build_wheel's answer: <dist_info>/METADATA, written whole."""
+    _atomic.write(Path(metadata_directory) / plan.dist_info / "METADATA", plan.metadata.encode())
+    return plan.dist_info
 
 
 def check_prepared_metadata(plan: Plan, metadata_directory: str) -> None:

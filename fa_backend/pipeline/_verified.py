@@ -29,24 +29,10 @@ def _torch_identity(torch: TorchInfo) -> list:
     return [torch.version, torch.cuda, torch.abi, torch.package_dir, files]
 
 
-def key(wheel: Path, torch: TorchInfo, sha256: str | None = None) -> str:
-    """sha256: the wheel's, when the caller has just checked it (a wheel is not read twice)."""
-    facts = [sha256 or sha256_of(wheel), _torch_identity(torch), fa_shim_sources()]
-    return hashlib.sha256(json.dumps(facts).encode()).hexdigest()[:32]
-
-
-def _marker(cache_dir: Path, wheel: Path, torch: TorchInfo, sha256: str | None = None) -> Path:
-    return cache_dir / "verified" / key(wheel, torch, sha256)
-
-
-def passed(cache_dir: Path, wheel: Path, torch: TorchInfo, sha256: str | None = None) -> bool:
-    """These bytes passed RECORD and verify against this torch before."""
-    return _marker(cache_dir, wheel, torch, sha256).is_file()
-
-
 def once(cache_dir: Path, wheel: Path, torch: TorchInfo, check: Callable[[], None]) -> None:
     """Run `check` (it raises on a failure) unless these bytes passed it against this torch."""
-    marker = _marker(cache_dir, wheel, torch)
+    facts = [sha256_of(wheel), _torch_identity(torch), fa_shim_sources()]
+    marker = cache_dir / "verified" / hashlib.sha256(json.dumps(facts).encode()).hexdigest()[:32]
     if marker.is_file():
         _log.info(
             f"{wheel.name}: these bytes passed RECORD and verify against this torch before "

@@ -102,10 +102,6 @@ _EDGE = re.compile(
 )
 
 
-def _unescape(path):
-    return re.sub(r"\$(.)", r"\1", path)
-
-
 def schedule_ninja(text, spec):
     """build.ninja's compile edges in the order fa-shim planned, with its pools.
 
@@ -137,7 +133,7 @@ def schedule_ninja(text, spec):
     unit_pools = {k: v for k, v in (spec.get("unit_pools") or {}).items() if v in pools}
 
     def name(edge):
-        return os.path.basename(_unescape(_EDGE.match(edge[0])["src"]))
+        return os.path.basename(re.sub(r"\$(.)", r"\1", _EDGE.match(edge[0])["src"]))
 
     def weight(k):
         n = name(edges[k])

@@ -36,8 +36,9 @@ def convert(key: str, kind: str, value: Any, where: str, maximum: int | None = N
             else f"correct {key} in {where}.",
         )
 
-    if kind == "archs":
+    if kind in ("archs", "list"):
         items = value if isinstance(value, (list, tuple)) else re.split(r"[;,\s]+", str(value))
+    if kind == "archs":
         archs = []
         for item in (str(i).strip() for i in items):
             if not item:
@@ -50,7 +51,6 @@ def convert(key: str, kind: str, value: Any, where: str, maximum: int | None = N
             archs.append(f"{major}{minor or ''}{suffix}")
         return tuple(dict.fromkeys(archs))
     if kind == "list":
-        items = value if isinstance(value, (list, tuple)) else re.split(r"[;,\s]+", str(value))
         return tuple(dict.fromkeys(str(i).strip().lower() for i in items if str(i).strip()))
     if isinstance(value, (list, tuple)):
         if len(value) != 1:
@@ -91,12 +91,11 @@ def convert(key: str, kind: str, value: Any, where: str, maximum: int | None = N
         return str(value).strip()
     if kind == "version":
         try:
-            Version(str(value).strip())
+            version = Version(str(value).strip())
         except InvalidVersion:
             raise bad("a PEP 440 version such as 2.8.3 or 2.8.3.post2") from None
         # v2.8.3, 2.8.3.0 and ' 2.8.3 ' are 2.8.3; 2.8.3-post2 is 2.8.3.post2. Zeros beyond
         # major.minor.patch go (upstream's releases always have three: 2.7.0.post2 stays)
-        version = Version(str(value).strip())
         release = list(version.release)
         while len(release) > 3 and release[-1] == 0:
             release.pop()

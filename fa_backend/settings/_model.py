@@ -32,10 +32,9 @@ class Setting:
     missing: str | None = None
 
 
-def _setting(default: Any, kind: str, help: str, maximum: int | None = None, **more: str) -> Any:
+def _setting(default: Any, kind: str, help: str, maximum: int | None = None) -> Any:
     """A shared setting's field (Setting's facts but its key, the field's name)."""
-    metadata = {"kind": kind, "help": help, "max": maximum, **more}
-    return dataclasses.field(default=default, metadata=metadata)
+    return dataclasses.field(default=default, metadata=dict(kind=kind, help=help, maximum=maximum))
 
 
 def default_cache_dir() -> Path:
@@ -167,14 +166,7 @@ class Settings:
 
 # `flavour` is a fact of the project (its pyproject.toml), never a -C or FA_SHIM_* setting
 FIELDS = {
-    f.name.replace("_", "-"): Setting(
-        f.name.replace("_", "-"),
-        f.default,
-        f.metadata["kind"],
-        f.metadata["help"],
-        f.metadata["max"],
-        f.metadata.get("missing"),
-    )
+    f.name.replace("_", "-"): Setting(f.name.replace("_", "-"), f.default, **f.metadata)
     for f in dataclasses.fields(Settings)
     if f.metadata["kind"] != "project"
 }

@@ -44,14 +44,10 @@ __all__ = [
 ]
 
 
-def _did_you_mean(key: str, known: list[str]) -> str:
-    close = difflib.get_close_matches(key, known, n=1)
-    return f" Did you mean {close[0]!r}?" if close else ""
-
-
 def _unknown(key: str, where: str, known: list[str]) -> FaShimError:
+    close = difflib.get_close_matches(key, known, n=1)
     return FaShimError(
-        f"unknown setting {key!r} in {where}.{_did_you_mean(key, known)}",
+        f"unknown setting {key!r} in {where}.{f' Did you mean {close[0]!r}?' if close else ''}",
         fix="use one of: " + ", ".join(known) + " (docs/reference/settings.md).",
     )
 

@@ -51,18 +51,15 @@ def read(paths: Iterable[Path]) -> list[Patch]:
     return result
 
 
-def _patch_command() -> list[str]:
-    if shutil.which("patch"):
-        return ["patch", "-p1", "--forward", "--batch", "--fuzz=0", "--no-backup-if-mismatch", "-i"]
-    raise FaShimError(
-        "the `patch` program is needed to apply fa-shim's vendored patches.",
-        fix="install it (apt-get install patch / dnf install patch).",
-    )
-
-
 def apply_all(patches: list[Patch], source_root: Path) -> None:
+    if patches and not shutil.which("patch"):
+        raise FaShimError(
+            "the `patch` program is needed to apply fa-shim's vendored patches.",
+            fix="install it (apt-get install patch / dnf install patch).",
+        )
     for patch in patches:
-        command = [*_patch_command(), str(patch.path)]
+        command = ["patch", "-p1", "--forward", "--batch", "--fuzz=0", "--no-backup-if-mismatch"]
+        command += ["-i", str(patch.path)]
         _subprocess.run(
             [*command, "--dry-run"],
             cwd=source_root,

@@ -288,11 +288,6 @@ class ArchChoice:
     notes: tuple[str, ...]
     env: dict[str, str]
 
-    @property
-    def from_gpus(self) -> bool:
-        """Chosen from the GPUs this process sees (what a wheel-cache hit must see again)."""
-        return self.selection.source == FROM_GPUS
-
     def describe(self) -> dict:
         return {
             "selected": list(self.selection.archs),

@@ -214,15 +214,11 @@ def fit(nvcc: Nvcc, torch: TorchInfo) -> str:
     return f"nvcc {nvcc.path} (CUDA {ours}) for torch {torch.version} (CUDA {torch.cuda}): {why}"
 
 
-def host_compiler_program() -> tuple[str, str]:
-    """The C++ compiler setuptools/torch will call: CXX (else c++) and the program it names."""
-    cxx = os.environ.get("CXX", "c++")
-    return cxx, shutil.which(cxx.split()[0]) or cxx
-
-
 def host_compiler() -> dict[str, str]:
-    """The host compiler (host_compiler_program) with its version line."""
-    cxx, exe = host_compiler_program()
+    """The C++ compiler setuptools/torch will call (CXX, else c++), the program it names and
+    its version line."""
+    cxx = os.environ.get("CXX", "c++")
+    exe = shutil.which(cxx.split()[0]) or cxx
     try:
         # in a group of its own, killed whole if the build is stopped meanwhile
         out = _subprocess.completed([exe, "--version"], timeout=30).stdout

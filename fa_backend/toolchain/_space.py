@@ -30,10 +30,6 @@ FULL_KERNELS = 72
 MARGIN = 1.25  # filesystems round up, compilers write temporary files beside their objects
 
 
-def free_bytes(directory: Path) -> int:
-    return shutil.disk_usage(_failures.directory_of(directory) or directory).free
-
-
 def _gb(n: float) -> str:
     if n < MB:
         return f"{n / 1000:.0f} kB"
@@ -52,7 +48,7 @@ def require(needs: list[tuple[str, Path, int]]) -> None:
         by_device.setdefault(os.stat(existing).st_dev, []).append((what, existing, size))
     for entries in by_device.values():
         total = sum(size for _, _, size in entries)
-        have = free_bytes(entries[0][1])
+        have = shutil.disk_usage(entries[0][1]).free
         if have < total:
             parts = ", ".join(f"{what} {_gb(size)}" for what, _, size in entries)
             place = _failures.where_it_is(entries[0][1])

@@ -48,7 +48,7 @@ from packaging import tags
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import Version
 
-from ..core import _hostlock, _log
+from ..core import _atomic, _hostlock, _log
 from ..core._errors import FaShimError
 from ..sources import _index
 from . import _compilers
@@ -282,12 +282,6 @@ def find_wheels(cuda: str) -> tuple[list[Wheel], dict, dict]:
     return chosen, config, auth
 
 
-def _umask() -> int:
-    current = os.umask(0)
-    os.umask(current)
-    return current
-
-
 def _extract(data: bytes, dest: Path) -> int:
     """The wheel's nvidia/<tree>/ files into dest, modes from the wheel less the umask."""
     count = 0
@@ -324,7 +318,7 @@ def _assemble(root: Path, cuda: str) -> None:
     )
     tmp = Path(tempfile.mkdtemp(prefix=f".{cuda}-", suffix=".part", dir=root.parent))
     try:
-        tmp.chmod(0o777 & ~_umask())  # mkdtemp makes it private; the toolkit is shared
+        tmp.chmod(0o777 & ~_atomic.umask())  # mkdtemp makes it private; the toolkit is shared
         records = []
         for wheel in wheels:
             try:

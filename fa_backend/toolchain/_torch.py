@@ -96,7 +96,6 @@ class TorchInfo:
     package_dir: str
     cxx_std: str
     python: str
-    isolated: bool  # found only by looking past the frontend's isolated build environment
     # How it was found, for the log and error messages ("the build environment", ...).
     found_by: str = "the build environment"
     # The target interpreter's import path beyond the standard library (site-packages, .pth
@@ -204,17 +203,11 @@ def _probe_with_fallback(python: str, cache_dir: Path | None) -> tuple[dict, boo
     return (past, True) if "error" not in past else (answer, False)
 
 
-def _info(answer: dict, isolated: bool, found_by: str) -> TorchInfo:
+def _info(answer: dict, found_by: str) -> TorchInfo:
     fields = {k: v for k, v in answer.items() if k not in _INTERPRETER_KEYS}
     fields["search_path"] = tuple(fields.get("search_path") or ())
     fields["arch_list"] = tuple(fields.get("arch_list") or ())
-    return TorchInfo(isolated=isolated, found_by=found_by, **fields)
-
-
-def _this_python() -> tuple[str, str]:
-    """(X.Y, extension suffix) of the interpreter running the build."""
-    version = "{}.{}".format(*sys.version_info[:2])
-    return version, str(sysconfig.get_config_var("EXT_SUFFIX"))
+    return TorchInfo(found_by=found_by, **fields)
 
 
 _WAYS_OUT = (
@@ -279,8 +272,9 @@ def _probe_named(python: Path, cache_dir: Path | None) -> TorchInfo:
             fix="point torch-python at the python of the environment that has your torch, "
             "e.g. -C torch-python=/path/to/venv/bin/python.",
         )
-    answer, isolated = _probe_with_fallback(str(python), cache_dir)
-    version, suffix = _this_python()
+    answer, _ = _probe_with_fallback(str(python), cache_dir)
+    version = "{}.{}".format(*sys.version_info[:2])  # the interpreter running the build
+    suffix = str(sysconfig.get_config_var("EXT_SUFFIX"))
     if answer.get("ext_suffix") and answer["ext_suffix"] != suffix:
         raise FaShimError(
             f"torch-python {python} is Python {answer.get('python_version')} (extension suffix "
@@ -298,7 +292,7 @@ def _probe_named(python: Path, cache_dir: Path | None) -> TorchInfo:
             fix="install torch into that environment first, or point torch-python at the "
             "interpreter of the environment that has it.",
         )
-    return _info(answer, isolated, f"setting torch-python ({python})")
+    return _info(answer, f"setting torch-python ({python})")
 
 
 @functools.cache
@@ -316,7 +310,7 @@ def probe(torch_python: Path | None = None, cache_dir: Path | None = None) -> To
             if isolated
             else "the build environment"
         )
-        info = _info(answer, isolated, found_by)
+        info = _info(answer, found_by)
     _log.info(
         f"building against torch {info.version} (CUDA {info.cuda}, "
         f"_GLIBCXX_USE_CXX11_ABI={info.abi}, {info.cxx_std}) at {info.package_dir}, "

@@ -55,10 +55,6 @@ def _verb(count: int, singular: str, many: str) -> str:
     return singular if count == 1 else many
 
 
-def _python_tag() -> str:
-    return f"{tags.interpreter_name()}{tags.interpreter_version()}"
-
-
 def check_tags(target: Target) -> Check:
     f, rebuild = target.flavour.names, target.flavour.rebuild_command()
     if target.tags is None:
@@ -78,7 +74,8 @@ def check_tags(target: Target) -> Check:
     supported = set(tags.sys_tags())
     if target.tags & supported:
         best = next(t for t in tags.sys_tags() if t in target.tags)
-        return Check("tags", PASS, f"{best} is supported by this interpreter ({_python_tag()})")
+        python = f"{tags.interpreter_name()}{tags.interpreter_version()}"
+        return Check("tags", PASS, f"{best} is supported by this interpreter ({python})")
     ours = next(iter(tags.sys_tags()))
     interpreters = sorted({t.interpreter for t in target.tags})
     platforms = sorted({t.platform for t in target.tags})

@@ -54,7 +54,8 @@ class Check:
 
 class Report:
     """Findings under a heading, then one `result:` line. Subclasses are dataclasses holding
-    `checks` and what their heading shows; they say how each part is written."""
+    `checks` and what their heading shows; they write each part: heading(), body(), summary()
+    (the `result:` line) and as_dict() (--json)."""
 
     checks: list[Check]
 
@@ -69,20 +70,5 @@ class Report:
     def count(self, status: str) -> int:
         return sum(c.status == status for c in self.checks)
 
-    def check(self, name: str) -> Check | None:
-        return next((c for c in self.checks if c.name == name), None)
-
-    def heading(self) -> list[str]:
-        raise NotImplementedError
-
-    def body(self) -> list[str]:
-        raise NotImplementedError
-
-    def summary(self) -> str:
-        raise NotImplementedError
-
     def render(self) -> str:
         return "\n".join([*self.heading(), *self.body(), f"result: {self.summary()}"])
-
-    def as_dict(self) -> dict:
-        raise NotImplementedError

@@ -128,7 +128,6 @@ def torch_here() -> TorchInfo:
         package_dir=os.path.dirname(torch.__file__),
         cxx_std="unknown",
         python=sys.executable,
-        isolated=False,
     )
 
 

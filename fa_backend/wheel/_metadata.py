@@ -68,10 +68,6 @@ def wheel_filename(version: str, tag: tags.Tag, names: Names) -> str:
     return name
 
 
-def dist_info_name(version: str, names: Names) -> str:
-    return f"{names.file_name}-{version}.dist-info"
-
-
 def read_pkg_info(sdist: Path) -> str:
     """PKG-INFO of the sdist, read straight from the archive (no extraction needed)."""
     try:

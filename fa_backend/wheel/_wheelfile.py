@@ -24,18 +24,6 @@ _CHUNK = 1024 * 1024
 Opener = Callable[[], IO[bytes]]  # opens one member's content for reading
 
 
-def _date_time() -> tuple[int, int, int, int, int, int]:
-    """SOURCE_DATE_EPOCH when set (part of the fingerprint), else a fixed time: the clock of
-    the build never reaches the wheel's bytes."""
-    epoch = max(int(os.environ.get("SOURCE_DATE_EPOCH") or _MIN_EPOCH), _MIN_EPOCH)
-    return time.gmtime(epoch)[:6]
-
-
-def _mode(mode: int) -> int:
-    """0o755 or 0o644: executable or not is the fact; the rest was the builder's umask."""
-    return 0o755 if mode & 0o111 else 0o644
-
-
 class WheelWriter:
     def __init__(self, path: Path, dist_info: str) -> None:
         self.path = path
@@ -73,8 +61,12 @@ class WheelWriter:
     @staticmethod
     def _zip(zf: zipfile.ZipFile, name: str, src: IO[bytes], size: int, mode: int) -> str:
         """Deflate src into the entry `name`; its urlsafe sha256 as RECORD writes it."""
-        info = zipfile.ZipInfo(name, date_time=_date_time())
-        info.external_attr = (0o100000 | _mode(mode)) << 16
+        # SOURCE_DATE_EPOCH when set (part of the fingerprint), else a fixed time: the clock
+        # of the build never reaches the wheel's bytes
+        epoch = max(int(os.environ.get("SOURCE_DATE_EPOCH") or _MIN_EPOCH), _MIN_EPOCH)
+        info = zipfile.ZipInfo(name, date_time=time.gmtime(epoch)[:6])
+        # executable or not is the fact; the rest of the mode was the builder's umask
+        info.external_attr = (0o100000 | (0o755 if mode & 0o111 else 0o644)) << 16
         info.create_system = 3  # unix, whatever the platform writes by default
         info.compress_type = zipfile.ZIP_DEFLATED
         info.file_size = size  # decides zip64 up front, as writestr does from the data
@@ -84,12 +76,6 @@ class WheelWriter:
                 sha.update(chunk)
                 dst.write(chunk)
         return base64.urlsafe_b64encode(sha.digest()).rstrip(b"=").decode()
-
-
-def write_dist_info(metadata_directory: Path, dist_info: str, metadata: str) -> str:
-    """prepare_metadata_for_build_wheel's answer: <dist_info>/METADATA, written whole."""
-    _atomic.write(metadata_directory / dist_info / "METADATA", metadata.encode("utf-8"))
-    return dist_info
 
 
 def read_prepared_metadata(metadata_directory: Path, dist_info: str) -> str:

@@ -224,10 +224,6 @@ class Fa3(Flavour):
         cut = f"not {planned}: a FlashAttention-3 unit of this set needs {need / _GIB:.0f} GiB"
         return Sizing(fits, threads, {GROUP: group}, cut)
 
-    def _units(self, plan: Plan, tools: Tools) -> list[str]:
-        """The units build.ninja compiles: setup.py's, forward variants grouped as tools say."""
-        return list(self._layout(plan, tools))
-
     def _layout(self, plan: Plan, tools: Tools) -> dict[str, list[str]]:
         return _groups.layout(self._setup_units(plan), tools.shape.get(GROUP, 1))
 
@@ -306,7 +302,7 @@ class Fa3(Flavour):
             if dtype == "e4m3" and "fp8" in t.disabled:
                 wrong.append(f"{name}: fp8 is left out")
         compiled = {os.path.basename(c.file) for c in commands}
-        planned = set(self._units(plan, tools))
+        planned = set(self.planned_sources(plan, tools))
         wrong += [f"{name}: compiled, not planned" for name in sorted(compiled - planned)]
         wrong += [f"{name}: planned, not compiled" for name in sorted(planned - compiled)]
         if wrong:
@@ -325,8 +321,9 @@ class Fa3(Flavour):
 
     # ------------------------------------------------------------------ estimate and space
 
-    def planned_sources(self, plan: Plan, tools: Tools) -> list[str] | None:
-        return self._units(plan, tools)
+    def planned_sources(self, plan: Plan, tools: Tools) -> list[str]:
+        """The units build.ninja compiles: setup.py's, forward variants grouped as tools say."""
+        return list(self._layout(plan, tools))
 
     def cost_model(self, plan: Plan):
         return _costs.cost_model(plan.source.tailoring)
@@ -342,7 +339,7 @@ class Fa3(Flavour):
     def disk_needs(self, plan: Plan, tools: Tools) -> tuple[int, int]:
         # objects sized as FA2's kernel units: FA3's are as heavy
         archs = len(tools.archs.targets) if tools.archs else 1
-        return _space.compile_needs(len(self._units(plan, tools)), archs, 0)
+        return _space.compile_needs(len(self.planned_sources(plan, tools)), archs, 0)
 
     def shape_note(self, shape) -> str | None:
         group = shape.get(GROUP, 1)

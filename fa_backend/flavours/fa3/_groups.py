@@ -78,13 +78,10 @@ def layout(units: Sequence[str], size: int) -> dict[str, list[str]]:
         k = -(-len(members) // size)  # as few groups as the size allows, balanced
         for i in range(k):
             chunk = members[i::k]
-            grouped[_name(m["hdim"], m["dtype"], i + 1, k, len(chunk))] = chunk
+            name = f"flash_fwd_hdim{m['hdim']}_{m['dtype']}_group{i + 1}of{k}x{len(chunk)}_sm90.cu"
+            grouped[name] = chunk
         placed.update(members)
     return grouped
-
-
-def _name(hdim: str, dtype: str, i: int, k: int, n: int) -> str:
-    return f"flash_fwd_hdim{hdim}_{dtype}_group{i}of{k}x{n}_sm90.cu"
 
 
 def best_size(

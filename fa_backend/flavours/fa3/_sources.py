@@ -59,9 +59,7 @@ class Sources:
 
 def archive_name(release: Fa3Release, kind: Kind) -> str:
     """The file name of a tree in a shared directory or fa-shim's cache."""
-    if kind is HOPPER:
-        return f"flash-attention-{release.ref}-hopper.tar.gz"
-    return f"cutlass-{release.cutlass_commit}-include.tar.gz"
+    return f"{archive_top(release, kind)}-{'hopper' if kind is HOPPER else 'include'}.tar.gz"
 
 
 def archive_top(release: Fa3Release, kind: Kind) -> str:
@@ -88,9 +86,6 @@ def cache_dir(cache_root: Path) -> Path:
 
 def expected_pin(release: Fa3Release, kind: Kind) -> str:
     return release.hopper_pin if kind is HOPPER else release.cutlass_pin
-
-
-# ------------------------------------------------------------------------------ the files
 
 
 # ------------------------------------------------------------------------------- locating

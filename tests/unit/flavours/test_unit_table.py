@@ -1,10 +1,12 @@
 """Each release's table of per-unit peaks and times (flavours/_unit_table, units.json beside
-release.toml): how a refresh folds a build's launcher records in and FA2's memory model over it.
+release.toml): how a refresh (bench/unit_table.py) folds a build's launcher records in and
+FA2's memory model over it.
 (That FA2 2.8.3's table is what its recorded H100 runs make: test_unit_table_check.py.)"""
 
 from __future__ import annotations
 
 import json
+import sys
 
 import pytest
 from conftest import REPO
@@ -14,6 +16,9 @@ from fa_backend.flavours import _unit_table
 from fa_backend.flavours.fa2 import _costs
 from fa_backend.toolchain import _jobs
 
+sys.path.insert(0, str(REPO / "bench"))
+import unit_table
+
 MIB = 1024**2
 
 
@@ -22,8 +27,8 @@ def record(source, peak, seconds=10.0, exit=0):
 
 
 def test_a_refresh_takes_the_new_runs_units_and_keeps_the_others():
-    first = _unit_table.merge(None, [record("a.cu", 100), record("b.cu", 200)], "run A")
-    second = _unit_table.merge(
+    first = unit_table.merge(None, [record("a.cu", 100), record("b.cu", 200)], "run A")
+    second = unit_table.merge(
         first,
         [
             record("b.cu", 150, 5.0),
@@ -40,13 +45,13 @@ def test_a_refresh_takes_the_new_runs_units_and_keeps_the_others():
         "d.cu": {"peak_mib": 350, "seconds": 10.0},
     }
     assert second["measured"] == ["run A: 2 units", "run B: 2 units"]
-    assert json.loads(_unit_table.dumps(second)) == second
+    assert json.loads(unit_table.dumps(second)) == second
 
 
 def test_a_table_reads_back_and_a_broken_one_is_one_error(tmp_path):
     assert _unit_table.load(tmp_path) is None
-    table = _unit_table.merge(None, [record("x.cu", 2048)], "run")
-    (tmp_path / "units.json").write_text(_unit_table.dumps(table))
+    table = unit_table.merge(None, [record("x.cu", 2048)], "run")
+    (tmp_path / "units.json").write_text(unit_table.dumps(table))
     loaded = _unit_table.load(tmp_path)
     assert loaded.peak_bytes("y.cu", "x.cu") == 2048 * MIB and loaded.peak_bytes("y.cu") is None
     (tmp_path / "units.json").write_text('{"units": [1, 2]}')

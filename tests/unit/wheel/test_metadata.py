@@ -27,7 +27,6 @@ def _torch(version: str, cuda: str | None, abi: int) -> TorchInfo:
         package_dir="/t",
         cxx_std="c++17",
         python=sys.executable,
-        isolated=False,
     )
 
 
