@@ -325,7 +325,8 @@ def test_a_checkout_replaced_under_the_build_still_delivers_its_wheel(tmp_path, 
     assert len(list((tmp_path / "out").glob("*.whl"))) == 1
     assert "could not record that flash_attn-" in proc.stderr
     assert f"{cache}/fa-shim/verified" in proc.stderr
-    (cached,) = (cache / "fa-shim" / "wheels").glob("*/*.whl")
+    wheels = (cache / "fa-shim" / "wheels").glob("*/*.whl")
+    (cached,) = [w for w in wheels if (w.parent / "entry.json").is_file()]  # the entry's
     out = tmp_path / "in-the-way"
     out.write_text("a file")
     hit = run(hook("build_wheel", out, config), cwd=checkout, env=env, check=False)

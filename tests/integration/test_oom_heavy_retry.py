@@ -8,6 +8,7 @@ with a ninja pool in build.ninja, keeps the jobs, says so, and the wheel is buil
 from __future__ import annotations
 
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -75,6 +76,9 @@ def heavy_project(tmp_path) -> tuple[Path, Path]:
         "[fa_shim.flavours]\nheavy = fa_shim_heavy_flavour:FLAVOUR\n"
     )
     (plugin / "fa_shim_heavy_flavour.py").write_text(PLUGIN)
+    # the demo's module alone, not its entry point: only `heavy` is registered, and it declares
+    # the demo's setting (demo-sdist) as its own
+    shutil.copy(DEMO / "fa_shim_demo_flavour.py", plugin)
     project = tmp_path / "heavy"
     project.mkdir()
     (project / "pyproject.toml").write_text(PYPROJECT)
@@ -88,13 +92,14 @@ def test_an_oom_kill_is_retried_with_fewer_heavy_units_at_once(
     project, plugin = heavy_project
     marker = tmp_path / "killed-once"
     env = clean_env(
-        PYTHONPATH=f"{plugin}:{DEMO}",
+        PYTHONPATH=str(plugin),
         CXX=str(TOOLS / "oom-once-g++"),
         OOM_ONCE_MARKER=str(marker),
         TMPDIR=str(tmp_path),  # the kept build directory goes with the test's own
     )
     sdist = sample_sdist_dir / f"flash_attn-{SAMPLE_VERSION}.tar.gz"
-    settings = ["-C", f"sdist={sdist}", "-C", "wheel-cache=false", "-C", "compiler-cache=none"]
+    settings = ["-C", f"demo-sdist={sdist}", "-C", "wheel-cache=false"]
+    settings += ["-C", "compiler-cache=none"]
     settings += ["-C", "keep-build-dir=true"]
     out = tmp_path / "out"
     proc = run(pip_wheel_cmd(host_venv, out, "-v", *settings, project=project), env=env)
