@@ -192,7 +192,7 @@ def prepared_set(python: Path, tmp: Path, settings: dict[str, str], project: Pat
     return json.loads(proc.stdout)
 
 
-def upstream_kernel_tree(dest: Path, version: str = "2.8.3") -> Path:
+def upstream_kernel_tree(dest: Path, version: str = "2.8.3.post2") -> Path:
     """The pinned sdist extracted into dest as upstream ships it, with the one vendored patch that
     changes what every kernel source reads (40-kernel-headers.patch: its kernels compile to the
     same machine code, tests/e2e/test_fa2_kernel_headers.py): what a patched tree's kernel

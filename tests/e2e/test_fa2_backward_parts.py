@@ -2,9 +2,10 @@
 splits them as it splits the forward ones) make the same kernels as the whole source: the real
 nvcc 13.0 for sm_80, the CUDA 13.0 torch 2.11 venv, the build's own command line.
 
-The set: flash-attn 2.8.3, head dim 32, bf16, forward + backward, the five DISABLE switches on,
-`-C tu-parts=2` (the cheapest backward source, `flash_bwd_hdim32_bf16_causal_sm80.cu`: its
-two dq/dk/dv kernels, two dot_do_o and one convert_dq). `python -m fa_backend prepare` writes
+The set: flash-attn 2.8.3.post2 (the default), head dim 32, bf16, forward + backward, the five
+DISABLE switches on, `-C tu-parts=2` (the cheapest backward source,
+`flash_bwd_hdim32_bf16_causal_sm80.cu`: its two dq/dk/dv kernels, two dot_do_o and one
+convert_dq). `python -m fa_backend prepare` writes
 build.ninja: every kernel source is compiled as its parts, the wheel keeps the set's label.
 The whole source is compiled with its part's command, and the kernels of the objects compared by
 `nm`; the launchers part 0 calls are the ones the other parts define; unsplit, the patched

@@ -92,7 +92,7 @@ def fa3_installed(torch211_python, wheel_cache, tmp_path_factory):
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     print(f"the tailored stable FA3 set: pip install in {seconds:.0f} s")
     (dist_info,) = site.glob("flash_attn_3-*.dist-info")
-    (wheel,) = wheel_cache.glob("*/" + WHEEL)
+    (wheel,) = (w for w in wheel_cache.glob("*/" + WHEEL) if (w.parent / "entry.json").is_file())
     return python, site, dist_info, proc, tmp, wheel
 
 
