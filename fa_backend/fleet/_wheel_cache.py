@@ -82,7 +82,6 @@ def link_for_torch(root: Path, wheel: Path, torch_version: str) -> Path:
     _shared_dirs.make(target.parent, root)
     part = root / f".fa-shim-{uuid.uuid4().hex[:12]}.part"  # the top level's: swept when stale
     try:
-        part.unlink(missing_ok=True)
         os.link(wheel, part)
     except OSError:
         return publish(wheel, target.parent)

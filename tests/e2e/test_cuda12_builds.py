@@ -93,29 +93,37 @@ def _check_nvcc(prov: dict) -> None:
     assert prov["nvcc"] == {"version": "12.4", "build": "12.4.131"}
 
 
+def _check_build(build: dict, torch: str, label: str, abi: int, decision: str) -> dict:
+    """What every CUDA 12 cell shows: the wheel's name, the toolkit decision (which nvcc, its CUDA
+    against torch's, why it is accepted) in the log, nvcc 12.4 and torch's ABI in the
+    provenance, verify's pass with that ABI, the import under that torch. The flags injected."""
+    prov = build["prov"]
+    assert build["wheel"].name == f"flash_attn-2.8.3.post2+{label}-{TAG}-{TAG}-linux_x86_64.whl"
+    assert decision in build["log"]
+    _check_nvcc(prov)
+    assert prov["torch"]["version"] == torch and prov["torch"]["cxx11_abi"] == abi
+    assert "result: OK" in build["verify"], build["verify"]
+    # the module's references to torch pass std::string in torch's ABI
+    assert "PASS abi" in build["verify"]
+    assert f"(_GLIBCXX_USE_CXX11_ABI={abi})" in build["verify"]
+    assert build["import"]["version"] == f"2.8.3.post2+{label}"
+    assert build["import"]["torch"] == torch
+    return prov["injected_flags"][0]["injected"]
+
+
 @pytest.mark.cell(
     flavour="FA2 2.8.3.post2", torch="2.9.1+cu128", nvcc="12.4", abi="TRUE", stage="compiled"
 )
 def test_torch_2_9_1_cu128_for_the_l4(torch291_build, cuda12_home):
-    build, prov = torch291_build, torch291_build["prov"]
-    label = f"cu128torch2.9cxx11abiTRUE{SET}"
-    assert build["wheel"].name == f"flash_attn-2.8.3.post2+{label}-{TAG}-{TAG}-linux_x86_64.whl"
-    # the toolkit decision: which nvcc, its CUDA against torch's, why it is accepted
     nvcc = cuda12_home / "bin" / "nvcc"
-    assert (
+    injected = _check_build(
+        torch291_build, "2.9.1+cu128", f"cu128torch2.9cxx11abiTRUE{SET}", 1,
         f"nvcc {nvcc} (CUDA 12.4) for torch 2.9.1+cu128 (CUDA 12.8): accepted, the same CUDA "
-        "major (torch refuses only another major; for another minor its cpp_extension warns)"
-    ) in build["log"]
-    assert f"using nvcc {nvcc} (CUDA 12.4, from CUDA_HOME)" in build["log"]
-    assert "89 runs the sm_80 code" in build["log"]
-    _check_nvcc(prov)
-    assert prov["torch"]["version"] == "2.9.1+cu128" and prov["torch"]["cxx11_abi"] == 1
-    injected = prov["injected_flags"][0]["injected"]
+        "major (torch refuses only another major; for another minor its cpp_extension warns)",
+    )  # fmt: skip
+    assert f"using nvcc {nvcc} (CUDA 12.4, from CUDA_HOME)" in torch291_build["log"]
+    assert "89 runs the sm_80 code" in torch291_build["log"]
     assert injected["cxx"][-1] == injected["nvcc"][-1] == "-D_GLIBCXX_USE_CXX11_ABI=1"
-    assert "result: OK" in build["verify"], build["verify"]
-    assert "PASS abi" in build["verify"] and "(_GLIBCXX_USE_CXX11_ABI=1)" in build["verify"]
-    assert build["import"]["version"] == f"2.8.3.post2+{label}"
-    assert build["import"]["torch"] == "2.9.1+cu128"
 
 
 @pytest.mark.cell(
@@ -124,25 +132,15 @@ def test_torch_2_9_1_cu128_for_the_l4(torch291_build, cuda12_home):
 def test_torch_2_6_cu124_gets_abi_0_injected(torch26_build, cuda12_home):
     """torch 2.6 is built with the old C++ ABI: fa-shim injects 0 into every cxx and nvcc
     command, the provenance records it, and the module imports reporting ABI 0."""
-    build, prov = torch26_build, torch26_build["prov"]
-    label = f"cu124torch2.6cxx11abiFALSE{SET}"
-    assert build["wheel"].name == f"flash_attn-2.8.3.post2+{label}-{TAG}-{TAG}-linux_x86_64.whl"
     nvcc = cuda12_home / "bin" / "nvcc"
-    assert (
+    injected = _check_build(
+        torch26_build, "2.6.0+cu124", f"cu124torch2.6cxx11abiFALSE{SET}", 0,
         f"nvcc {nvcc} (CUDA 12.4) for torch 2.6.0+cu124 (CUDA 12.4): accepted, the same CUDA "
-        "release"
-    ) in build["log"]
-    assert f"using nvcc {nvcc} (CUDA 12.4, from setting nvcc)" in build["log"]
-    _check_nvcc(prov)
-    assert prov["torch"]["version"] == "2.6.0+cu124" and prov["torch"]["cxx11_abi"] == 0
-    injected = prov["injected_flags"][0]["injected"]
+        "release",
+    )  # fmt: skip
+    assert f"using nvcc {nvcc} (CUDA 12.4, from setting nvcc)" in torch26_build["log"]
     assert injected["cxx"][-2:] == ["-std=c++17", "-D_GLIBCXX_USE_CXX11_ABI=0"]
     assert injected["nvcc"][-1] == "-D_GLIBCXX_USE_CXX11_ABI=0"
-    assert "result: OK" in build["verify"], build["verify"]
-    # the module's references to torch pass std::string in the old ABI, as torch 2.6's do
-    assert "PASS abi" in build["verify"] and "(_GLIBCXX_USE_CXX11_ABI=0)" in build["verify"]
-    assert build["import"]["version"] == f"2.8.3.post2+{label}"
-    assert build["import"]["torch"] == "2.6.0+cu124"
 
 
 FA3_NO_FEATURES = "fp8,split,paged-kv,appendkv,local,softcap,packgqa,varlen,cluster"
