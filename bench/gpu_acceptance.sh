@@ -15,6 +15,9 @@
 #               the visible GPU), verify, direct checks, upstream tests, speed (forward)
 #   full-tests  after the full build: verify, upstream test selection, speed table
 #   cache-hit   rebuild the full wheel into a fresh environment: fa-shim's wheel cache hit
+#   objects     what a new torch costs: the wheel cache emptied, the object cache kept, the full
+#               build again into a fresh environment (only the binding compiles), verify and the
+#               upstream test selection on that wheel
 #   auto        whatever comes next and fits in this phase's time: wait-full, full-tests,
 #               cache-hit (call it again until it prints "ALL PHASES DONE")
 #
@@ -54,7 +57,7 @@ usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d'; }
 [ $# -ge 1 ] || { usage; exit 2; }
 for phase in "$@"; do
     case $phase in
-        machine | tailored | start-full | status | stop-full | wait-full | full-tests | cache-hit | auto) ;;
+        machine | tailored | start-full | status | stop-full | wait-full | full-tests | cache-hit | objects | auto) ;;
         *) echo "unknown phase: $phase" >&2; usage; exit 2 ;;
     esac
 done
@@ -236,6 +239,7 @@ publish() {  # results.md from the sections, the logs; at most 8 files into $RES
     [ -f "$WORK/full-build.log" ] && tail -n 3000 "$WORK/full-build.log" > "$RESULTS/full-build.log"
     [ -f "$WORK/full-tests.log" ] && cp "$WORK/full-tests.log" "$RESULTS/full-tests.log"
     [ -f "$WORK/cache-hit.log" ] && cp "$WORK/cache-hit.log" "$RESULTS/cache-hit.log"
+    [ -f "$WORK/objects.log" ] && tail -n 400 "$WORK/objects.log" > "$RESULTS/objects.log"
     [ -f "$WORK/upstream-tests.txt" ] && cp "$WORK/upstream-tests.txt" "$RESULTS/upstream-tests.txt"
     "$PY" - "$WORK" "$RESULTS/speed.json" <<'EOF' || true
 import glob, json, os, sys
@@ -603,6 +607,43 @@ phase_cache_hit() {
     return "$rc"
 }
 
+phase_objects() {
+    begin objects
+    SECTION=$SECTIONS/50-objects.md
+    [ "$(cat "$WORK/full.rc" 2>/dev/null)" = 0 ] || die "no successful full build whose objects to reuse"
+    local env log=$WORK/objects.log rc=0 t settings=()
+    : > "$log"
+    rm -rf "$WORK/env-objects" "$WORK/fa-shim-cache/wheels"  # the wheel cache emptied, objects kept
+    env=$(make_env objects)
+    read -r -a settings < "$WORK/full.settings" || true
+    t=$(date +%s)
+    pip_build "$env" "$log" $(($(left) - 20)) "${settings[@]}" || rc=$?
+    local took=$(($(date +%s) - t)) served
+    served=$(grep -o 'kernel objects from the object cache.*' "$log" | tail -1 || true)
+    {
+        echo "## Object cache: the full build again, wheel cache emptied, object cache kept"
+        echo
+        echo "| step | result | seconds |"
+        echo "|---|---|---|"
+        if [ "$rc" -eq 0 ] && [ -n "$served" ]; then
+            echo "| pip install (same settings) | ok: $(grep -o '[0-9]* kernel objects from' "$log" | tail -1) the object cache; $(grep -o 'upstream build: .*' "$log" | tail -1) | $took |"
+        else
+            echo "| pip install (same settings) | FAILED: exit status $rc, ${served:-no object-cache line in the log} | $took |"
+            rc=1
+        fi
+    } > "$SECTION"
+    t=$(date +%s)
+    if fa_shim "$env" verify flash_attn >> "$log" 2>&1; then
+        md "| fa-shim verify (reused objects) | ok: $(grep '^result:' "$log" | tail -1) | $(($(date +%s) - t)) |"
+    else
+        md "| fa-shim verify (reused objects) | FAILED (objects.log) | $(($(date +%s) - t)) |"; rc=1
+    fi
+    upstream_tests "$env" full objects 30 || rc=1
+    echo "objects" > "$WORK/objects.done"
+    publish
+    return "$rc"
+}
+
 phase_auto() {
     begin auto
     local rc=0
@@ -651,6 +692,7 @@ for phase in "$@"; do
             echo "done" > "$WORK/full-tests.done"
             ;;
         cache-hit) phase_cache_hit || status=1 ;;
+        objects) phase_objects || status=1 ;;
         auto) phase_auto || status=1 ;;
     esac
 done

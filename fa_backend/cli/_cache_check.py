@@ -23,7 +23,7 @@ from packaging.utils import parse_wheel_filename
 
 from ..core import _log
 from ..core._errors import FaShimError
-from ..fleet import _entries
+from ..fleet import _entries, _objects
 from ..wheel import _record
 
 OK, FAILED = "ok", "FAILED"
@@ -37,9 +37,9 @@ class Row:
     reason: str = ""
 
 
-def _fingerprint(directory: Path) -> dict:
+def _json(path: Path) -> dict:
     try:
-        return json.loads((directory / _entries.FINGERPRINT).read_text(encoding="utf-8"))
+        return json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return {}
 
@@ -77,7 +77,7 @@ def check_entry(directory: Path, torch) -> Row:
             f" (and {len(found) - 1} more)" if len(found) > 1 else ""
         )
         return row
-    built_for = (_fingerprint(directory).get("torch") or [None])[0]
+    built_for = (_json(directory / _entries.FINGERPRINT).get("torch") or [None])[0]
     if torch is None or built_for != torch.version:
         row.result = OK
         here = f"this environment has {torch.version}" if torch else "no torch here"
@@ -90,6 +90,15 @@ def check_entry(directory: Path, torch) -> Row:
         row.reason = f"verify: {report.summary()}"
         return row
     row.result, row.reason = OK, f"hash, RECORD and verify: {report.summary()}"
+    return row
+
+
+def _object_row(directory: Path) -> Row:
+    """An object-cache entry beside the wheels (fleet/_objects): whole, its recorded bytes."""
+    why = _objects.check(directory)
+    record = _json(directory / "object.json")
+    row = Row(directory.name, f"object {record.get('source', '?')}", FAILED if why else OK)
+    row.reason = why or f"sha256 ok; built under {record.get('built_under', '?')}"
     return row
 
 
@@ -175,6 +184,7 @@ def main(action: str, root: Path, rebuild_one: bool, config: dict[str, str]) -> 
     else:
         torch = _this_torch()
         rows = [check_entry(d, torch) for d in _entries.all_entries(root)]
+        rows += [_object_row(d) for d in _objects.entries(root / "objects")]
         if not rows:
             raise FaShimError(f"{root} holds no wheel-cache entry.", fix="name a wheel cache.")
     print(render(rows))

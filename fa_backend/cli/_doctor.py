@@ -14,6 +14,7 @@ from ..core import _log
 from ..core._errors import FaShimError
 from ..flavours import _registry
 from ..flavours._interface import Flavour
+from ..fleet import _objects
 from ..pipeline import _seal
 from ..resources import PROJECT
 from ..toolchain import _jobs, _preflight
@@ -190,6 +191,12 @@ def diagnose(project: Path = PROJECT) -> DoctorReport:
     compiler_section(report, torch)
     _preflight.doctor(report, torch, nvcc)
     ninja_section(report)
+    objects = _objects.root_of(settings)
+    report.add(
+        "object cache",
+        {"on": settings.object_cache, "root": str(objects)},
+        _objects.describe(objects) if settings.object_cache else "off (-C object-cache=false)",
+    )
     report.add("seal", dataclasses.asdict(_seal.choose()), _seal.choose().describe())
     gpus = _machine_and_gpus(report, flavour, settings, torch, nvcc)
     _installed_section(report, flavour, torch, gpus)

@@ -149,6 +149,11 @@ class Flavour(abc.ABC):
         """Variables for upstream's setup.py beyond the toolchain's (e.g. its switches)."""
         return {}
 
+    def torch_free_kernels(self, plan: Plan) -> bool:
+        """Whether the CUDA sources include no torch or Python header: their objects then serve
+        every torch, Python and C++ ABI of a toolkit (fleet/_objects; checked when stored)."""
+        return False
+
     def driver_spec(self, plan: Plan, tools: Tools, source: Path) -> dict:
         """What the upstream driver does to setup.py's extensions (resources/upstream_driver):
         exclude_sources, defines, heavy_sources_first, split_sources."""

@@ -16,7 +16,7 @@ from pathlib import Path
 from ..core import _failures, _log, _scratch
 from ..core._errors import FaShimError
 from ..flavours._interface import Plan, Tools
-from ..fleet import _sccache, _stable_src, _wheel_cache
+from ..fleet import _objects, _sccache, _stable_src, _wheel_cache
 from ..settings import _settings
 from ..toolchain import (
     _compile_commands,
@@ -113,7 +113,51 @@ def prepare(plan: Plan, scratch: Path, tools: Tools | None = None) -> Prepared:
     )
     _compile_plan.apply(ninja_file, units)
     tools = dataclasses.replace(tools, jobs=units.jobs)
-    return Prepared(source, tools, ninja_file, commands, report, log, units)
+    cached = object_cache(plan, tools, source, commands)
+    return Prepared(source, tools, ninja_file, commands, report, log, units, cached)
+
+
+def object_cache(plan: Plan, tools: Tools, source: Path, commands) -> frozenset[str]:
+    """Write the object cache's spec for the launcher (fleet/_objects) where the flavour's
+    CUDA sources are torch-free; log and return the sources it serves without compiling."""
+    s = plan.settings
+    if not (s.object_cache and tools.nvcc and plan.flavour.torch_free_kernels(plan)):
+        return frozenset()
+    units = [c for c in commands if c.kind == "nvcc"]
+    cwd = source  # torch's build.ninja names absolute paths; relative ones are the setup dir's
+    host = next((c.values("-ccbin")[-1] for c in units if c.values("-ccbin")), "gcc")
+    keys = _objects.Keys(source.parent, tools.nvcc.cuda_home, str(tools.nvcc.path), host)
+    by_output = {
+        str((cwd / c.values("-o")[-1]).resolve()): {
+            "key": keys.key(c.args[1:], c.file, cwd),
+            "abi": c.last_define(_objects.ABI_DEFINE),
+        }
+        for c in units
+    }
+    root = _objects.root_of(s)
+    _objects.make_root(root, s.wheel_cache_dir)
+    spec = _objects.write_spec(
+        source.parent,
+        root,
+        by_output,
+        sorted(keys.excluded),
+        f"torch {plan.torch.version}",
+        s.wheel_cache_lock_timeout,
+        s.wheel_cache_heartbeat,
+    )
+    hits = _objects.cached(spec)
+    names = {str((cwd / c.values("-o")[-1]).resolve()): c.file.rsplit("/", 1)[-1] for c in units}
+    served = frozenset(names[o] for o in hits)
+    rest = [n for n in _estimate.build_sources(commands) if n not in served]
+    if hits:
+        under = ", ".join(sorted({r["built_under"] for r in hits.values()}))
+        _log.info(
+            f"{len(hits)} kernel objects from the object cache (built under {under}), "
+            f"compiling {', '.join(rest[:4])}{' ...' if len(rest) > 4 else ''}"
+        )
+    else:
+        _log.info(f"object cache: {len(units)} kernel objects to compile, kept in {root}")
+    return served
 
 
 def run_upstream_build(plan: Plan, prep: Prepared) -> Path:

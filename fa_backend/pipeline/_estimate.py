@@ -26,8 +26,9 @@ def build_sources(commands) -> list[str]:
     return [c.file.rsplit("/", 1)[-1] for c in commands]
 
 
-def preview(plan, tools, sources: Sequence[str], cores: int) -> Preview:
-    """The short block printed before compiling (and by doctor)."""
+def preview(plan, tools, sources: Sequence[str], cores: int, cached: int = 0) -> Preview:
+    """The short block printed before compiling (and by doctor); `cached`: the units the object
+    cache serves besides `sources` (fleet/_objects)."""
     archs = tools.archs
     machine = _schedule.Machine(
         tools.jobs, tools.nvcc_threads or 1, cores, len(archs.targets) if archs else 1
@@ -56,9 +57,10 @@ def preview(plan, tools, sources: Sequence[str], cores: int) -> Preview:
     if seconds is None:
         lines.append(f"  estimate: {plan.flavour.estimate_note(plan)}")
     else:
+        of = f"{cached} of {cached + len(sources)} units cached, " if cached else ""
         lines.append(
-            f"  estimate: {_schedule.time_range(seconds)} (a per-source cost model calibrated "
-            "on measured builds: docs/benchmarks.md)"
+            f"  estimate: {_schedule.time_range(seconds)} ({of}a per-source cost model "
+            "calibrated on measured builds: docs/benchmarks.md)"
         )
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
     if load > cores:  # others' work shares the cores: the model assumes them free

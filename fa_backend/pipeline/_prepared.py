@@ -21,6 +21,7 @@ class Prepared:
     report: dict  # the upstream driver's (resources/upstream_driver)
     log: Path
     compile_plan: CompilePlan | None = None  # order and pools (None: the jobs alone)
+    cached: frozenset[str] = frozenset()  # sources the object cache serves (no compile)
 
     @property
     def stats_file(self) -> Path:

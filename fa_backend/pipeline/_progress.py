@@ -232,8 +232,11 @@ def watching(plan, prep) -> Iterator[None]:
     """Around the compile of a prepared build: the estimate block, then progress."""
     display = Display(plan.settings.progress, prep.log)
     try:
-        sources = _estimate.build_sources(prep.commands)
-        preview = _estimate.preview(plan, prep.tools, sources, _jobs.available_cores())
+        every = _estimate.build_sources(prep.commands)
+        sources = [s for s in every if s not in prep.cached]
+        preview = _estimate.preview(
+            plan, prep.tools, sources, _jobs.available_cores(), len(every) - len(sources)
+        )
         for line in preview.lines:
             display.line(line)
         with Monitor(display, sources, prep.stats_file, preview.machine, preview.cost):

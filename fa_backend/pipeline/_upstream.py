@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from ..core import _failures, _log
 from ..core._errors import FaShimError
 from ..fleet import _sccache
-from ..resources import DRIVER, LAUNCHER
+from ..resources import DRIVER, LAUNCHER, object_cache
 from ..resources.upstream_driver import BLOCKED_EXIT
 from ..toolchain import _compilers
 from . import _reproducible, _runner, _seal, _stats
@@ -82,6 +82,7 @@ def environment(plan: Plan, tools: Tools, scratch: Path, jobs: int | None) -> di
     if tools.nvcc_threads:
         env["NVCC_THREADS"] = str(tools.nvcc_threads)
     env[_reproducible.KEEP_ENV] = "1"  # nvcc's files under fixed names (launcher)
+    env[object_cache.SPEC_ENV] = str(scratch / object_cache.SPEC_NAME)  # used where it exists
     if tools.nvcc and _compilers.nvcc_takes_random_seed(tools.nvcc.path):
         env[_reproducible.SEED_ENV] = "1"  # a random seed per source file (launcher)
     return env
@@ -109,6 +110,8 @@ def run_setup(
         "report": str(report_path),
         "abi": plan.torch.abi,
         "cxx_std": plan.torch.cxx_std,
+        # torch-free CUDA sources compile by their own -std: their objects serve every torch
+        "nvcc_own_std": plan.flavour.torch_free_kernels(plan),
         "extra_sys_path": plan.torch.extra_sys_path,
         **plan.flavour.driver_spec(plan, tools, source),
         **(schedule or {}),

@@ -21,6 +21,7 @@ import time
 PROBE_ENV = "_FA_SHIM_PROBE"  # set by fa-shim's preflight (_preflight.py)
 KEEP_ENV = "_FA_SHIM_NVCC_KEEP"  # set for the upstream build (pipeline/_reproducible.py)
 SEED_ENV = "_FA_SHIM_NVCC_SEED"  # set where nvcc takes --frandom-seed (pipeline/_reproducible.py)
+OBJECTS_ENV = "_FA_SHIM_OBJECTS"  # the object cache's spec, where it exists (fleet/_objects.py)
 
 
 def _source(args):
@@ -56,6 +57,20 @@ def started_file(stats_file):
     return type(stats_file)(str(stats_file) + ".started")
 
 
+def _compile(command):
+    """Compile, or serve a torch-free kernel object from the object cache (object_cache.py, which
+    needs fa-shim's own modules: this script's package, first on the path)."""
+    spec = os.environ.get(OBJECTS_ENV)
+    if not (spec and os.path.isfile(spec) and _source(command).endswith(".cu")):
+        return subprocess.call(command), False
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    from pathlib import Path
+
+    from fa_backend.resources import object_cache
+
+    return object_cache.serve(Path(spec), command, lambda: subprocess.call(command))
+
+
 def main():
     stats_file, command = sys.argv[1], sys.argv[2:]
     if os.environ.get(PROBE_ENV) and os.path.basename(command[0]).startswith(("ccache", "sccache")):
@@ -70,7 +85,7 @@ def main():
         with open(started_file(stats_file), "a") as f:
             f.write(json.dumps({"source": _source(command), "started": round(started, 2)}) + "\n")
     try:
-        code = subprocess.call(command)
+        code, cached = _compile(command)
     finally:
         if kept:
             shutil.rmtree(kept, ignore_errors=True)
@@ -82,6 +97,7 @@ def main():
         "started": round(started, 2),  # wall clock: the compile phase's span, across jobs
         "peak_rss_mib": peak_kib // 1024,
         "exit": code,
+        "cached": cached,  # served by the object cache: no compile
     }
     with open(stats_file, "a") as f:  # one short O_APPEND write per TU: safe across jobs
         f.write(json.dumps(record) + "\n")

@@ -177,7 +177,9 @@ def _inject(ext):
     injected = {}
     for key in ("cxx", "nvcc"):
         flags = args.get(key, [])
-        stds = [n for n in map(_std_number, flags) if n] + [int(SPEC["cxx_std"][3:])]
+        stds = [n for n in map(_std_number, flags) if n]
+        if not (key == "nvcc" and stds and SPEC.get("nvcc_own_std")):
+            stds.append(int(SPEC["cxx_std"][3:]))  # torch's headers need torch's standard
         added = [
             *SPEC.get("defines", []),
             f"-std=c++{max(stds)}",

@@ -104,6 +104,13 @@ class Settings:
     wheel_cache: bool = _setting(
         True, "bool", "Reuse a finished wheel whose full fingerprint matches (see wheel-cache-dir)."
     )
+    object_cache: bool = _setting(
+        True,
+        "bool",
+        "Keep each torch-free kernel object by the inputs that make it, and link it into the "
+        "next build with the same toolkit, whatever its torch, Python or C++ ABI (kept in "
+        "<wheel-cache-dir>/objects, else <cache-dir>/objects).",
+    )
     wheel_cache_dir: Path | None = _setting(
         None,
         "path",

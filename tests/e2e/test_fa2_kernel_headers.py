@@ -1,26 +1,26 @@
-"""FA2's kernel sources include only the torch struct they use (vendored 40-kernel-headers.patch:
-flash.h takes at::PhiloxCudaState from ATen/cuda/PhiloxCudaState.h, not from
-ATen/cuda/CUDAGeneratorImpl.h, whose ATen/Context.h every kernel source parsed): the build reads
-fewer headers and compiles the same machine code. The real nvcc 13.0 for sm_80, the CUDA 13.0
-torch 2.11 venv, the build's own command line (`python -m fa_backend prepare`).
+"""FA2's kernel sources include no torch, c10 or Python header (vendored 40-kernel-headers.patch,
+then 50-torch-free-kernels.patch: a local Philox state and unpack, c10's two CUDA checks reporting
+through flash_api.cpp), and compile the same machine code as upstream's. The real nvcc 13.0 for
+sm_80, the CUDA 13.0 torch 2.11 venv, the build's own command line (`python -m fa_backend
+prepare`).
 
-One kernel source of the smallest set (head dim 32, bf16, forward only, the five DISABLE
-switches) is compiled to a cubin twice: in the prepared tree, and in a copy of it holding
-upstream's flash.h; every kernel's machine code is the same, byte for byte. The time it saves is
-a benchmark (docs/benchmarks.md), not asserted here. About 2 CPU-minutes."""
+One forward and one backward kernel source (head dim 32, bf16, the five DISABLE switches) are
+compiled to cubins twice: in the prepared tree, and in a copy of it with the two patches reversed
+(upstream's headers, everything else as built); every kernel's machine code is the same, byte for
+byte. The kernel sources' objects then depend on no torch: the object cache (fleet/_objects)
+serves them to every torch of the toolkit. About 5 CPU-minutes."""
 
 from __future__ import annotations
 
 import shutil
 import subprocess
-import tarfile
 from pathlib import Path
 
 import pytest
-from conftest import SHARED_SDISTS, prepared_set
+from conftest import SHARED_SDISTS, prepared_set, run
 from kernel_symbols import command_for, compile_all, cubin_command, kernel_code
 
-from fa_backend.flavours.fa2 import _tu_parts
+from fa_backend.flavours.fa2 import _releases, _tu_parts
 
 pytestmark = [pytest.mark.slow, pytest.mark.realbuild]
 
@@ -33,7 +33,9 @@ SET = {
     "tu-parts": "1",
     "compiler-cache": "none",
 }
-SOURCE = "flash_fwd_hdim32_bf16_sm80.cu"
+SOURCE = "flash_fwd_hdim32_bf16_sm80.cu"  # the set's, whose build command compiles both
+SOURCES = (SOURCE, "flash_bwd_hdim32_bf16_causal_sm80.cu")
+TORCH_FREE = ("40-kernel-headers.patch", "50-torch-free-kernels.patch")
 
 
 @pytest.fixture(scope="module")
@@ -44,14 +46,17 @@ def prepared(torch211_python, tmp_path_factory) -> dict:
 
 @pytest.fixture(scope="module")
 def kernel_dirs(prepared, tmp_path_factory) -> dict[str, Path]:
-    """The prepared kernel directory, and a copy of it with upstream's flash.h."""
+    """The prepared kernel directory, and a copy of its tree with the two patches reversed."""
     patched = Path(prepared["source"]) / _tu_parts.KERNEL_DIR
-    upstream = tmp_path_factory.mktemp("upstream-headers") / "src"
-    shutil.copytree(patched, upstream)
-    with tarfile.open(SHARED_SDISTS / "flash_attn-2.8.3.tar.gz") as tar:
-        flash_h = tar.extractfile("flash_attn-2.8.3/csrc/flash_attn/src/flash.h")
-        (upstream / "flash.h").write_bytes(flash_h.read())
-    assert (upstream / "flash.h").read_bytes() != (patched / "flash.h").read_bytes()
+    root = tmp_path_factory.mktemp("upstream-headers")
+    shutil.copytree(patched.parent, root / "csrc" / "flash_attn")
+    version = prepared["provenance"]["flash_attn_version"]
+    patches = [p for p in _releases.patches(version) if p.name in TORCH_FREE]
+    assert [p.name for p in patches] == list(TORCH_FREE)
+    for patch in reversed(patches):
+        run(["patch", "-R", "-p1", "--batch", "--fuzz=0", "-i", patch.path], cwd=root)
+    upstream = root / _tu_parts.KERNEL_DIR
+    assert not (upstream / "fa_shim_torch_free.h").exists()
     return {"patched": patched, "upstream": upstream}
 
 
@@ -60,24 +65,27 @@ def _command(prepared) -> list[str]:
 
 
 def test_the_kernels_machine_code_is_upstreams(prepared, kernel_dirs, tmp_path):
-    cubins = {name: tmp_path / f"{name}.cubin" for name in kernel_dirs}
+    cubins = {(n, s): tmp_path / f"{n}-{s}.cubin" for n in kernel_dirs for s in SOURCES}
     compile_all(
-        [cubin_command(_command(prepared), d / SOURCE, cubins[n]) for n, d in kernel_dirs.items()]
+        [cubin_command(_command(prepared), kernel_dirs[n] / s, c) for (n, s), c in cubins.items()]
     )
-    patched, upstream = kernel_code(cubins["patched"]), kernel_code(cubins["upstream"])
-    assert len(upstream) >= 2, sorted(upstream)  # the source's kernels, found by name
-    assert sorted(patched) == sorted(upstream)
-    assert all(patched[k] == upstream[k] for k in upstream)
+    for source in SOURCES:
+        patched = kernel_code(cubins["patched", source])
+        upstream = kernel_code(cubins["upstream", source])
+        assert len(upstream) >= 2, sorted(upstream)  # the source's kernels, found by name
+        assert sorted(patched) == sorted(upstream)
+        assert all(patched[k] == upstream[k] for k in upstream), source
 
 
-def test_the_kernel_sources_no_longer_read_aten_context(prepared, kernel_dirs, tmp_path):
+def test_the_kernel_sources_read_no_torch_or_python_header(prepared, kernel_dirs, tmp_path):
     """nvcc -M lists the headers a compile reads."""
-    headers = {}
+    torch_dir = Path(prepared["provenance"]["torch"]["path"]).resolve()
+    read = {}
     for name, kernel_dir in kernel_dirs.items():
-        args = command_for(_command(prepared), kernel_dir / SOURCE, tmp_path / "x.o")
+        args = command_for(_command(prepared), kernel_dir / SOURCES[1], tmp_path / "x.o")
         i = args.index("-o")
         args = [a for a in args[:i] + args[i + 2 :] if a != "-c"] + ["-M"]
-        headers[name] = subprocess.run(args, capture_output=True, text=True, check=True).stdout
-    assert "ATen/Context.h" in headers["upstream"]
-    assert "ATen/Context.h" not in headers["patched"]
-    assert "ATen/cuda/PhiloxCudaState.h" in headers["patched"]
+        out = subprocess.run(args, capture_output=True, text=True, check=True).stdout
+        read[name] = [Path(p).resolve() for p in out.replace("\\\n", " ").split()[1:]]
+    assert any(torch_dir in p.parents for p in read["upstream"])
+    assert not [p for p in read["patched"] if torch_dir in p.parents or p.name == "Python.h"]

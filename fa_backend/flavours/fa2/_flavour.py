@@ -109,6 +109,10 @@ class Fa2(Flavour):
         _tu_parts.write(source / _tu_parts.KERNEL_DIR, tools.shape.get(PARTS, 1))
         return source
 
+    def torch_free_kernels(self, plan: Plan) -> bool:
+        # the vendored patch that takes torch out of the kernel sources
+        return any(p.name == "50-torch-free-kernels.patch" for p in plan.patches)
+
     def driver_spec(self, plan: Plan, tools: Tools, source: Path) -> dict:
         tailoring = plan.source.tailoring
         return {

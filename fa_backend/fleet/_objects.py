@@ -1,0 +1,182 @@
+"""The object cache: each torch-free kernel object kept under the inputs that make it, so that a
+build for another torch, Python or C++ ABI with the same toolkit compiles only the binding.
+
+A flavour whose CUDA sources include no torch or Python header (`Flavour.torch_free_kernels`)
+has its nvcc units served from here. A unit's key (`keys`) is one list of inputs:
+
+- the bytes of every file under the build tree's include directories and of the source itself
+  (the patched tree as the compiler can read it; paths relative to the tree);
+- the nvcc command line, less what names this build's directories (output, depfile, the tree's
+  root) and less what only torch's or Python's headers read: their include directories and
+  torch's extension defines (`_TORCH_ONLY`), which the patched sources never test;
+- nvcc's and the host compiler's `--version`.
+
+Nothing is trusted that was not checked: a unit is stored only when its depfile shows that it
+read no file under the dropped include directories (else the key would miss an input), and a hit
+is served only when its object's sha256 is the one recorded. Layout, beside the team's wheels
+when a wheel cache is shared (else under fa-shim's cache directory):
+
+    <root>/<key>/object.o, object.json   an entry: whole (renamed into place) or absent
+    <root>/.locks/<key>.lock             one compile per key on any host (core/_hostlock)
+
+The launcher serves each unit (resources/object_cache.serve); the pipeline writes the
+spec it reads (`write_spec`) and reports what is cached before compiling.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+from collections.abc import Sequence
+from pathlib import Path
+
+from ..core._digest import sha256_of
+from ..resources import object_cache
+from ..resources.object_cache import SPEC_NAME, under
+from . import _shared_dirs
+
+FORMAT = 1
+# defines torch's cpp_extension adds that only torch's and pybind11's headers read, and the C++
+# ABI's, which the launcher keeps in an entry's name unless the object shows it needs none
+ABI_DEFINE = "-D_GLIBCXX_USE_CXX11_ABI="
+_TORCH_ONLY = (
+    ABI_DEFINE,
+    "-DTORCH_EXTENSION_NAME=",
+    "-DTORCH_API_INCLUDE_EXTENSION_H",
+    "-DPYBIND11_COMPILER_TYPE=",
+    "-DPYBIND11_STDLIB=",
+    "-DPYBIND11_BUILD_ABI=",
+)
+# flags whose value names this build's files or its parallelism, not what is compiled
+_VALUED = {"-o", "--output-file", "--dependency-output", "-MF", "-ccbin", "--compiler-bindir"}
+_VALUED |= {"--threads", "-t"}
+_ALONE = {"--generate-dependencies-with-compile", "-MD", "-MMD"}
+# fa-shim's own path maps (pipeline/_reproducible): they name this build's directories
+_PATH_MAPS = tuple(f"-Xcompiler=-f{m}-prefix-map=" for m in ("file", "debug", "macro"))
+
+
+def root_of(settings) -> Path:
+    """Beside the team's wheels when a wheel cache directory is given, else fa-shim's cache."""
+    if settings.wheel_cache_dir:
+        return settings.wheel_cache_dir / "objects"
+    return settings.resolved_cache_dir / "objects"
+
+
+def _version(program: str) -> str:
+    try:
+        done = subprocess.run([program, "--version"], capture_output=True, text=True, check=False)
+    except OSError as exc:
+        return f"unavailable: {exc}"
+    return done.stdout.strip()
+
+
+class Keys:
+    """Each torch-free unit's key; `excluded` collects the include directories outside the tree
+    and the toolkit (torch's, Python's, a venv's) that no stored unit may have read."""
+
+    def __init__(self, tree: Path, toolkit: Path, nvcc: str, host: str):
+        self.tree, self.toolkit = tree.resolve(), toolkit.resolve()
+        self.tools = {"nvcc": _version(nvcc), "host": _version(host)}
+        self.excluded: set[Path] = set()
+        self._hashes: dict[Path, str] = {}
+
+    def _dir_hash(self, directory: Path) -> str:
+        if directory not in self._hashes:
+            digest = hashlib.sha256()
+            for path in sorted(p for p in directory.rglob("*") if p.is_file()):
+                digest.update(f"{path.relative_to(self.tree)}\0".encode())
+                digest.update(sha256_of(path).encode())
+            self._hashes[directory] = digest.hexdigest()
+        return self._hashes[directory]
+
+    def _relative(self, arg: str) -> str:
+        return arg.replace(str(self.tree), ".")
+
+    def key(self, args: Sequence[str], source: str, cwd: Path) -> str:
+        """args: the command after the compiler; source: the unit's source path."""
+        kept, in_tree, words = [], set(), iter(args)
+        for a in words:
+            if a in _VALUED:
+                next(words, None)
+                continue
+            given = next(words, "") if a in ("-I", "-isystem") else None
+            given = a[2:] if given is None and a.startswith("-I") else given
+            if given is not None:
+                directory = (cwd / given).resolve()
+                if under(directory, [self.tree]):
+                    in_tree.add(directory)
+                    kept.append(f"-I{self._relative(str(directory))}")
+                elif not under(directory, [self.toolkit]):  # nvcc's version stands for it
+                    self.excluded.add(directory)
+            elif not (a in _ALONE or a.startswith(_TORCH_ONLY + _PATH_MAPS) or a == source):
+                kept.append(self._relative(a))
+        src = (cwd / source).resolve()
+        facts = {
+            "format": FORMAT,
+            "source": str(src.relative_to(self.tree)) if under(src, [self.tree]) else source,
+            "source_sha256": sha256_of(src),
+            "tree": {str(d.relative_to(self.tree)): self._dir_hash(d) for d in sorted(in_tree)},
+            "args": kept,
+            **self.tools,
+        }
+        return hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()[:32]
+
+
+def make_root(root: Path, team_root: Path | None) -> None:
+    """The root and its locks' directory, open to a team as its wheel cache is (_shared_dirs)."""
+    _shared_dirs.make(root, team_root or root)
+    _shared_dirs.make(root / ".locks", team_root or root)
+
+
+def write_spec(
+    scratch: Path,
+    root: Path,
+    units: dict[str, str],
+    excluded: Sequence[Path],
+    built_under: str,
+    lock_timeout: float,
+    heartbeat: float,
+) -> Path:
+    """What the launcher reads: the cache root, each unit's key by output, the include
+    directories a stored unit must not have read, and what the build runs under."""
+    spec = {
+        "root": str(root),
+        "units": units,
+        "excluded": [str(p) for p in excluded],
+        "built_under": built_under,
+        "lock_timeout": lock_timeout,
+        "heartbeat": heartbeat,
+    }
+    path = scratch / SPEC_NAME
+    path.write_text(json.dumps(spec, indent=1))
+    return path
+
+
+def cached(spec_path: Path) -> dict[str, dict]:
+    """The spec's units that are cached now: their records by output path."""
+    spec = json.loads(spec_path.read_text())
+    root = Path(spec["root"])
+    found = {out: object_cache.find(root, unit) for out, unit in spec["units"].items()}
+    return {out: hit[1] for out, hit in found.items() if hit}
+
+
+def entries(root: Path) -> list[Path]:
+    """The entry directories (being written and replaced ones start with a dot)."""
+    if not root.is_dir():
+        return []
+    return sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
+
+
+def describe(root: Path) -> str:
+    """One line for doctor: where the objects are and how much they hold."""
+    found = entries(root)
+    size = sum(p.stat().st_size for e in found for p in e.iterdir() if p.is_file())
+    return f"{len(found)} kernel object(s), {size / 2**20:.0f} MiB, in {root}"
+
+
+def check(directory: Path) -> str | None:
+    """Why an entry would not be served (None: it would be), for `cache check`."""
+    if object_cache.lookup(directory.parent, directory.name) is None:
+        return "incomplete or not the object it recorded (a build compiles it again)"
+    return None

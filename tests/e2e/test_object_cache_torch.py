@@ -1,0 +1,82 @@
+"""A new torch compiles only the binding: the kernel objects the quick start compiled under torch
+2.11.0+cu130 (conftest's `quick_start`, the suite's one real build of upstream's forward kernels)
+serve a build of the same set under torch 2.14.1+cu130 (C++20 headers, another Python
+environment) from the object cache, with the same nvcc. The second build compiles flash_api.cpp
+alone, and its wheel verifies and imports under 2.14.1. About 2 minutes on 2 cores (the binding
+under torch 2.14.1's headers)."""
+
+from __future__ import annotations
+
+import glob
+import json
+from pathlib import Path
+
+import pytest
+from conftest import QUICK_START_SET, REPO, SHARED_SDISTS, clean_env, overlay_venv, run
+from packaging.version import Version
+
+pytestmark = [pytest.mark.realbuild, pytest.mark.slow, pytest.mark.cuda_torch]
+
+KERNEL_SET = "hdim128.bf16.fwd.nodropout.noalibi.nosoftcap.nolocal.nounevenk"
+
+
+@pytest.fixture(scope="module")
+def rebuilt(quick_start, torch2141_python, tmp_path_factory) -> dict:
+    if quick_start.proc.returncode:
+        pytest.fail(
+            f"the quick start's build failed: see test_quickstart\n{quick_start.proc.stderr}"
+        )
+    tmp = tmp_path_factory.mktemp("object-cache-torch")
+    xdg = quick_start.tmp / "xdg-cache"  # the quick start's fa-shim caches: its object cache
+    env = clean_env(
+        **QUICK_START_SET, FA_SHIM_SDIST_DIR=str(SHARED_SDISTS), XDG_CACHE_HOME=str(xdg)
+    )
+    env["PIP_NO_CACHE_DIR"] = "1"
+    proc = run(
+        [
+            torch2141_python, "-m", "pip", "wheel", "-v", "--no-build-isolation", "--no-deps",
+            "--no-index", "-w", tmp / "dist", REPO,
+        ],
+        env=env,
+        cwd=tmp,
+    )  # fmt: skip
+    (wheel,) = (tmp / "dist").glob("*.whl")
+    objects = [
+        json.loads(p.read_text()) for p in (xdg / "fa-shim" / "objects").glob("*/object.json")
+    ]
+    return {"log": proc.stdout + proc.stderr, "wheel": wheel, "objects": objects, "tmp": tmp}
+
+
+def test_the_new_torch_compiles_only_the_binding(rebuilt):
+    log, objects = rebuilt["log"], rebuilt["objects"]
+    # 4 forward sources, each as 2 parts and its dispatch part, all kept by the first build
+    assert len(objects) == 12 and {o["built_under"] for o in objects} == {"torch 2.11.0+cu130"}
+    assert (
+        "12 kernel objects from the object cache (built under torch 2.11.0+cu130), "
+        "compiling flash_api.cpp\n" in log.replace("fa-shim: ", "").replace("  ", "")
+    ), log[-4000:]
+    assert "about to compile 1 source(s)" in log and "12 of 13 units cached" in log
+
+
+@pytest.mark.cell(
+    flavour="FA2 2.8.3.post2",
+    torch="2.14.1+cu130",
+    nvcc="13.0 (the kernels from the object cache, compiled under 2.11.0+cu130)",
+    abi="TRUE",
+    stage="compiled",
+)
+def test_its_wheel_verifies_and_imports_under_the_new_torch(rebuilt, torch2141_python):
+    python, site = overlay_venv(torch2141_python, rebuilt["tmp"] / "venv")
+    run([python, "-m", "pip", "install", "-q", "--no-deps", "--no-index", rebuilt["wheel"]])
+    verify = run([python, "-m", "fa_backend", "verify", "flash_attn"], cwd=REPO, env=clean_env())
+    assert "result: OK" in verify.stdout, verify.stdout
+    code = (
+        "import importlib.metadata as m, flash_attn, flash_attn_2_cuda, torch; "
+        "print(m.version('flash-attn'), torch.__version__)"
+    )
+    out = run([python, "-c", code], cwd=rebuilt["tmp"], env=clean_env()).stdout
+    flash_attn_version, torch_version = out.split()[-2:]
+    label = f"cu130torch2.14cxx11abiTRUE.{KERNEL_SET}"
+    assert Version(flash_attn_version) == Version(f"2.8.3.post2+{label}"), out
+    assert torch_version == "2.14.1+cu130", out
+    assert glob.glob(str(Path(site) / "flash_attn_2_cuda*.so"))
