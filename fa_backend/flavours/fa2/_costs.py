@@ -9,6 +9,7 @@ model's predictions with every recorded build (schedule/_schedule schedules the 
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from collections.abc import Callable, Sequence
 
@@ -169,28 +170,30 @@ def best_split(
     ranked = sorted(cut_sources(kernels, 0), key=lambda k: (-seconds[k], k))
     others = [t for k, t in seconds.items() if k not in set(ranked)]
     whole = [seconds[k] for k in ranked]
-    part_seconds = {  # part 0, then n parts alike
-        n: [
-            [cost(p0), *[cost(p1)] * n]
-            for k in ranked
-            for p0, p1 in [_tu_parts.part_names(k, n)[:2]]
-        ]
-        for n in range(2, _tu_parts.MAX_PARTS + 1)
-    }
+
+    def in_parts(k: str, n: int) -> list[float]:  # part 0, then n parts that cost alike
+        part0, part1 = _tu_parts.part_names(k, n)[:2]
+        return [cost(part0), *[cost(part1)] * n]
+
+    part_seconds = {n: [in_parts(k, n) for k in ranked] for n in range(2, _tu_parts.MAX_PARTS + 1)}
 
     def predicted(n: int, count: int) -> float:  # the `count` longest in n parts
         cut = [t for times in part_seconds[n][:count] for t in times]
         return _schedule.makespan(others + whole[count:] + cut, jobs)
 
-    best, _, n, count = min(
-        (predicted(n, count), count * n, n, count)
-        for n in range(2, _tu_parts.MAX_PARTS + 1)
-        for count in range(1, len(ranked) + 1)
-    )
+    best = (math.inf, 0, 0, 0)
+    for n in range(2, _tu_parts.MAX_PARTS + 1):
+        work = sum(seconds.values())
+        for count in range(1, len(ranked) + 1):
+            work += sum(part_seconds[n][count - 1]) - whole[count - 1]
+            if work / jobs >= best[0]:
+                break  # each source cut adds work: no later count ends sooner
+            best = min(best, (predicted(n, count), count * n, n, count))
+    best_seconds, _, n, count = best
     chosen = (
         predicted(parts, len(ranked)) if parts > 1 else _schedule.makespan(seconds.values(), jobs)
     )
-    if best * NEAR_TIE >= chosen:
+    if best_seconds * NEAR_TIE >= chosen:
         return parts, 0
     return n, len(ranked) - count
 

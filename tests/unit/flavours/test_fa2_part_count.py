@@ -97,9 +97,9 @@ def test_the_full_set_cuts_its_longest_sources_only_where_cores_outnumber_the_wo
     assert _costs.best_split(None, 32, 32, FULL, True, 0) == (1, 0)
     recorded = {r["source"]: float(r["seconds"]) for r in _stats.compiled(RUN3)}
     assert sorted(recorded) == sorted([*FULL, "flash_api.cpp"])
-    ends = {}
+    ends, chosen = {}, {}
     for cores in (64, 128):
-        parts, whole = _costs.best_split(None, cores, cores, FULL, True, 0)
+        parts, whole = chosen[cores] = _costs.best_split(None, cores, cores, FULL, True, 0)
         cut = _costs.cut_sources(FULL, whole)
         assert parts > 1 and 0 < len(cut) < 72
         # the ones cut are the model's longest: every source left whole is shorter
@@ -108,7 +108,7 @@ def test_the_full_set_cuts_its_longest_sources_only_where_cores_outnumber_the_wo
         )
         assert "flash_fwd_split_hdim64_fp16_sm80.cu" in cut  # run3's longest, 400 s
         ends[cores] = _replayed(_units(parts, whole), recorded, cores)
-    assert _costs.best_split(None, 64, 64, FULL, True, 0) == (4, 64)  # 8 sources (docs)
+    assert chosen[64] == (4, 64)  # 8 sources in 4 parts (docs/kernel-sets.md)
     # unsplit, 64 jobs wait for the longest recorded source; cut, they end over 10 % sooner
     assert _replayed(_units(1, 0), recorded, 64) == max(recorded.values())
     assert ends[64] < 0.9 * max(recorded.values())
@@ -128,21 +128,20 @@ def test_a_tailored_set_splits_every_source_and_the_setting_decides():
 def test_the_sources_cut_are_the_ones_the_build_lays_out(tmp_path):
     plan = fa2_plan(SHARED_SDISTS, "2.8.3")
     sizing = plan.flavour.sizing(plan, None, 64, 503 * GIB)
-    parts, whole = sizing.shape["tu_parts"], sizing.shape["tu_parts_whole"]
-    assert (parts, whole) == _costs.best_split(None, 64, 64, FULL, True, 0)
-    tools = Tools(None, None, sizing.jobs, sizing.threads, None, sizing.shape)
-    planned = plan.flavour.planned_sources(plan, tools)
-    assert sorted(planned) == sorted(_units(parts, whole))
-    assert sizing.jobs == 64  # the units outnumber the cores
-    assert plan.flavour.shape_note(sizing.shape) == (
-        f"each kernel source but the {whole} shortest in {parts} parts"
+    assert (sizing.jobs, sizing.shape) == (64, {"tu_parts": 4, "tu_parts_whole": 64})
+    assert (
+        plan.flavour.shape_note(sizing.shape) == "each kernel source but the 64 shortest in 4 parts"
     )
-    # the kernel directory's part files: only the cut sources, each with all its parts
-    kernel_dir = tmp_path
+    tools = Tools(None, None, sizing.jobs, sizing.threads, None, sizing.shape)
+    planned = plan.flavour.planned_sources(plan, tools)  # the estimate's units
+    assert sorted(planned) == sorted(_units(4, 64))
+    # what the upstream driver compiles instead of each source, from the kernel directory
+    kernel_dir = tmp_path / _tu_parts.KERNEL_DIR
+    kernel_dir.mkdir(parents=True)
     for name in FULL:
         (kernel_dir / name).write_text("")
-    split = _tu_parts.write(kernel_dir, parts, _costs.cut_sources(FULL, whole))
-    assert sorted(split) == sorted(_costs.cut_sources(FULL, whole))
-    assert sorted(p.name for p in kernel_dir.glob("*.part*of*.cu")) == sorted(
+    split = plan.flavour.driver_spec(plan, tools, tmp_path)["split_sources"]
+    assert sorted(split) == sorted(_costs.cut_sources(FULL, 64))
+    assert sorted(p for parts in split.values() for p in parts) == sorted(
         n for n in planned if ".part" in n
     )
