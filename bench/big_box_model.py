@@ -3,7 +3,7 @@
 model (schedule/_schedule: ninja's start order replayed), before and after the plan changes.
 A model, never a measurement: bench/big_box_device.sh times the real builds.
 
-    python bench/big_box_model.py        # a few minutes on the 2-core box (the order searches)
+    python bench/big_box_model.py        # under a minute on the 2-core box (the order searches)
 
 FA2 (2.8.3, sm_90, one arch, one job per core): each unit's one-core time is run3's record
 (bench/results/2026-11-22-h100/run3, 16 jobs on 16 busy cores), a part's the cost model's share
