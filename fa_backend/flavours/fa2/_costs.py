@@ -9,6 +9,7 @@ model's predictions with every recorded build (schedule/_schedule schedules the 
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from collections.abc import Callable, Sequence
 
@@ -139,15 +140,74 @@ def best_parts(
     return rule if keep_rule else best
 
 
-def planned_sources(source, tu_parts: int) -> list[str] | None:
+def cut_sources(kernels: Sequence[str], whole: int) -> frozenset[str]:
+    """The splittable sources of these that are compiled in parts: all but the `whole` the
+    model says take least time (ties by name). The DISABLE switches scale every source alike,
+    so the ranking is the same for every set of switches."""
+    ranked = sorted(
+        (k for k in kernels if _tu_parts.splittable(k)), key=lambda k: (-source_seconds(k), k)
+    )
+    return frozenset(ranked[: max(0, len(ranked) - whole)])
+
+
+def best_split(
+    setting: int | None, jobs: int, cores: int, kernels, patched: bool, disabled: int
+) -> tuple[int, int]:
+    """(parts, how many splittable sources stay whole, the shortest). A set with idle jobs for
+    every source (tailored) takes best_parts' count for each. A larger one whose longest unit
+    outlasts the work per job (more cores than the work keeps busy: the full set on 64 cores)
+    cuts its longest sources: the parts and the number of them the model finds fastest, where
+    that gains more than NEAR_TIE over best_parts' count."""
+    parts = best_parts(setting, jobs, cores, kernels, patched, disabled)
+    if setting is not None or not patched or not kernels:
+        return parts, 0
+    if _tu_parts.choose(None, jobs, kernels, patched) > 1:
+        return parts, 0  # idle jobs for every source: tailored sets split them all
+    cost = model(disabled)
+    seconds = {k: cost(k) for k in [*kernels, "flash_api.cpp"]}
+    if max(seconds.values()) <= sum(seconds.values()) / jobs:
+        return parts, 0  # every job stays busy past the longest unit: parts add work, not speed
+    ranked = sorted(cut_sources(kernels, 0), key=lambda k: (-seconds[k], k))
+    others = [t for k, t in seconds.items() if k not in set(ranked)]
+    whole = [seconds[k] for k in ranked]
+
+    def in_parts(k: str, n: int) -> list[float]:  # part 0, then n parts that cost alike
+        part0, part1 = _tu_parts.part_names(k, n)[:2]
+        return [cost(part0), *[cost(part1)] * n]
+
+    part_seconds = {n: [in_parts(k, n) for k in ranked] for n in range(2, _tu_parts.MAX_PARTS + 1)}
+
+    def predicted(n: int, count: int) -> float:  # the `count` longest in n parts
+        cut = [t for times in part_seconds[n][:count] for t in times]
+        return _schedule.makespan(others + whole[count:] + cut, jobs)
+
+    best = (math.inf, 0, 0, 0)
+    for n in range(2, _tu_parts.MAX_PARTS + 1):
+        work = sum(seconds.values())
+        for count in range(1, len(ranked) + 1):
+            work += sum(part_seconds[n][count - 1]) - whole[count - 1]
+            if work / jobs >= best[0]:
+                break  # each source cut adds work: no later count ends sooner
+            best = min(best, (predicted(n, count), count * n, n, count))
+    best_seconds, _, n, count = best
+    chosen = (
+        predicted(parts, len(ranked)) if parts > 1 else _schedule.makespan(seconds.values(), jobs)
+    )
+    if best_seconds * NEAR_TIE >= chosen:
+        return parts, 0
+    return n, len(ranked) - count
+
+
+def planned_sources(source, tu_parts: int, whole: int = 0) -> list[str] | None:
     """The sources a build of this FA2 source would compile, before anything is extracted: the
-    kernel set's sources cut into parts as the build would, plus flash_api.cpp; None for a
-    version whose kernel layout fa-shim does not know."""
+    kernel set's sources cut into parts as the build would (all but the `whole` shortest), plus
+    flash_api.cpp; None for a version whose kernel layout fa-shim does not know."""
     release = _releases.release(source.sdist.version)
     if not release.kernels:
         return None
     kernels = sorted(_kernels.expected_kernels(source.tailoring, source.sdist.version))
-    return [*_tu_parts.split_names(kernels, tu_parts), "flash_api.cpp"]
+    cut = cut_sources(kernels, whole)
+    return [*_tu_parts.split_names(kernels, tu_parts, cut), "flash_api.cpp"]
 
 
 def _one_arch(plan, machine: _schedule.Machine, n_sources: int) -> _schedule.Machine:
@@ -182,7 +242,7 @@ def faster_options(
             tailored = _kernels.tailoring(settings, source.sdist.version)
             kernels = sorted(_kernels.expected_kernels(tailored, source.sdist.version))
             # another set: the parts the model finds fastest for its idle jobs
-            parts = best_parts(
+            parts, whole = best_split(
                 settings.tu_parts,
                 tools.jobs,
                 machine.cores,
@@ -190,7 +250,7 @@ def faster_options(
                 release.tu_parts,
                 len(tailored.disabled),
             )
-            alt = planned_sources(dataclasses.replace(source, tailoring=tailored), parts)
+            alt = planned_sources(dataclasses.replace(source, tailoring=tailored), parts, whole)
             options.append(
                 (
                     _schedule.predict(alt or sources, machine, cost),

@@ -30,7 +30,9 @@ class Fa2Source:
         return _releases.release(self.sdist.version)
 
 
-PARTS = "tu_parts"  # Sizing.shape: each kernel source compiled as this many parts (_tu_parts)
+# Sizing.shape: the kernel sources compiled as this many parts each (_tu_parts), but for this
+# many of the shortest (by the cost model), kept whole: 0 where a tailored set splits them all
+PARTS, WHOLE = "tu_parts", "tu_parts_whole"
 
 
 class Fa2(Flavour):
@@ -89,15 +91,28 @@ class Fa2(Flavour):
         # idle job slots become parts of the kernel sources, and the parts more jobs
         idle = _jobs.plan_jobs(cores, memory, n_archs, s.max_jobs, s.nvcc_threads)[0]
         disabled = len(source.tailoring.disabled)
-        parts = _costs.best_parts(s.tu_parts, idle, cores, kernels, release.tu_parts, disabled)
+        parts, whole = _costs.best_split(
+            s.tu_parts, idle, cores, kernels, release.tu_parts, disabled
+        )
         # the kernel TUs and flash_api.cpp, all compiled at once when cores and memory allow
-        n_sources = _tu_parts.count_sources(kernels, parts) + 1 if kernels else None
+        cut = _costs.cut_sources(kernels, whole) if kernels else None
+        n_sources = _tu_parts.count_sources(kernels, parts, cut) + 1 if kernels else None
         jobs, threads = _jobs.plan_jobs(
             cores, memory, n_archs, s.max_jobs, s.nvcc_threads, n_sources
         )
+        shape = {PARTS: parts, WHOLE: whole}
         if parts > 1:
-            _log.info(f"compiling each kernel source as {parts} parts (-C tu-parts)")
-        return Sizing(jobs, threads, {PARTS: parts})
+            _log.info(f"compiling {self.shape_note(shape)} (-C tu-parts)")
+        return Sizing(jobs, threads, shape)
+
+    def _split(self, plan: Plan, tools: Tools) -> tuple[int, frozenset[str] | None]:
+        """The parts and the kernel sources cut in them (None: every splittable one)."""
+        parts, whole = tools.shape.get(PARTS, 1), tools.shape.get(WHOLE, 0)
+        if parts < 2 or not whole:
+            return parts, None
+        source = plan.source
+        kernels = sorted(_kernels.expected_kernels(source.tailoring, source.sdist.version))
+        return parts, _costs.cut_sources(kernels, whole)
 
     # ------------------------------------------------------------------------------ prepare
 
@@ -106,7 +121,7 @@ class Fa2(Flavour):
         _space.before_extract(sdist.path, dest.parent)
         source = _sdist.extract(sdist, dest)
         _patches.apply_all(list(plan.patches), source)
-        _tu_parts.write(source / _tu_parts.KERNEL_DIR, tools.shape.get(PARTS, 1))
+        _tu_parts.write(source / _tu_parts.KERNEL_DIR, *self._split(plan, tools))
         return source
 
     def torch_free_kernels(self, plan: Plan) -> bool:
@@ -120,7 +135,7 @@ class Fa2(Flavour):
             "defines": list(tailoring.defines),
             "heavy_sources_first": list(plan.source.release.naming.heavy_first),
             "split_sources": _tu_parts.layout(
-                source / _tu_parts.KERNEL_DIR, tools.shape.get(PARTS, 1)
+                source / _tu_parts.KERNEL_DIR, *self._split(plan, tools)
             ),
         }
 
@@ -132,7 +147,9 @@ class Fa2(Flavour):
     # ------------------------------------------------------------------ estimate and space
 
     def planned_sources(self, plan: Plan, tools: Tools) -> list[str] | None:
-        return _costs.planned_sources(plan.source, tools.shape.get(PARTS, 1))
+        return _costs.planned_sources(
+            plan.source, tools.shape.get(PARTS, 1), tools.shape.get(WHOLE, 0)
+        )
 
     def cost_model(self, plan: Plan):
         return _costs.model(len(plan.source.tailoring.disabled))
@@ -153,8 +170,11 @@ class Fa2(Flavour):
         return _space.compile_needs(kernels, archs, source.sdist.path.stat().st_size)
 
     def shape_note(self, shape) -> str | None:
-        parts = shape.get(PARTS, 1)
-        return f"each kernel source in {parts} parts" if parts > 1 else None
+        parts, whole = shape.get(PARTS, 1), shape.get(WHOLE, 0)
+        if parts < 2:
+            return None
+        but = f" but the {whole} shortest" if whole else ""
+        return f"each kernel source{but} in {parts} parts"
 
     # ------------------------------------------------------------------------------- sdist
 

@@ -39,6 +39,8 @@ OWN = (
         "int",
         "Compile each forward and backward kernel source as this many parts in parallel "
         "(default: the count the build-time model finds fastest for the set and the compile "
-        "jobs, e.g. 4 for a 4-source tailored set on 16 cores; 1 = never split; 2.8.3+ only).",
+        "jobs, e.g. 4 for a 4-source tailored set on 16 cores; with more cores than a larger "
+        "set keeps busy, only its longest sources, e.g. 8 of the full set's 72 in 4 parts on "
+        "64 cores; 1 = never split; a value splits every source; 2.8.3+ only).",
     ),
 )

@@ -2,7 +2,9 @@
 
 A tailored build has a handful of kernel sources and many idle cores; its wall time is its
 slowest source (an hdim128 split-KV source instantiates ~50 kernels and takes minutes alone; in
-a forward + backward set the backward sources are the slowest). Each forward and backward source
+a forward + backward set the backward sources are the slowest); a full build on more cores than
+its work keeps busy waits for its longest few sources, and only those are split
+(_costs.best_split). Each forward and backward source
 `X.cu` is replaced by `X.part0ofN.cu` ... `X.partNofN.cu`, small files that set
 FA_SHIM_TU_PARTS/FA_SHIM_TU_PART and include X.cu: part 0 keeps the runtime dispatch (and the
 small split-KV combine or backward pre/post-processing kernels), parts 1..N each compile a share
@@ -15,7 +17,7 @@ from __future__ import annotations
 
 import fnmatch
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from pathlib import Path
 
 PATCH = "30-tu-parts.patch"
@@ -40,18 +42,24 @@ def choose(setting: int | None, jobs: int, kernels: Sequence[str] | None, patche
     return max(1, min(MAX_PARTS, jobs // len(kernels)))
 
 
-def count_sources(kernels: Sequence[str], parts: int) -> int:
+def count_sources(kernels: Sequence[str], parts: int, only: Collection[str] | None = None) -> int:
     """Translation units compiled for these kernel sources (part 0 included)."""
-    if parts < 2:
-        return len(kernels)
-    return sum(parts + 1 if splittable(k) else 1 for k in kernels)
+    return len(split_names(kernels, parts, only))
 
 
-def split_names(kernels: Sequence[str], parts: int) -> list[str]:
-    """The translation units of these kernel sources compiled in `parts` parts each."""
+def cut(name: str, parts: int, only: Collection[str] | None) -> bool:
+    """Whether this source is compiled in parts: splittable, and one of `only` (None: all)."""
+    return parts > 1 and splittable(name) and (only is None or name in only)
+
+
+def split_names(
+    kernels: Sequence[str], parts: int, only: Collection[str] | None = None
+) -> list[str]:
+    """The translation units of these kernel sources, those `only` names (None: every one)
+    compiled in `parts` parts each."""
     names = []
     for kernel in kernels:
-        names += part_names(kernel, parts) if parts > 1 and splittable(kernel) else [kernel]
+        names += part_names(kernel, parts) if cut(kernel, parts, only) else [kernel]
     return names
 
 
@@ -71,20 +79,23 @@ def _wrapper(name: str, k: int, parts: int) -> str:
     return "\n".join([*lines, f'#include "{name}"', ""])
 
 
-def layout(kernel_dir: Path, parts: int) -> dict[str, list[str]]:
-    """{kernel source name: its part names} for this source tree; {} when not splitting."""
-    if parts < 2:
-        return {}
+def layout(
+    kernel_dir: Path, parts: int, only: Collection[str] | None = None
+) -> dict[str, list[str]]:
+    """{kernel source name: its part names} for this source tree, the sources `only` names
+    (None: every splittable one); {} when not splitting."""
     return {
         source.name: part_names(source.name, parts)
         for source in sorted(kernel_dir.glob("flash_*.cu"))
-        if splittable(source.name) and not _PART.match(source.name)
+        if cut(source.name, parts, only) and not _PART.match(source.name)
     }
 
 
-def write(kernel_dir: Path, parts: int) -> dict[str, list[str]]:
-    """Write the part files next to every kernel source (see `layout`)."""
-    split = layout(kernel_dir, parts)
+def write(
+    kernel_dir: Path, parts: int, only: Collection[str] | None = None
+) -> dict[str, list[str]]:
+    """Write the part files next to the kernel sources that are split (see `layout`)."""
+    split = layout(kernel_dir, parts, only)
     for source, names in split.items():
         for k, part in enumerate(names):
             (kernel_dir / part).write_text(_wrapper(source, k, parts), encoding="utf-8")
