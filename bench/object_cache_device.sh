@@ -25,7 +25,7 @@ case $phase in
 cold)
     cp -a "$ROOT" "$KEEP/src" 2>/dev/null || true  # a checkout no later call replaces
     (cd "$KEEP/src" && setsid bash bench/big_box_device.sh .carry/sdists/flash_attn-2.8.3.post2.tar.gz \
-        "$KEEP/cold" >"$KEEP/cold.out" 2>&1; echo "exit $?" >>"$KEEP/cold.out") &
+        "$KEEP/cold" >"$KEEP/cold.out" 2>&1; echo "exit $?" >>"$KEEP/cold.out") >/dev/null 2>&1 &
     sleep 60
     tail -n 5 "$KEEP/cold/fa2-full.log"
     ;;
