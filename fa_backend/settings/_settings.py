@@ -75,6 +75,14 @@ def pyproject_of(project_dir: Path | None) -> Path:
     return (project_dir or Path.cwd()).absolute() / "pyproject.toml"
 
 
+CONFIG_SETTINGS = "config_settings (-C)"
+
+
+def given_to_the_build(settings: Settings, key: str) -> bool:
+    """Whether key was given to this build (-C or FA_SHIM_*), not by [tool.fa-shim]'s default."""
+    return settings.given.get(key) in (CONFIG_SETTINGS, env_name(key))
+
+
 def load(
     config_settings: ConfigSettings | None,
     environ: Mapping[str, str] | None = None,
@@ -109,9 +117,9 @@ def load(
     for key, value in (config_settings or {}).items():
         norm = key.lstrip("-").replace("_", "-")
         if norm not in fields:
-            raise _unknown(key, "config_settings (-C)", known)
+            raise _unknown(key, CONFIG_SETTINGS, known)
         cs_layer[norm] = value
-    layers.append(("config_settings (-C)", cs_layer))
+    layers.append((CONFIG_SETTINGS, cs_layer))
 
     values: dict[str, Any] = {s.key: s.default for s in declared}
     given: dict[str, str] = {}  # key: where it came from (a flavour refuses another's keys)

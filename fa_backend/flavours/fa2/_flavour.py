@@ -39,6 +39,7 @@ class Fa2(Flavour):
     sources_key = "sdist"
 
     def plan(self, settings, torch) -> Plan:
+        settings = _sdist.of_the_given_sdist(settings)
         sdist = _sdist.locate(settings)
         patches = tuple(_releases.patches(sdist.version)) if sdist.pinned else ()
         tailoring = _kernels.tailoring(settings, sdist.version)
