@@ -570,9 +570,10 @@ def pytest_runtest_makereport(item, call):
 
 
 # ---------------------------------------------------------------------------- durations
-# `--durations-file=docs/reference/test-durations.json` records every test's setup, call and
-# teardown seconds, its tier and markers, the machine and the whole run's wall time, and writes
-# the page docs/reference/test-durations.md from it (docs/generate.py keeps the two equal;
+# `--durations-file=tests/durations.json` records every test's setup, call and
+# teardown seconds, outcome, tier and markers, the machine and the whole run's wall time, and
+# writes the pages read from it, docs/reference/test-durations.md and versions.md (whose matrix
+# reads a cell's stage only where its test passed); docs/generate.py keeps them equal;
 # docs/development.md, "Durations"). A session fixture's setup (a venv, the quick start's build)
 # counts in the setup of the first test that uses it.
 DURATIONS_TABLE = REPO / "docs" / "generate.py"
@@ -584,7 +585,7 @@ def pytest_addoption(parser):
         "--durations-file",
         metavar="PATH",
         help="write every test's durations, tier and markers as JSON to PATH "
-        "(docs/reference/test-durations.json: also regenerates its page, test-durations.md)",
+        "(tests/durations.json: also regenerates the pages read from it)",
     )
 
 
@@ -661,12 +662,12 @@ def _write_durations(session, exitstatus):
     }
     path = Path(target)
     path.write_text(json.dumps(record, indent=1) + "\n")
-    if path.resolve() == (REPO / "docs" / "reference" / "test-durations.json").resolve():
+    if path.resolve() == (REPO / "tests" / "durations.json").resolve():
         spec = importlib.util.spec_from_file_location("docs_generate", DURATIONS_TABLE)
         generate = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(generate)
-        page = REPO / "docs" / generate.DURATIONS_PAGE
-        page.write_text(generate.durations_page(), encoding="utf-8")
+        for name in generate.FROM_DURATIONS:  # the durations page and the version matrix
+            (REPO / "docs" / name).write_text(generate.PAGES[name](), encoding="utf-8")
 
 
 README = REPO / "README.md"
