@@ -79,7 +79,7 @@ SAMPLE_CUDA = TESTS / "packages" / "sample-cuda"  # added to the sample by pack_
 TOOLS = TESTS / "tools"
 SAMPLE_VERSION = "0.1.0"
 # Build-time requirements of fa-shim and of flash-attn's setup.py (no torch: that comes per venv).
-BUILD_TOOLS = ["setuptools>=70", "wheel", "packaging", "ninja", "psutil", "pyelftools"]
+BUILD_TOOLS = ["setuptools>=70", "wheel", "packaging", "ninja", "pyelftools"]
 
 
 # The smallest real flash-attn 2.8.3 build (4 kernels + flash_api.cpp at sm_80): the tests that

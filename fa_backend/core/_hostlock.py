@@ -52,8 +52,9 @@ def _this_kernel() -> dict:
     return facts
 
 
-def _started(pid: int) -> int | None:
-    """The process's start time (clock ticks since boot): tells a reused pid from the holder."""
+def started(pid: int) -> int | None:
+    """The process's start time (clock ticks since boot), None where there is no such process:
+    tells a reused pid from the one recorded (this lock's holder, a scratch directory's owner)."""
     try:
         return int(Path(f"/proc/{pid}/stat").read_bytes().rsplit(b")", 1)[1].split()[19])
     except (OSError, IndexError, ValueError):
@@ -69,8 +70,8 @@ def gone_here(holder: dict) -> bool:
     pid = holder.get("pid")
     if not isinstance(pid, int):
         return False
-    started = _started(pid)
-    return started is None or started != holder.get("pid_started", started)
+    started_at = started(pid)
+    return started_at is None or started_at != holder.get("pid_started", started_at)
 
 
 def _read(path: Path) -> tuple[tuple[int, int, int], dict] | None:
@@ -123,7 +124,7 @@ class HostLock:
             "host": socket.gethostname(),
             "pid": os.getpid(),
             "started": time.time(),
-            "pid_started": _started(os.getpid()),
+            "pid_started": started(os.getpid()),
             **_this_kernel(),
         }
         try:

@@ -21,7 +21,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from . import _log
+from . import _hostlock, _log
 
 PREFIX = "fa-shim-"
 NOTE = ".fa-shim-owner"
@@ -71,9 +71,7 @@ def sweep() -> list[Path]:
 
 
 def _owner(pid: int) -> dict:
-    import psutil  # a build requirement: imported when used, after fa-shim has checked them
-
-    return {"place": _place(), "pid": pid, "started": psutil.Process(pid).create_time()}
+    return {"place": _place(), "pid": pid, "started": _hostlock.started(pid)}
 
 
 def _place() -> str:
@@ -86,11 +84,7 @@ def _place() -> str:
 
 
 def _alive(owner: dict) -> bool:
-    import psutil
-
-    try:
-        return psutil.Process(int(owner["pid"])).create_time() == owner["started"]
-    except (psutil.NoSuchProcess, psutil.ZombieProcess):
-        return False
-    except (psutil.Error, KeyError, TypeError, ValueError):
-        return True  # cannot tell: keep it
+    started = owner.get("started")
+    if not isinstance(started, int) or not isinstance(owner.get("pid"), int):
+        return True  # cannot tell (a note of an older fa-shim): keep it
+    return _hostlock.started(owner["pid"]) == started

@@ -49,7 +49,7 @@ FLAVOUR = Heavy()
 '''
 PYPROJECT = """\
 [build-system]
-requires = ["setuptools>=70", "wheel", "packaging", "ninja", "psutil", "pyelftools"]
+requires = ["setuptools>=70", "wheel", "packaging", "ninja", "pyelftools"]
 build-backend = "fa_backend"
 backend-path = ["."]
 
