@@ -10,8 +10,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from ..core import _failures
 from ..core._errors import FaShimError
-from . import _places
 from ._convert import convert
 from ._model import (
     ENV_PREFIX,
@@ -139,5 +139,30 @@ def load(
     own = {s.key: values.pop(s.key) for s in declared}
     shared = {key.replace("-", "_"): value for key, value in values.items()}
     settings = Settings(**shared, flavour=flavour, given=given, own=own)
-    _places.name(settings, [s.key for s in fields.values() if s.missing])
+    _name_places(settings, [s.key for s in fields.values() if s.missing])
     return settings
+
+
+_FIX = {
+    "wheel-cache-dir": "make it writable for this user, name another wheel cache with "
+    "-C wheel-cache-dir=DIR, or turn it off with -C wheel-cache=false.",
+    "cache-dir": "make it writable for this user, or name another with -C cache-dir=DIR.",
+}
+_CACHES = ("cache-dir", "wheel-cache-dir")
+
+
+def _name_places(settings: Settings, existing: Sequence[str]) -> None:
+    """The directories settings name, told to the error messages (core/_failures.name_place): a
+    full or unwritable disk under /tmp is then "setting wheel-cache-dir", not "TMPDIR", and its
+    fix names the setting that moves it. The caches, and the directories given that must exist
+    (`existing`: their keys), are checked to be directories."""
+    for key in (*existing, *_CACHES):
+        path = getattr(settings, key.replace("-", "_"))
+        if path is None:
+            continue
+        if path.exists() and not path.is_dir():
+            raise FaShimError(
+                f"the {key} {path} is a file, not a directory.",
+                fix=f"point {key} at a directory (fa-shim makes a missing one).",
+            )
+        _failures.name_place(path, f"setting {key}", _FIX.get(key))
