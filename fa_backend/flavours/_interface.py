@@ -166,7 +166,7 @@ class Flavour(abc.ABC):
 
     def cost_model(self, plan: Plan) -> Callable[[str], float] | None:
         """Seconds one source (a basename) takes on one core for one architecture (None: no
-        model, and estimate_note says why)."""
+        model; the estimate says so)."""
         return None
 
     def memory_model(self, plan: Plan) -> Callable[[str], int] | None:
@@ -177,9 +177,6 @@ class Flavour(abc.ABC):
     def shape_note(self, shape: Mapping[str, int]) -> str | None:
         """How this Sizing.shape cuts the compile, in words (doctor; None: as upstream does)."""
         return None
-
-    def estimate_note(self, plan: Plan) -> str:
-        return f"none for {self.names.dist} (fa-shim has no cost model for its sources)"
 
     def faster_options(
         self, plan: Plan, tools: Tools, sources: Sequence[str], machine: Machine

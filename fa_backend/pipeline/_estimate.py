@@ -54,7 +54,8 @@ def preview(plan, tools, sources: Sequence[str], cores: int) -> Preview:
         f"{cores} core(s)"
     )
     if seconds is None:
-        lines.append(f"  estimate: {plan.flavour.estimate_note(plan)}")
+        dist = plan.flavour.names.dist
+        lines.append(f"  estimate: none for {dist} (fa-shim has no cost model for its sources)")
     else:
         lines.append(
             f"  estimate: {_schedule.time_range(seconds)} (a per-source cost model calibrated "
