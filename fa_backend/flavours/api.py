@@ -15,9 +15,10 @@ from ..wheel._metadata import (
 )
 from ..wheel._names import Names
 from ..wheel._sdist_self import SdistSpec
-from ._interface import Flavour, Plan, Sizing, Tools
+from ._interface import Costs, Flavour, Plan, Sizing, Tools
 
 __all__ = [
+    "Costs",
     "FaShimError",
     "Flavour",
     "Names",

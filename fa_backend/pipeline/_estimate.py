@@ -32,7 +32,8 @@ def preview(plan, tools, sources: Sequence[str], cores: int) -> Preview:
     machine = _schedule.Machine(
         tools.jobs, tools.nvcc_threads or 1, cores, len(archs.targets) if archs else 1
     )
-    cost = plan.flavour.cost_model(plan)
+    costs = plan.flavour.costs(plan)
+    cost = costs.seconds if costs else None
     seconds = _schedule.predict(sources, machine, cost) if cost else None
     n = machine.archs
     lines = [
@@ -67,7 +68,7 @@ def preview(plan, tools, sources: Sequence[str], cores: int) -> Preview:
             f"  note: this machine is busy (load average {load:.1f} on {cores} core(s)); "
             "the estimate assumes the cores are free"
         )
-    if seconds is not None and seconds > SUGGEST_ABOVE_SECONDS:
-        for alt, setting in plan.flavour.faster_options(plan, tools, sources, machine):
+    if seconds is not None and seconds > SUGGEST_ABOVE_SECONDS and costs.faster:
+        for alt, setting in costs.faster(tools, sources, machine):
             lines.append(f"  faster: {setting}: {_schedule.time_range(alt)}")
     return Preview(seconds, tuple(lines), machine, cost or _schedule.uniform)
