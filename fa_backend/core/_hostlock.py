@@ -42,9 +42,10 @@ from ._errors import FaShimError
 STALE_BEATS = 8  # heartbeats without a change before a lock is a dead builder's
 
 
-def _this_kernel() -> dict:
+def this_kernel() -> dict:
     """What names this machine's processes beyond a host name (which containers share): the
-    boot and the pid namespace. A pid is only comparable where both are ours."""
+    boot and the pid namespace. A pid is only comparable where both are ours (a lock's holder,
+    a scratch directory's owner)."""
     facts = {}
     with contextlib.suppress(OSError):
         facts["boot"] = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
@@ -64,7 +65,7 @@ def started(pid: int) -> int | None:
 def gone_here(holder: dict) -> bool:
     """True when the holder ran on this machine, in this pid namespace, and its process is
     no more (killed with SIGKILL, say): its lock need not wait for the stale time."""
-    mine = _this_kernel()
+    mine = this_kernel()
     if not mine or any(holder.get(k) != v for k, v in mine.items()):
         return False
     pid = holder.get("pid")
@@ -125,7 +126,7 @@ class HostLock:
             "pid": os.getpid(),
             "started": time.time(),
             "pid_started": started(os.getpid()),
-            **_this_kernel(),
+            **this_kernel(),
         }
         try:
             fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # umask applies

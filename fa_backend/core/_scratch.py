@@ -3,7 +3,7 @@
 A build's scratch holds its laid-out sources, objects and wheel: gigabytes for a full set. A
 run ends by removing it, after Ctrl-C, SIGTERM or its frontend's death too (_lifeline), but
 SIGKILL (the OOM killer, a batch system's hard limit, `kill -9` of the job) ends it first, and
-nothing else ever would. So each scratch directory notes its owner: the host, its pid
+nothing else ever would. So each scratch directory notes its owner: the boot, its pid
 namespace, the pid and that process's start time. Making one first removes this user's
 directories whose owner is gone on this host. A directory without the note (another program's,
 one being made, a kept one) is never touched, nor one another host or pid namespace made (a
@@ -16,7 +16,6 @@ import contextlib
 import json
 import os
 import shutil
-import socket
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -51,7 +50,7 @@ def make(kind: str) -> Path:
 def sweep() -> list[Path]:
     """Remove this user's scratch directories whose owner is gone; returns them."""
     removed = []
-    here = _place()
+    here = _hostlock.this_kernel()
     for path in Path(tempfile.gettempdir()).glob(f"{PREFIX}*"):
         try:
             if path.is_symlink() or path.stat().st_uid != os.getuid():
@@ -71,16 +70,7 @@ def sweep() -> list[Path]:
 
 
 def _owner(pid: int) -> dict:
-    return {"place": _place(), "pid": pid, "started": _hostlock.started(pid)}
-
-
-def _place() -> str:
-    """Where a pid means a process: this host and pid namespace."""
-    try:
-        namespace = os.readlink("/proc/self/ns/pid")
-    except OSError:
-        namespace = ""
-    return f"{socket.gethostname()} {namespace}"
+    return {"place": _hostlock.this_kernel(), "pid": pid, "started": _hostlock.started(pid)}
 
 
 def _alive(owner: dict) -> bool:
