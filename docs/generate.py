@@ -8,10 +8,11 @@ The pages, and what each is generated from:
 - reference/settings.md: the settings model, through `python -m fa_backend settings`;
 - reference/cli.md: the argument parser of `python -m fa_backend` (`fa_backend.cli._main.parser()`);
 - reference/versions.md: the release registry, `vendored_patches/<version>/release.toml` and
-  `vendored_patches/fa3/<version>/release.toml` with the patches beside them;
-- reference/test-durations.md: reference/test-durations.json, the durations a run of the suite
-  recorded (`python3 -m pytest --durations-file=docs/reference/test-durations.json`, which
-  writes this page too).
+  `vendored_patches/fa3/<version>/release.toml` with the patches beside them; its matrix from
+  the tests' `pytest.mark.cell` marks and, for what each cell reads, tests/durations.json;
+- reference/test-durations.md: tests/durations.json, the durations and outcomes a run of the
+  suite recorded (`python3 -m pytest --durations-file=tests/durations.json`, which writes the
+  pages too).
 
 tests/integration/test_docs_build.py runs the check, so a changed setting, option, release or
 recorded durations file fails the suite until the pages are regenerated.
@@ -293,29 +294,48 @@ STAGES = {
 
 
 def cells() -> list[dict[str, str]]:
-    """Every `pytest.mark.cell(...)` in tests/, with the test file it marks, as written."""
+    """Every `@pytest.mark.cell(...)` on a test function in tests/, as written, with the file
+    and the function it marks."""
     import ast
 
     found = []
     for path in sorted((ROOT / "tests").rglob("test_*.py")):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            func = getattr(node, "func", None)
-            if isinstance(node, ast.Call) and ast.unparse(func) == "pytest.mark.cell":
-                cell = {k.arg: ast.literal_eval(k.value) for k in node.keywords}
-                found.append({**cell, "test": path.relative_to(ROOT).as_posix()})
+            for mark in getattr(node, "decorator_list", []):
+                if isinstance(mark, ast.Call) and ast.unparse(mark.func) == "pytest.mark.cell":
+                    cell = {k.arg: ast.literal_eval(k.value) for k in mark.keywords}
+                    test = path.relative_to(ROOT).as_posix()
+                    found.append({**cell, "test": test, "function": node.name})
     return found
+
+
+def shown(cell: dict[str, str], run: dict) -> str | None:
+    """Why the recorded run does not show the cell's test passing (None: it does): every case
+    of the test (each parameter) ran and passed. In CI a cell's test cannot skip
+    (tests/conftest.py), so a passing record is a build that happened."""
+    node = f"{cell['test']}::{cell['function']}"
+    ran = [t for t in run["tests"] if t["id"] == node or t["id"].startswith(node + "[")]
+    if not ran:
+        return "not in the recorded run"
+    bad = sorted({t["outcome"] for t in ran} - {"passed"})
+    return f"{' and '.join(bad)} in the recorded run" if bad else None
 
 
 def matrix_section() -> list[str]:
     """Which torch x CUDA x C++ ABI cells CI builds for real, which it prepares only, which no
     test reaches: the marks on the tests themselves, so the table cannot claim a test that is
-    not there (tests/unit/test_docs.py checks every mark names a stage and a real test)."""
+    not there (tests/unit/test_matrix.py checks every mark), and a cell reads its stage only
+    where the recorded run shows its test passing."""
+    run = json.loads(DURATIONS.read_text(encoding="utf-8"))
     lines = [
         "",
         "## What CI builds, for which torch",
         "",
         "Each row is a test that runs on every CI run (2 cores, no GPU) with that torch and that",
         "nvcc: " + "; ".join(f"*{k}*: {v}" for k, v in STAGES.items()) + ".",
+        "A row reads its stage only where the recorded run (commit "
+        f"`{run['commit']}`, {run['recorded']}, `tests/durations.json`) shows its test passing;",
+        "in CI such a test fails rather than skips.",
         "CUDA 12 cells use nvcc 12.4 from Debian's `nvidia-cuda-toolkit`, assembled by the tests",
         "(torch accepts a minor version below its own within the major).",
         "",
@@ -324,8 +344,10 @@ def matrix_section() -> list[str]:
     ]
     order = {"compiled": 0, "prepare": 1}
     for c in sorted(cells(), key=lambda c: (c["flavour"], order[c["stage"]], c["torch"])):
+        why = shown(c, run)
+        state = f"not shown ({c['stage']}: {why})" if why else c["stage"]
         lines.append(
-            f"| {c['flavour']} | {c['torch']} | {c['nvcc']} | {c['abi']} | {c['stage']} "
+            f"| {c['flavour']} | {c['torch']} | {c['nvcc']} | {c['abi']} | {state} "
             f"| `{c['test']}` |"
         )
     for c in UNTESTED:
@@ -339,7 +361,7 @@ def matrix_section() -> list[str]:
 # ------------------------------------------------------------------------------ test durations
 
 DURATIONS_PAGE = "reference/test-durations.md"
-DURATIONS = DOCS / "reference" / "test-durations.json"
+DURATIONS = ROOT / "tests" / "durations.json"
 TIERS = ("unit", "integration", "e2e")
 
 
@@ -356,7 +378,7 @@ def durations_page() -> str:
     tests, machine = run["tests"], run["machine"]
     total = sum(_seconds(t) for t in tests)
     lines = [
-        HEADER.format(source="test-durations.json (pytest --durations-file)"),
+        HEADER.format(source="tests/durations.json (pytest --durations-file)"),
         "# Test durations",
         "",
         "One recorded run of the suite, so that the next change can be budgeted from data: CI "
@@ -424,6 +446,10 @@ PAGES = {
     "reference/versions.md": versions_page,
     DURATIONS_PAGE: durations_page,
 }
+
+
+# the pages read from the recorded run (conftest rewrites them when it records one)
+FROM_DURATIONS = (DURATIONS_PAGE, "reference/versions.md")
 
 
 def generated() -> dict[Path, str]:

@@ -133,7 +133,19 @@ def _unpack_wheel(wheel: Path, home: Path) -> None:
 
 
 def _nvcc_release(home: Path) -> str:
-    out = _run([home / "bin" / "nvcc", "--version"], "the assembled nvcc --version").stdout
+    """The assembled nvcc's release line. An nvcc that does not run is a broken toolkit, not an
+    unreachable one: it fails the tests that need it, never skips them."""
+    nvcc = home / "bin" / "nvcc"
+    try:
+        proc = subprocess.run([nvcc, "--version"], capture_output=True, text=True)
+    except OSError as exc:
+        raise AssertionError(f"the assembled {nvcc} does not run: {exc}") from None
+    if proc.returncode != 0:
+        raise AssertionError(
+            f"the assembled {nvcc} --version exited {proc.returncode}: "
+            + proc.stderr.strip()[-2000:]
+        )
+    out = proc.stdout
     return next((line for line in out.splitlines() if "release" in line), out.strip())
 
 

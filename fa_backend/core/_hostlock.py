@@ -42,9 +42,10 @@ from ._errors import FaShimError
 STALE_BEATS = 8  # heartbeats without a change before a lock is a dead builder's
 
 
-def _this_kernel() -> dict:
+def this_kernel() -> dict:
     """What names this machine's processes beyond a host name (which containers share): the
-    boot and the pid namespace. A pid is only comparable where both are ours."""
+    boot and the pid namespace. A pid is only comparable where both are ours (a lock's holder,
+    a scratch directory's owner)."""
     facts = {}
     with contextlib.suppress(OSError):
         facts["boot"] = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
@@ -52,8 +53,9 @@ def _this_kernel() -> dict:
     return facts
 
 
-def _started(pid: int) -> int | None:
-    """The process's start time (clock ticks since boot): tells a reused pid from the holder."""
+def started(pid: int) -> int | None:
+    """The process's start time (clock ticks since boot), None where there is no such process:
+    tells a reused pid from the one recorded (this lock's holder, a scratch directory's owner)."""
     try:
         return int(Path(f"/proc/{pid}/stat").read_bytes().rsplit(b")", 1)[1].split()[19])
     except (OSError, IndexError, ValueError):
@@ -63,14 +65,14 @@ def _started(pid: int) -> int | None:
 def gone_here(holder: dict) -> bool:
     """True when the holder ran on this machine, in this pid namespace, and its process is
     no more (killed with SIGKILL, say): its lock need not wait for the stale time."""
-    mine = _this_kernel()
+    mine = this_kernel()
     if not mine or any(holder.get(k) != v for k, v in mine.items()):
         return False
     pid = holder.get("pid")
     if not isinstance(pid, int):
         return False
-    started = _started(pid)
-    return started is None or started != holder.get("pid_started", started)
+    started_at = started(pid)
+    return started_at is None or started_at != holder.get("pid_started", started_at)
 
 
 def _read(path: Path) -> tuple[tuple[int, int, int], dict] | None:
@@ -123,8 +125,8 @@ class HostLock:
             "host": socket.gethostname(),
             "pid": os.getpid(),
             "started": time.time(),
-            "pid_started": _started(os.getpid()),
-            **_this_kernel(),
+            "pid_started": started(os.getpid()),
+            **this_kernel(),
         }
         try:
             fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # umask applies

@@ -3,7 +3,7 @@
 A build's scratch holds its laid-out sources, objects and wheel: gigabytes for a full set. A
 run ends by removing it, after Ctrl-C, SIGTERM or its frontend's death too (_lifeline), but
 SIGKILL (the OOM killer, a batch system's hard limit, `kill -9` of the job) ends it first, and
-nothing else ever would. So each scratch directory notes its owner: the host, its pid
+nothing else ever would. So each scratch directory notes its owner: the boot, its pid
 namespace, the pid and that process's start time. Making one first removes this user's
 directories whose owner is gone on this host. A directory without the note (another program's,
 one being made, a kept one) is never touched, nor one another host or pid namespace made (a
@@ -16,12 +16,11 @@ import contextlib
 import json
 import os
 import shutil
-import socket
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from . import _log
+from . import _hostlock, _log
 
 PREFIX = "fa-shim-"
 NOTE = ".fa-shim-owner"
@@ -51,7 +50,7 @@ def make(kind: str) -> Path:
 def sweep() -> list[Path]:
     """Remove this user's scratch directories whose owner is gone; returns them."""
     removed = []
-    here = _place()
+    here = _hostlock.this_kernel()
     for path in Path(tempfile.gettempdir()).glob(f"{PREFIX}*"):
         try:
             if path.is_symlink() or path.stat().st_uid != os.getuid():
@@ -71,26 +70,11 @@ def sweep() -> list[Path]:
 
 
 def _owner(pid: int) -> dict:
-    import psutil  # a build requirement: imported when used, after fa-shim has checked them
-
-    return {"place": _place(), "pid": pid, "started": psutil.Process(pid).create_time()}
-
-
-def _place() -> str:
-    """Where a pid means a process: this host and pid namespace."""
-    try:
-        namespace = os.readlink("/proc/self/ns/pid")
-    except OSError:
-        namespace = ""
-    return f"{socket.gethostname()} {namespace}"
+    return {"place": _hostlock.this_kernel(), "pid": pid, "started": _hostlock.started(pid)}
 
 
 def _alive(owner: dict) -> bool:
-    import psutil
-
-    try:
-        return psutil.Process(int(owner["pid"])).create_time() == owner["started"]
-    except (psutil.NoSuchProcess, psutil.ZombieProcess):
-        return False
-    except (psutil.Error, KeyError, TypeError, ValueError):
-        return True  # cannot tell: keep it
+    started = owner.get("started")
+    if not isinstance(started, int) or not isinstance(owner.get("pid"), int):
+        return True  # cannot tell (a note of an older fa-shim): keep it
+    return _hostlock.started(owner["pid"]) == started

@@ -81,6 +81,18 @@ class Sizing:
 
 
 @dataclasses.dataclass(frozen=True)
+class Costs:
+    """A flavour's cost model of its sources (basenames), one core and one architecture each:
+    seconds (the estimate, the schedule), peak bytes (the jobs) and the settings that would make
+    a long build shorter, each with its predicted seconds. None: not modelled (no estimate; one
+    memory figure per unit; no suggestions)."""
+
+    seconds: Callable[[str], float] | None
+    peak_bytes: Callable[[str], int] | None = None
+    faster: Callable[[Tools, Sequence[str], Machine], list[tuple[float, str]]] | None = None
+
+
+@dataclasses.dataclass(frozen=True)
 class Tools:
     """The toolchain decisions of one build, made once: they feed the child's environment, the
     wheel-cache fingerprint and the provenance."""
@@ -169,28 +181,13 @@ class Flavour(abc.ABC):
         """The sources a build would compile, before anything is extracted (None: unknown)."""
         return None
 
-    def cost_model(self, plan: Plan) -> Callable[[str], float] | None:
-        """Seconds one source (a basename) takes on one core for one architecture (None: no
-        model, and estimate_note says why)."""
-        return None
-
-    def memory_model(self, plan: Plan) -> Callable[[str], int] | None:
-        """Peak bytes one source (a basename) takes to compile for one architecture (None: no
-        model; the toolchain plans jobs from one figure per unit)."""
+    def costs(self, plan: Plan) -> Costs | None:
+        """The estimate's one hook: the plan's cost model (None: none; the estimate says so)."""
         return None
 
     def shape_note(self, shape: Mapping[str, int]) -> str | None:
         """How this Sizing.shape cuts the compile, in words (doctor; None: as upstream does)."""
         return None
-
-    def estimate_note(self, plan: Plan) -> str:
-        return f"none for {self.names.dist} (fa-shim has no cost model for its sources)"
-
-    def faster_options(
-        self, plan: Plan, tools: Tools, sources: Sequence[str], machine: Machine
-    ) -> list[tuple[float, str]]:
-        """Settings that would make a long build shorter, each with its predicted seconds."""
-        return []
 
     @abc.abstractmethod
     def disk_needs(self, plan: Plan, tools: Tools) -> tuple[int, int]:

@@ -244,11 +244,13 @@ def scratch_dir(settings: _settings.Settings) -> Iterator[Path]:
                 _log.info(f"kept the build directory {path}")
 
 
-def check_space(plan: Plan, tools: Tools, out_dir: Path) -> None:
-    """Scratch (under TMPDIR), the output directory and the wheel cache, before the build."""
+def check_space(plan: Plan, tools: Tools, out_dir: Path, compiling: bool = True) -> None:
+    """The output directory; when compiling, scratch (under TMPDIR) and the wheel cache too: a
+    wheel-cache hit only copies the wheel."""
     peak, wheel = plan.flavour.disk_needs(plan, tools)
-    needs = [("scratch", Path(tempfile.gettempdir()), peak), ("the wheel", out_dir, wheel)]
-    if plan.settings.wheel_cache:
+    needs = [("scratch", Path(tempfile.gettempdir()), peak)] if compiling else []
+    needs.append(("the wheel", out_dir, wheel))
+    if compiling and plan.settings.wheel_cache:
         needs.append(("the wheel cache", plan.settings.resolved_wheel_cache_dir, wheel))
     _space.require(needs)
 
@@ -258,11 +260,16 @@ def build(plan: Plan, wheel_directory: str, metadata_directory: str | None) -> s
         check_prepared_metadata(plan, metadata_directory)
     out_dir = Path(wheel_directory).absolute()
     tools = toolchain(plan)
-    check_space(plan, tools, out_dir)
+    check_space(plan, tools, out_dir, compiling=not plan.settings.wheel_cache)
     with scratch_dir(plan.settings) as scratch:
         if plan.settings.wheel_cache:
             how: dict = {}
             facts = fingerprint(plan, tools)
+
+            def miss() -> Path:
+                check_space(plan, tools, out_dir)
+                return fresh_wheel(plan, tools, scratch, how)
+
             path = _wheel_cache.obtain(
                 plan.settings.resolved_wheel_cache_dir,
                 facts,
@@ -271,7 +278,7 @@ def build(plan: Plan, wheel_directory: str, metadata_directory: str | None) -> s
                 lambda wheel: _verified.once(
                     plan.settings.resolved_cache_dir, wheel, plan.torch, lambda: verify(plan, wheel)
                 ),
-                lambda: fresh_wheel(plan, tools, scratch, how),
+                miss,
                 plan.settings.wheel_cache_lock_timeout,
                 plan.settings.wheel_cache_heartbeat,
                 built=lambda: how,

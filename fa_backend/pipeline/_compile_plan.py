@@ -59,7 +59,8 @@ def make(plan: Plan, tools: Tools, sources: Sequence[str], cores: int, memory: i
     n_archs = len(tools.archs.targets) if tools.archs else 1
     threads = tools.nvcc_threads or 1
     machine = _schedule.Machine(tools.jobs, threads, cores, n_archs)
-    cost, memory_model = flavour.cost_model(plan), flavour.memory_model(plan)
+    costs = flavour.costs(plan)
+    cost, memory_model = (costs.seconds, costs.peak_bytes) if costs else (None, None)
     seconds = {s: machine.scale(cost(s)) for s in sources} if cost else None
     if memory_model is None:
         pools = _pools.Pools(tools.jobs)

@@ -33,7 +33,8 @@ def preview(plan, tools, sources: Sequence[str], cores: int, cached: int = 0) ->
     machine = _schedule.Machine(
         tools.jobs, tools.nvcc_threads or 1, cores, len(archs.targets) if archs else 1
     )
-    cost = plan.flavour.cost_model(plan)
+    costs = plan.flavour.costs(plan)
+    cost = costs.seconds if costs else None
     seconds = _schedule.predict(sources, machine, cost) if cost else None
     n = machine.archs
     lines = [
@@ -55,7 +56,8 @@ def preview(plan, tools, sources: Sequence[str], cores: int, cached: int = 0) ->
         f"{cores} core(s)"
     )
     if seconds is None:
-        lines.append(f"  estimate: {plan.flavour.estimate_note(plan)}")
+        dist = plan.flavour.names.dist
+        lines.append(f"  estimate: none for {dist} (fa-shim has no cost model for its sources)")
     else:
         of = f"{cached} of {cached + len(sources)} units cached, " if cached else ""
         lines.append(
@@ -68,7 +70,7 @@ def preview(plan, tools, sources: Sequence[str], cores: int, cached: int = 0) ->
             f"  note: this machine is busy (load average {load:.1f} on {cores} core(s)); "
             "the estimate assumes the cores are free"
         )
-    if seconds is not None and seconds > SUGGEST_ABOVE_SECONDS:
-        for alt, setting in plan.flavour.faster_options(plan, tools, sources, machine):
+    if seconds is not None and seconds > SUGGEST_ABOVE_SECONDS and costs.faster:
+        for alt, setting in costs.faster(tools, sources, machine):
             lines.append(f"  faster: {setting}: {_schedule.time_range(alt)}")
     return Preview(seconds, tuple(lines), machine, cost or _schedule.uniform)

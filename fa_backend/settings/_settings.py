@@ -10,8 +10,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from ..core import _failures
 from ..core._errors import FaShimError
-from . import _places
 from ._convert import convert
 from ._model import (
     ENV_PREFIX,
@@ -75,6 +75,14 @@ def pyproject_of(project_dir: Path | None) -> Path:
     return (project_dir or Path.cwd()).absolute() / "pyproject.toml"
 
 
+CONFIG_SETTINGS = "config_settings (-C)"
+
+
+def given_to_the_build(settings: Settings, key: str) -> bool:
+    """Whether key was given to this build (-C or FA_SHIM_*), not by [tool.fa-shim]'s default."""
+    return settings.given.get(key) in (CONFIG_SETTINGS, env_name(key))
+
+
 def load(
     config_settings: ConfigSettings | None,
     environ: Mapping[str, str] | None = None,
@@ -109,9 +117,9 @@ def load(
     for key, value in (config_settings or {}).items():
         norm = key.lstrip("-").replace("_", "-")
         if norm not in fields:
-            raise _unknown(key, "config_settings (-C)", known)
+            raise _unknown(key, CONFIG_SETTINGS, known)
         cs_layer[norm] = value
-    layers.append(("config_settings (-C)", cs_layer))
+    layers.append((CONFIG_SETTINGS, cs_layer))
 
     values: dict[str, Any] = {s.key: s.default for s in declared}
     given: dict[str, str] = {}  # key: where it came from (a flavour refuses another's keys)
@@ -131,5 +139,30 @@ def load(
     own = {s.key: values.pop(s.key) for s in declared}
     shared = {key.replace("-", "_"): value for key, value in values.items()}
     settings = Settings(**shared, flavour=flavour, given=given, own=own)
-    _places.name(settings, [s.key for s in fields.values() if s.missing])
+    _name_places(settings, [s.key for s in fields.values() if s.missing])
     return settings
+
+
+_FIX = {
+    "wheel-cache-dir": "make it writable for this user, name another wheel cache with "
+    "-C wheel-cache-dir=DIR, or turn it off with -C wheel-cache=false.",
+    "cache-dir": "make it writable for this user, or name another with -C cache-dir=DIR.",
+}
+_CACHES = ("cache-dir", "wheel-cache-dir")
+
+
+def _name_places(settings: Settings, existing: Sequence[str]) -> None:
+    """The directories settings name, told to the error messages (core/_failures.name_place): a
+    full or unwritable disk under /tmp is then "setting wheel-cache-dir", not "TMPDIR", and its
+    fix names the setting that moves it. The caches, and the directories given that must exist
+    (`existing`: their keys), are checked to be directories."""
+    for key in (*existing, *_CACHES):
+        path = getattr(settings, key.replace("-", "_"))
+        if path is None:
+            continue
+        if path.exists() and not path.is_dir():
+            raise FaShimError(
+                f"the {key} {path} is a file, not a directory.",
+                fix=f"point {key} at a directory (fa-shim makes a missing one).",
+            )
+        _failures.name_place(path, f"setting {key}", _FIX.get(key))

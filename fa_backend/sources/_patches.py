@@ -8,12 +8,12 @@ because a patch that half-applies is the silent failure mode of the sed recipes 
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import shutil
 from collections.abc import Iterable
 from pathlib import Path
 
 from ..core import _log, _subprocess
+from ..core._digest import sha256_of
 from ..core._errors import FaShimError
 
 
@@ -28,7 +28,7 @@ class Patch:
 
     @property
     def sha256(self) -> str:
-        return hashlib.sha256(self.path.read_bytes()).hexdigest()
+        return sha256_of(self.path)
 
 
 def topic(path: Path) -> str:

@@ -116,19 +116,13 @@ def available_cores(root: Path = CGROUP) -> int:
 def available_memory() -> int:
     """Memory a build can still take: MemAvailable, capped by the cgroup's limit minus its use
     (inside a container or a Slurm job the host's free memory is not ours to take)."""
-    # the kernel's MemAvailable, which psutil reads too: importing psutil costs a wheel-cache
-    # hit more than the read (docs/benchmarks.md); psutil where there is no /proc/meminfo
+    # the kernel's MemAvailable; without /proc/meminfo, the free pages POSIX reports
     meminfo = _read("/proc/meminfo") or ""
     line = next((x for x in meminfo.splitlines() if x.startswith("MemAvailable:")), None)
     if line:
         available = int(line.split()[1]) * 1024
     else:
-        try:
-            import psutil
-
-            available = int(psutil.virtual_memory().available)
-        except ImportError:
-            available = 8 * GIB
+        available = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     left = cgroup_memory_left(cgroup_dirs())
     if left is not None:
         available = min(available, left)

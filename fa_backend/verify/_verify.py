@@ -12,12 +12,14 @@ from __future__ import annotations
 import dataclasses
 import os
 import sys
+import zipfile
 from pathlib import Path
 
 from ..core import _scratch
 from ..core._errors import FaShimError
 from ..flavours import _registry
 from ..toolchain._torch import TorchInfo
+from ..wheel import _record
 from ._checks import (
     Gpu,
     check_archs,
@@ -30,11 +32,28 @@ from ._checks import (
     stable_floor,
 )
 from ._elf import ElfModule, TorchExports, read_module
-from ._record_check import check_record
-from ._report import SKIP, Check, Report
+from ._report import FAIL, PASS, SKIP, Check, Report
 from ._targets import Target, installed_target, module_target, wheel_target
 
 __all__ = ["Gpu", "VerifyReport", "gpus_here", "torch_here", "verify_path", "verify_wheel"]
+
+
+def check_record(wheel: Path) -> Check:
+    """verify's `record` check: a wheel's members against its RECORD (wheel/_record)."""
+    try:
+        found = _record.problems(wheel)
+    except (zipfile.BadZipFile, OSError) as exc:
+        return Check("record", FAIL, f"the wheel does not read as a zip ({exc})")
+    if found:
+        return Check(
+            "record",
+            FAIL,
+            f"{len(found)} member(s) differ from the wheel's RECORD: it was changed after it "
+            "was built (or damaged), so nothing in it can be trusted",
+            details=found,
+            fix="build the wheel again (a wheel-cache entry is rebuilt by itself).",
+        )
+    return Check("record", PASS, "every member matches its sha256 and size in RECORD")
 
 
 @dataclasses.dataclass

@@ -18,6 +18,7 @@ CUDA 12.3 or newer).
 from __future__ import annotations
 
 import json
+import re
 import sys
 import zipfile
 from pathlib import Path
@@ -48,6 +49,7 @@ def _build(python: Path, tmp: Path, archs: str, env: dict, *options: str) -> dic
         "sdist-dir": str(SHARED_SDISTS),
         **SMALLEST_REAL_SET,
         "head-dims": "32",  # its four kernel sources compile about a quarter sooner than 128's
+        "tu-parts": "2",  # as the quick start's build: 3 nvcc commands per kernel source
         "cuda-archs": archs,
         "compiler-cache": "none",
         "cache-dir": str(tmp / "fa-shim-cache"),
@@ -96,13 +98,20 @@ def _check_nvcc(prov: dict) -> None:
 def _check_build(build: dict, torch: str, label: str, abi: int, decision: str) -> dict:
     """What every CUDA 12 cell shows: the wheel's name, the toolkit decision (which nvcc, its CUDA
     against torch's, why it is accepted) in the log, nvcc 12.4 and torch's ABI in the
-    provenance, verify's pass with that ABI, the import under that torch. The flags injected."""
+    provenance, what was compiled (as test_real_build.py: the 4 kernel sources in 2 parts plus
+    their dispatch part, flash_api.cpp, sm_80 SASS in the module), verify's pass with that ABI,
+    the import under that torch. The flags injected."""
     prov = build["prov"]
     assert build["wheel"].name == f"flash_attn-2.8.3.post2+{label}-{TAG}-{TAG}-linux_x86_64.whl"
     assert decision in build["log"]
     _check_nvcc(prov)
     assert prov["torch"]["version"] == torch and prov["torch"]["cxx11_abi"] == abi
+    assert prov["tu_parts"] == 2
+    assert prov["compile_commands"] == {"cxx": 1, "nvcc": 3 * 4}, prov["compile_commands"]
+    assert prov["cuda_archs"] == ["80"]  # 89 (the L4) runs the sm_80 code
     assert "result: OK" in build["verify"], build["verify"]
+    # "result: OK" also passes with "SKIP cuda archs" (a module without device code)
+    assert re.search(r"PASS cuda archs [^()]*\bsm_80\b", build["verify"]), build["verify"]
     # the module's references to torch pass std::string in torch's ABI
     assert "PASS abi" in build["verify"]
     assert f"(_GLIBCXX_USE_CXX11_ABI={abi})" in build["verify"]

@@ -16,7 +16,8 @@ Then the same wheel, once built:
   import, each naming the fix.
 What the set left out cannot be called without a GPU: bench/fa3_stable_device.sh (H100).
 
-The trees come from ../shared/fa3 or GitHub (fa-shim's download); without either it skips."""
+The trees come from ../shared/fa3 or GitHub (fa-shim's download); without either the build fails
+(no skip: it is the FA3 "compiled" cell of docs/reference/versions.md)."""
 
 from __future__ import annotations
 
@@ -87,8 +88,6 @@ def fa3_installed(torch211_python, wheel_cache, tmp_path_factory):
     started = time.monotonic()
     proc = _install(python, tmp, wheel_cache)
     seconds = time.monotonic() - started
-    if proc.returncode and "github.com" in proc.stdout + proc.stderr and not FA3_SHARED.is_dir():
-        pytest.skip("the FA3 trees are neither in ../shared/fa3 nor reachable on GitHub here")
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     print(f"the tailored stable FA3 set: pip install in {seconds:.0f} s")
     (dist_info,) = site.glob("flash_attn_3-*.dist-info")

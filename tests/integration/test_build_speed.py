@@ -4,6 +4,7 @@ out-of-memory retry and the compiler cache."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -13,9 +14,10 @@ import time
 import zipfile
 from pathlib import Path
 
-import psutil
 import pytest
 from conftest import PY, SAMPLE_VERSION, TOOLS, copy_repo, pip_wheel_cmd, run, sample_settings
+
+from fa_backend.core import _hostlock
 
 pytestmark = pytest.mark.slow
 
@@ -116,18 +118,23 @@ def test_an_interrupted_build_leaves_no_cache_entry(sample_sdist_dir, tmp_path):
     )
     compiling = False
     for _ in range(480):  # until the (hanging) compile has started
-        children = psutil.Process(proc.pid).children(recursive=True)
-        if any(c.name() == "sleep" for c in children):
+        children = _descendants(proc.pid)
+        if "sleep" in children.values():
             compiling = True
             break
         time.sleep(0.5)
     assert compiling, "the build never started compiling"
+    started = {pid: _hostlock.started(pid) for pid in children}
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
     # no process of the build outlives it: the hanging compile (here the preflight's probe,
     # a wrapper script's `sleep` child) ends with the backend
-    _, alive = psutil.wait_procs(children, timeout=15)
-    assert not alive, [(p.pid, p.name()) for p in alive]
+    for _ in range(30):
+        alive = [(p, children[p]) for p, t in started.items() if _hostlock.started(p) == t]
+        if not alive:
+            break
+        time.sleep(0.5)
+    assert not alive, alive
     assert not list(_cache_root().rglob("*.whl"))
     assert not (tmp_path / "w").exists() or not list((tmp_path / "w").iterdir())
     # SIGKILL left the build's scratch and its preflight's: the next build removes them
@@ -190,3 +197,24 @@ def test_a_changed_backend_misses_the_cache(sample_sdist_dir, tmp_path):
     entries = [p for p in _cache_root().iterdir() if (p / "entry.json").is_file()]
     sources = {json.loads((e / "fingerprint.json").read_text())["fa_shim_sources"] for e in entries}
     assert len(entries) == 2 and len(sources) == 2
+
+
+def _descendants(pid: int) -> dict[int, str]:
+    """pid: name of every process below pid, read from /proc (each stat's parent pid)."""
+    processes = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            text = stat.read_text()
+            parent = int(text.rsplit(")", 1)[1].split()[1])
+            processes[int(stat.parent.name)] = (
+                parent,
+                text[text.index("(") + 1 : text.rindex(")")],
+            )
+    found, todo = {}, [pid]
+    while todo:
+        parent = todo.pop()
+        for child, (ppid, name) in processes.items():
+            if ppid == parent and child not in found:
+                found[child] = name
+                todo.append(child)
+    return found

@@ -94,7 +94,7 @@ def test_doctor_verifies_the_installed_flash_attn(host_venv, tmp_path):
 
 
 def test_doctor_reports_the_build_requirements_the_build_would_miss(tmp_path):
-    """The newcomer's venv: pip's setuptools 65.5, no wheel/ninja/psutil. A
+    """The newcomer's venv: pip's setuptools 65.5, no wheel/ninja. A
     --no-build-isolation build stops at once there; doctor says so, with the build's own fix."""
     python = make_venv(tmp_path / "newcomer", ["packaging", "pyelftools"])
     proc = doctor("--python", python, "--json")
@@ -102,7 +102,7 @@ def test_doctor_reports_the_build_requirements_the_build_would_miss(tmp_path):
     data = json.loads(proc.stdout)
     unmet = data["requires"]["unmet"]
     assert any(u.startswith("setuptools>=70 (found ") for u in unmet), unmet
-    assert {"ninja", "psutil", "wheel>=0.42"} <= set(unmet), unmet
+    assert {"ninja", "wheel>=0.42"} <= set(unmet), unmet
     stops = [p for p in data["problems"] if "a build would stop at once" in p["cause"]]
     assert stops and "fa-shim's build requirements are missing" in stops[0]["cause"]
     assert stops[0]["fix"].startswith(f"{python} -m pip install ")

@@ -17,7 +17,7 @@ pytestmark = pytest.mark.slow
 DEMO = TESTS / "packages" / "demo-flavour"
 PYPROJECT = """\
 [build-system]
-requires = ["setuptools>=70", "wheel", "packaging", "ninja", "psutil", "pyelftools"]
+requires = ["setuptools>=70", "wheel", "packaging", "ninja", "pyelftools"]
 build-backend = "fa_backend"
 backend-path = ["."]
 

@@ -45,3 +45,21 @@ def test_a_compile_that_fills_the_disk_is_no_space_not_a_compiler_error(tmp_path
     text = assert_one_error_nothing_left(proc, out)
     assert f"no space left on {tmp_path / 'disk'}" in text and "while compiling" in text
     assert "the upstream build failed" not in text
+
+
+def test_a_wheel_cache_hit_needs_only_the_wheels_space(tmp_path, sample_wheel):
+    """A hit only copies a wheel: scratch (TMPDIR) on a disk far too small for the build does not
+    stop it (the session's sample wheel is in its wheel cache); the build's needs are checked on
+    a miss, before anything is extracted."""
+    config = dict(s.split("=", 1) for s in sample_wheel["settings"][1::2])
+    out = tmp_path / "out"
+    proc = on_small_disk(tmp_path, hook("build_wheel", out, config), "size=16k")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "wheel cache hit" in proc.stderr, proc.stderr
+    assert [w.name for w in out.iterdir()] == [sample_wheel["wheel"].name]
+    config["wheel-cache-dir"] = str(tmp_path / "empty")  # a miss: the build's needs, refused
+    text = assert_one_error_nothing_left(
+        on_small_disk(tmp_path, hook("build_wheel", tmp_path / "out2", config), "size=16k"),
+        tmp_path / "out2",
+    )
+    assert "not enough disk space" in text and "scratch" in text, text

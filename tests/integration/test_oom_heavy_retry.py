@@ -22,8 +22,8 @@ PLUGIN = '''\
 test_oom_heavy_retry.py)."""
 from fa_shim_demo_flavour import Demo
 
+from fa_backend.flavours.api import Costs, Names
 from fa_backend.toolchain import _jobs
-from fa_backend.wheel._names import Names
 
 HEAVY = ("heavy_a.cpp", "heavy_b.cpp")
 
@@ -40,16 +40,16 @@ class Heavy(Demo):
     def driver_spec(self, plan, tools, source):
         return {"split_sources": {"flash_api.cpp": ["flash_api.cpp", *HEAVY]}}
 
-    def memory_model(self, plan):
+    def costs(self, plan):
         share = _jobs.available_memory() * 3 // 10
-        return lambda name: share if name in HEAVY else 64 * 2**20
+        return Costs(None, lambda name: share if name in HEAVY else 64 * 2**20)
 
 
 FLAVOUR = Heavy()
 '''
 PYPROJECT = """\
 [build-system]
-requires = ["setuptools>=70", "wheel", "packaging", "ninja", "psutil", "pyelftools"]
+requires = ["setuptools>=70", "wheel", "packaging", "ninja", "pyelftools"]
 build-backend = "fa_backend"
 backend-path = ["."]
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import os
 
 import pytest
 from conftest import FA3_SHARED, REPO, SHARED_SDISTS, fa2_plan, planned, torch_info
@@ -19,10 +20,9 @@ from fa_backend.core._version import __version__
 from fa_backend.flavours._interface import Tools
 from fa_backend.flavours.fa2 import _releases
 from fa_backend.flavours.fa3._flavour import FLAVOUR as FA3
-from fa_backend.pipeline import _provenance, _seal
+from fa_backend.pipeline import _provenance
 from fa_backend.pipeline._prepared import Prepared
 from fa_backend.resources import GUARD
-from fa_backend.toolchain import _compilers
 from fa_backend.toolchain._archs import ArchChoice, Selection
 from fa_backend.toolchain._compile_commands import Command
 
@@ -30,16 +30,26 @@ CPU_TOOLS = Tools(None, None, jobs=2, nvcc_threads=None, compiler_cache=None, sh
 SM90 = ArchChoice(Selection(("90",), "setting cuda-archs"), ("90",), (), {})
 
 
+# the host compiler, a program of the test's own whose version line is known (facts that do not
+# come from the code under test): CXX names it, as it names any compiler
+CXX_VERSION = "sample-c++ (fa-shim tests) 9.9.9"
+
+
 @pytest.fixture
-def plan(sample_sdist_dir, monkeypatch):
+def plan(sample_sdist_dir, monkeypatch, tmp_path):
     for name in (*_provenance._COMPILER_ENV, "SOURCE_DATE_EPOCH"):
         monkeypatch.delenv(name, raising=False)
+    cxx = tmp_path / "bin" / "sample-c++"
+    cxx.parent.mkdir()
+    cxx.write_text(f'#!/bin/sh\necho "{CXX_VERSION}"\necho "Copyright (C) nobody"\n')
+    cxx.chmod(0o755)
+    monkeypatch.setenv("CXX", str(cxx))
     return fa2_plan(sample_sdist_dir)
 
 
 def test_the_fingerprint_of_a_plan(plan):
     fp = _provenance.fingerprint(plan, CPU_TOOLS)
-    compiler = _compilers.host_compiler()
+    cxx = os.environ["CXX"]
     assert fp == {
         "wheel": plan.wheel_name,
         "metadata": hashlib.sha256(plan.metadata.encode()).hexdigest(),
@@ -53,8 +63,8 @@ def test_the_fingerprint_of_a_plan(plan):
         "nvcc_build": None,
         "archs": None,
         "kernel_set": plan.kernel_set,
-        "host_compiler": [compiler["path"], compiler["version"]],
-        "env": dict.fromkeys(_provenance._COMPILER_ENV),
+        "host_compiler": [cxx, CXX_VERSION],
+        "env": {**dict.fromkeys(_provenance._COMPILER_ENV), "CXX": cxx},
         "source_date_epoch": None,  # the wheel's zip times (wheel/_wheelfile)
     }
     assert len(fp["fa_shim_sources"]) == 64
@@ -96,7 +106,9 @@ def _prepared(tmp_path, tools, commands, extensions) -> Prepared:
     return Prepared(source, tools, source / "build.ninja", commands, report, tmp_path / "log")
 
 
-def test_the_provenance_records_the_plan_torch_and_what_build_ninja_compiles(plan, tmp_path):
+def test_the_provenance_records_the_plan_torch_and_what_build_ninja_compiles(
+    plan, tmp_path, monkeypatch
+):
     commands = [
         Command("cxx", "csrc/flash_api.cpp", ("c++", "-c", "csrc/flash_api.cpp")),
         Command(
@@ -112,7 +124,9 @@ def test_the_provenance_records_the_plan_torch_and_what_build_ninja_compiles(pla
         ),
     ]
     injected = [{"name": "flash_attn_2_cuda", "injected": {"cxx": ["-D_GLIBCXX_USE_CXX11_ABI=1"]}}]
+    monkeypatch.setenv("_FA_SHIM_TEST_SEAL", "proxy")  # the seal a build without unshare gets
     prov = _provenance.provenance(plan, _prepared(tmp_path, CPU_TOOLS, commands, injected))
+    assert prov["network_seal"] == "proxy to a closed port"
     assert prov["fa_shim_version"] == __version__
     assert prov["flash_attn_version"] == "0.1.0" and prov["distribution"] == "flash-attn"
     assert prov["sdist"] == plan.flavour.sources(plan, with_origin=True)  # FA2's sources_key
@@ -131,8 +145,8 @@ def test_the_provenance_records_the_plan_torch_and_what_build_ninja_compiles(pla
     assert prov["cuda_archs"] == ["80", "90a"]  # read off the -gencode flags, sorted
     assert prov["compile_commands"] == {"cxx": 1, "nvcc": 1}
     assert prov["injected_flags"] == injected
-    assert prov["network_seal"] == _seal.choose().kind
-    assert prov["host_compiler"] == _compilers.host_compiler()
+    cxx = os.environ["CXX"]
+    assert prov["host_compiler"] == {"command": cxx, "path": cxx, "version": CXX_VERSION}
     assert (prov["patches"], prov["kernel_set"], prov["tu_parts"]) == ([], plan.kernel_set, 1)
     assert prov["compiler_cache"] is None
 

@@ -1,5 +1,5 @@
 """The README stays one screen and then links: its test command is the one CI runs, it fits in
-150 lines, and every link in it resolves (file and heading). Its quick start's main-job line is
+80 lines, and every link in it resolves (file and heading). Its quick start's main-job line is
 run verbatim by conftest's `quick_start` (tests/e2e/test_quickstart.py), and names every build
 requirement. What the README used to hold is on the documentation site, checked by
 tests/unit/test_docs.py and tests/integration/test_docs_build.py."""
@@ -23,7 +23,7 @@ def test_ci_runs_the_readme_test_command():
 
 
 def test_the_readme_fits_a_screen_then_links():
-    assert len(README.splitlines()) <= 150, "the README grew: move the prose to a docs page"
+    assert len(README.splitlines()) <= 80, "the README grew: move the prose to a docs page"
     assert "\n## Quick start\n" in README  # conftest reads the main-job line from this section
 
 

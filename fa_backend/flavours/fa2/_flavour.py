@@ -14,7 +14,7 @@ from ...toolchain import _archs, _jobs, _space
 from ...wheel import _metadata
 from ...wheel._names import Names
 from ...wheel._sdist_self import SdistSpec
-from .._interface import Flavour, Plan, Sizing, Tools
+from .._interface import Costs, Flavour, Plan, Sizing, Tools
 from . import _costs, _kernels, _releases, _sdist, _settings, _tu_parts
 
 
@@ -41,6 +41,7 @@ class Fa2(Flavour):
     sources_key = "sdist"
 
     def plan(self, settings, torch) -> Plan:
+        settings = _sdist.of_the_given_sdist(settings)
         sdist = _sdist.locate(settings)
         patches = tuple(_releases.patches(sdist.version)) if sdist.pinned else ()
         tailoring = _kernels.tailoring(settings, sdist.version)
@@ -151,14 +152,12 @@ class Fa2(Flavour):
             plan.source, tools.shape.get(PARTS, 1), tools.shape.get(WHOLE, 0)
         )
 
-    def cost_model(self, plan: Plan):
-        return _costs.model(len(plan.source.tailoring.disabled))
-
-    def memory_model(self, plan: Plan):
-        return _costs.memory_model(plan.source.sdist.version, plan.source.sdist.pinned)
-
-    def faster_options(self, plan: Plan, tools: Tools, sources, machine):
-        return _costs.faster_options(plan, tools, sources, machine)
+    def costs(self, plan: Plan) -> Costs:
+        return Costs(
+            _costs.model(len(plan.source.tailoring.disabled)),
+            _costs.memory_model(plan.source.sdist.version, plan.source.sdist.pinned),
+            lambda tools, sources, machine: _costs.faster_options(plan, tools, sources, machine),
+        )
 
     def disk_needs(self, plan: Plan, tools: Tools) -> tuple[int, int]:
         source = plan.source

@@ -18,7 +18,7 @@ from packaging.version import Version
 from ...core import _atomic, _log
 from ...core._digest import sha256_of
 from ...core._errors import FaShimError, NotLocal
-from ...settings._settings import Settings
+from ...settings._settings import Settings, given_to_the_build
 from ...sources import _archives, _index
 from . import _releases
 
@@ -45,6 +45,27 @@ def _in_dir(directory: Path, version: str) -> Path | None:
         return None
     found = sorted(p for p in directory.glob("*.tar.gz") if _matches(p, version))
     return found[0] if found else None
+
+
+def of_the_given_sdist(settings: Settings) -> Settings:
+    """A given sdist (-C sdist) of a known release builds that release, its sha256 says which,
+    unless flash-attn-version is given to the build too (then locate refuses a mismatch): a
+    config written for 2.8.3 keeps building 2.8.3 when the default release moves on."""
+    path = settings.sdist
+    if not path or given_to_the_build(settings, "flash-attn-version") or not path.is_file():
+        return settings
+    try:
+        digest = sha256_of(path)
+    except OSError:  # locate names it
+        return settings
+    found = [v for v in _releases.known() if _releases.release(v).sha256 == digest]
+    if not found or found[0] == settings.flash_attn_version:
+        return settings
+    _log.info(
+        f"{path.name} is flash-attn {found[0]} (its sha256): building it, not the default "
+        f"{settings.flash_attn_version} (-C flash-attn-version picks the release)"
+    )
+    return dataclasses.replace(settings, own={**settings.own, "flash-attn-version": found[0]})
 
 
 def locate(settings: Settings) -> Sdist:

@@ -16,7 +16,9 @@ OWN = (
         "sdist",
         None,
         "path",
-        "Explicit path of the upstream sdist (.tar.gz); used before anything else.",
+        "Explicit path of the upstream sdist (.tar.gz); used before anything else. A known "
+        "release's sdist builds that release (its sha256 says which) unless flash-attn-version "
+        "is given too (-C or FA_SHIM_*), which it must then match.",
     ),
     Setting(
         "sdist-dir",

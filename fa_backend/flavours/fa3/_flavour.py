@@ -23,7 +23,7 @@ from ...wheel import _metadata
 from ...wheel._names import Names
 from ...wheel._sdist_self import SdistSpec
 from .. import _unit_table
-from .._interface import Flavour, Plan, Sizing, Tools
+from .._interface import Costs, Flavour, Plan, Sizing, Tools
 from . import _costs, _groups, _kernels, _releases, _settings, _sources, _tree_facts, _trees, _units
 
 ARCH = "90a"  # hopper/setup.py compiles its *_sm90.cu sources for exactly this
@@ -203,14 +203,13 @@ class Fa3(Flavour):
         """FA2's plan of jobs, cut to what the set's heaviest unit fits in memory (v2.8.3's
         full set on 16 cores and 128 GiB: 5 hdimall units of 22 GiB, not 16; the kernel would
         kill the rest), over the forward variants grouped as the model finds fastest for
-        those jobs and that memory (_groups). The per-unit peaks are memory_model's."""
+        those jobs and that memory (_groups). The per-unit peaks are costs().peak_bytes'."""
         s = plan.settings
         planned, threads = _jobs.plan_jobs(cores, memory, 1, s.max_jobs, s.nvcc_threads)
         units = self._setup_units(plan)
-        peak = self.memory_model(plan)
-        group = s.fa3_group or _groups.best_size(
-            units, self.cost_model(plan), peak, planned, memory
-        )
+        costs = self.costs(plan)
+        peak = costs.peak_bytes
+        group = s.fa3_group or _groups.best_size(units, costs.seconds, peak, planned, memory)
         layout = _groups.layout(units, group)
         if len(layout) < len(units):
             _log.info(
@@ -325,16 +324,14 @@ class Fa3(Flavour):
         """The units build.ninja compiles: setup.py's, forward variants grouped as tools say."""
         return list(self._layout(plan, tools))
 
-    def cost_model(self, plan: Plan):
-        return _costs.cost_model(plan.source.tailoring)
-
-    def memory_model(self, plan: Plan):
+    def costs(self, plan: Plan) -> Costs:
         directory = plan.source.release.directory
         table = _unit_table.load(directory) if directory else None
-        return _costs.memory_model(plan.source.tailoring, table, self._setup_units(plan))
-
-    def faster_options(self, plan: Plan, tools: Tools, sources, machine):
-        return _costs.faster_options(plan, sources, machine)
+        return Costs(
+            _costs.cost_model(plan.source.tailoring),
+            _costs.memory_model(plan.source.tailoring, table, self._setup_units(plan)),
+            lambda tools, sources, machine: _costs.faster_options(plan, sources, machine),
+        )
 
     def disk_needs(self, plan: Plan, tools: Tools) -> tuple[int, int]:
         # objects sized as FA2's kernel units: FA3's are as heavy

@@ -1,4 +1,4 @@
-"""A third flavour, written against fa-shim's flavour interface alone
+"""A third flavour, written against fa-shim's public flavour API alone (fa_backend.flavours.api)
 (tests/integration/test_flavours.py): it builds the sample sdist as the distribution
 `fa-shim-demo`. It is found through its `fa_shim.flavours` entry point
 (fa_shim_demo_flavour-0.1.dist-info/entry_points.txt) once this directory is on the build's
@@ -11,11 +11,19 @@ import re
 import tarfile
 from pathlib import Path
 
-from fa_backend.core._errors import FaShimError
-from fa_backend.flavours._interface import Flavour, Plan, Sizing
-from fa_backend.settings._model import Setting
-from fa_backend.wheel import _metadata
-from fa_backend.wheel._names import Names
+from fa_backend.flavours.api import (
+    FaShimError,
+    Flavour,
+    Names,
+    Plan,
+    Setting,
+    Sizing,
+    core_metadata,
+    full_version,
+    read_pkg_info,
+    torch_requirement,
+    wheel_tag,
+)
 
 
 class Demo(Flavour):
@@ -30,14 +38,12 @@ class Demo(Flavour):
             raise FaShimError(
                 "the demo flavour builds -C demo-sdist=FILE.", fix="pass -C demo-sdist=FILE."
             )
-        pkg_info = _metadata.read_pkg_info(sdist)
+        pkg_info = read_pkg_info(sdist)
         info = re.sub(r"^Name: .*$", f"Name: {self.names.dist}", pkg_info, count=1, flags=re.M)
         upstream = next(line for line in info.splitlines() if line.startswith("Version:"))
-        version = _metadata.full_version(upstream.split(":", 1)[1].strip(), "demo." + torch.label)
-        metadata = _metadata.core_metadata(
-            info, version, _metadata.torch_requirement(torch.version)
-        )
-        tag = _metadata.wheel_tag(self.names)
+        version = full_version(upstream.split(":", 1)[1].strip(), "demo." + torch.label)
+        metadata = core_metadata(info, version, torch_requirement(torch.version))
+        tag = wheel_tag(self.names)
         return Plan(settings, torch, self, sdist, (), version, tag, metadata)
 
     def sources(self, plan, with_origin):

@@ -95,7 +95,7 @@ def test_the_flavour_sizes_the_full_main_set_by_its_lines_table():
     tag = tags.Tag("cp310", "abi3", "linux_x86_64")
     plan = Plan(settings, torch, _flavour.FLAVOUR, source, (), "3.0.0", tag, "", "2.9.0")
     heaviest = "flash_fwd_hdim192_128_e4m3_softcap_packgqa_sm90.cu"
-    assert _flavour.FLAVOUR.memory_model(plan)(heaviest) == 7639 * MIB
+    assert _flavour.FLAVOUR.costs(plan).peak_bytes(heaviest) == 7639 * MIB
     assert _flavour.FLAVOUR.sizing(plan, None, 16, 124 * GIB).jobs == 16
     small = _flavour.FLAVOUR.sizing(plan, None, 16, 64 * GIB)
     assert small.jobs == 8 and "a FlashAttention-3 unit of this set needs 8 GiB" in small.cut

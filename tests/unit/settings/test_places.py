@@ -1,5 +1,6 @@
-"""settings/_places and the loose settings of issue 25: a directory setting that is a file,
-an empty path, an absurd thread count, and failures named by the setting that moves them."""
+"""The places settings name (settings/_settings) and the loose settings of issue 25: a directory
+setting that is a file, an empty path, an absurd thread count, and failures named by the setting
+that moves them."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The registry of upstream releases (fa_backend/flavours/fa2/_releases.py) as this checkout has
-it: every release is well formed, and the README's copy of a release.toml is the real one. A
+it: every release is well formed. A
 release added by its directory alone, and malformed ones, through real processes:
 tests/integration/test_releases.py."""
 
@@ -14,12 +14,6 @@ def test_every_release_of_this_checkout_is_well_formed():
     for version in _releases.known():
         release = _releases.release(version)
         assert release.pinned and release.sdist == f"flash_attn-{version}.tar.gz"
-
-
-def test_the_readme_shows_a_real_release_toml():
-    readme = (REPO / "README.md").read_text()
-    shown = readme.split("`release.toml` (a test keeps this copy equal to it):\n\n```toml\n")[1]
-    assert shown.split("```")[0] == (REPO / "vendored_patches/2.8.3.post2/release.toml").read_text()
 
 
 def test_every_shared_patch_file_is_listed_by_a_release():

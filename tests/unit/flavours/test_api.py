@@ -1,0 +1,30 @@
+"""fa_backend.flavours.api, the public flavour API: the demo plug-in (tests/packages/
+demo-flavour/) needs nothing else of fa-shim, and every name the API exports is there."""
+
+from __future__ import annotations
+
+import ast
+
+from conftest import TESTS
+
+from fa_backend.flavours import api
+
+DEMO = TESTS / "packages" / "demo-flavour" / "fa_shim_demo_flavour.py"
+
+
+def test_the_demo_plug_in_imports_only_the_public_api():
+    imported = {}
+    for node in ast.walk(ast.parse(DEMO.read_text())):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("fa_backend"):
+            imported.setdefault(node.module, set()).update(a.name for a in node.names)
+        elif isinstance(node, ast.Import):
+            assert not any(a.name.startswith("fa_backend") for a in node.names)
+    assert set(imported) == {"fa_backend.flavours.api"}, imported
+    assert imported["fa_backend.flavours.api"] <= set(api.__all__)
+
+
+def test_every_exported_name_is_there_and_public():
+    assert sorted(api.__all__) == api.__all__
+    for name in api.__all__:
+        assert getattr(api, name) is not None and not name.startswith("_")
+    assert issubclass(api.Flavour, object) and api.Flavour.__abstractmethods__
