@@ -63,6 +63,11 @@ build time is in [build speed](../guides/build-speed.md).
 An environment variable reaches fa-shim wherever a frontend builds it (a project's dependency,
 `uv sync`, pixi); `-C` reaches only the build it is given to.
 
+An empty value is refused for every setting, whatever its kind (`-C cuda-archs=`,
+`FA_SHIM_MAX_JOBS=`, `offline = ""`), and the error names the setting and where it came from: an
+empty value is most often an unset shell variable (`-C cuda-archs=$ARCH`), and reading it as
+"unset" would build something else without a word. To get a setting's default, leave it out.
+
 {table}
 """
 
