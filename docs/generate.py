@@ -9,6 +9,7 @@ The pages, and what each is generated from:
 - reference/cli.md: the argument parser of `python -m fa_backend` (`fa_backend.cli._main.parser()`);
 - reference/versions.md: the release registry, `vendored_patches/<version>/release.toml` and
   `vendored_patches/fa3/<version>/release.toml` with the patches beside them;
+- reference/reliability.md: the rows of tests/integration/test_hostile_inputs.py (its ROWS);
 - reference/test-durations.md: reference/test-durations.json, the durations a run of the suite
   recorded (`python3 -m pytest --durations-file=docs/reference/test-durations.json`, which
   writes this page too).
@@ -421,12 +422,58 @@ def durations_page() -> str:
     return "\n".join(lines) + "\n"
 
 
+# ------------------------------------------------------------------------------------ reliability
+
+HOSTILE = ROOT / "tests" / "integration" / "test_hostile_inputs.py"
+
+
+def hostile_rows() -> list[tuple[str, str, str]]:
+    """ROWS of the hostile-inputs suite, read as written (the test module is not imported)."""
+    import ast
+
+    for node in ast.parse(HOSTILE.read_text(encoding="utf-8")).body:
+        if isinstance(node, ast.Assign) and ast.unparse(node.targets[0]) == "ROWS":
+            return ast.literal_eval(node.value)
+    raise SystemExit(f"{HOSTILE} has no ROWS")
+
+
+def reliability_page() -> str:
+    rows = hostile_rows()
+    errors = [r for r in rows if r[2]]
+    test = HOSTILE.relative_to(ROOT).as_posix()
+    lines = [
+        HEADER.format(source=f"the rows of {test}"),
+        "# Reliability: mistaken and hostile inputs",
+        "",
+        f"`{test}` runs each input below in CI, for real, in a fresh process on the sample",
+        "sdist. Each test asserts one error whose first line names the cause (or a run that",
+        "succeeds), no traceback, a fix that never deletes a file of yours, nothing left in",
+        "`TMPDIR` or the output directory, and every file of the user's unchanged byte for",
+        "byte; so while the suite passes, the last two counts are 0.",
+        "",
+        "| | count |",
+        "|---|---|",
+        f"| inputs tried | {len(rows)} |",
+        f"| one clean error naming the cause | {len(errors)} |",
+        f"| handled without an error | {len(rows) - len(errors)} |",
+        "| leftovers | 0 |",
+        "| data lost | 0 |",
+        "",
+        "| input | what fa-shim answers (the start of its error) |",
+        "|---|---|",
+    ]
+    for _, given, answer in rows:
+        lines.append(f"| {_cell(given)} | {f'`` {_cell(answer)} ``' if answer else 'succeeds'} |")
+    return "\n".join(lines) + "\n"
+
+
 # ------------------------------------------------------------------------------------ the tool
 
 PAGES = {
     "reference/settings.md": settings_page,
     "reference/cli.md": cli_page,
     "reference/versions.md": versions_page,
+    "reference/reliability.md": reliability_page,
     DURATIONS_PAGE: durations_page,
 }
 
