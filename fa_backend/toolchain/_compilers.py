@@ -255,9 +255,8 @@ def compiler_abi(cxx: str, std: str | None = None) -> tuple[int | None, str]:
     macro libstdc++ defines. std, if given, is passed as -std=... to see that it is accepted."""
     argv = [*shlex.split(cxx), *([f"-std={std}"] if std else []), "-x", "c++", "-dM", "-E", "-"]
     try:
-        proc = subprocess.run(
-            argv, input="#include <string>\n", capture_output=True, text=True, timeout=120
-        )
+        # in a group of its own: a build stopped meanwhile ends the compiler and its children
+        proc = _subprocess.completed(argv, input="#include <string>\n", timeout=120)
     except (OSError, subprocess.TimeoutExpired) as exc:
         return None, f"{type(exc).__name__}: {exc}"
     if proc.returncode != 0:

@@ -82,7 +82,8 @@ def read_pkg_info(sdist: Path) -> str:
         ) from None
     except (tarfile.TarError, EOFError, OSError) as exc:
         raise FaShimError(
-            f"{sdist} is not a readable sdist: a corrupt, truncated or not gzip'd archive ({exc}).",
+            f"{sdist} is not a readable sdist: a corrupt or truncated archive, or no gzip'd tar "
+            f"at all ({exc}).",
             fix=f"give fa-shim the upstream sdist: move {sdist} aside and put the upstream "
             "file in its place, or name it with -C sdist=FILE.",
         ) from None
