@@ -182,7 +182,7 @@ def ninja_section(report: DoctorReport) -> None:
     report.add(
         "ninja",
         {"path": ninja, "version": version},
-        f"{version} ({ninja})" if version else "not found",
+        f"{version} ({ninja})" if version else f"{ninja} does not run" if ninja else "not on PATH",
     )
     if problem:  # the check a build makes first
         report.problem("ninja", ERROR, problem.cause, problem.fix or "")
