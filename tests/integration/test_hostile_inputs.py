@@ -10,11 +10,15 @@ import hashlib
 import importlib.machinery
 import os
 import shutil
+import signal
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
 from conftest import PY, REPO, SAMPLE_VERSION, clean_env, copy_repo, pack_sample, sample_settings
+
+from fa_backend.core._ownership import LOCK, RECORD
 
 # (id, what the user gives, what fa-shim answers: the start of its error, or "" for a success)
 ROWS = [
@@ -35,6 +39,16 @@ ROWS = [
         "holds files fa-shim did not write or that changed since its last prepare there",
     ),
     ("two-prepares", "two `prepare` runs into one new `--build-dir` at once", ""),
+    (
+        "killed-re-prepare",
+        "a re-prepare killed with SIGKILL mid-way, then `prepare` again into that directory",
+        "was made by fa-shim but holds no record of the files it wrote",
+    ),
+    (
+        "doctor-ninja-off-path",
+        "`doctor` with ninja beside the interpreter but not on PATH",
+        "error: ninja is installed in",
+    ),
     ("cxx-missing", "`CXX=/nonexistent/g++`", "the host C++ compiler `/nonexistent/g++`"),
     ("cc-missing", "`CC=/nonexistent/gcc`", "the host C compiler `/nonexistent/gcc`"),
     (
@@ -100,12 +114,13 @@ ROWS = [
 ]
 
 
-def _digests(*roots: Path) -> dict[str, str]:
-    """Every file under roots, by content: what 'no file of the user's touched' compares."""
+def _digests(*roots: Path, skip: str = "\0") -> dict[str, str]:
+    """Every file under roots, by content: what 'no file of the user's touched' compares (but
+    names starting with `skip`)."""
     found = {}
     for root in roots:
         for path in [root] if root.is_file() else sorted(root.rglob("*")):
-            if path.is_file():
+            if path.is_file() and not path.name.startswith(skip):
                 found[str(path)] = hashlib.sha256(path.read_bytes()).hexdigest()
     return found
 
@@ -185,6 +200,12 @@ def _set_up(row: str, case: Case, tmp_path: Path) -> None:
         case.user += [tree / "my-edit.txt", tree / "setup.py"]
     elif row == "two-prepares":
         case.prepare(*case.settings)
+    elif row == "killed-re-prepare":
+        case.prepare(*case.settings)
+        _killed(case)
+    elif row == "doctor-ninja-off-path":
+        case.env["PATH"] = _path_without_ninja(tmp_path)
+        case.argv = [PY, "-m", "fa_backend", "doctor"]
     elif row in ("cxx-missing", "cc-missing"):
         variable, program = ("CXX", "g++") if row == "cxx-missing" else ("CC", "gcc")
         case.env[variable] = f"/nonexistent/{program}"
@@ -258,6 +279,34 @@ def _set_up(row: str, case: Case, tmp_path: Path) -> None:
         raise AssertionError(row)
 
 
+def _killed(case: Case) -> None:
+    """A prepare, then a re-prepare SIGKILLed once it has laid its tree out (its compiler probe
+    hangs): the half tree carries no record of a prepared one, and its lock is a dead run's."""
+    first = case.run()
+    assert first.returncode == 0, first.stderr
+    started = case.tmp / "probe-started"
+    hang = case.tmp / "hang-c++"
+    hang.write_text(
+        f'#!/bin/sh\ncase "$*" in *" -E "*) touch {started}; sleep 600;; esac\nexec g++ "$@"\n'
+    )
+    hang.chmod(0o755)
+    proc = subprocess.Popen(
+        [str(a) for a in case.argv],
+        cwd=case.cwd,
+        env={**case.env, "CXX": str(hang)},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + 120
+    while not started.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert started.exists(), "the re-prepare never reached its compiler probe"
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert not (case.out / RECORD).exists()  # no half tree marked as prepared
+
+
 def _two_at_once(case: Case) -> None:
     """Both prepares succeed, one after the other (the lock), into one whole tree."""
     procs = [
@@ -275,8 +324,6 @@ def _two_at_once(case: Case) -> None:
     for proc, (_, err) in zip(procs, outputs, strict=True):
         assert proc.returncode == 0, err
         assert "Traceback" not in err and "File exists" not in err, err
-    from fa_backend.core._ownership import RECORD
-
     assert (case.out / RECORD).is_file()
     assert (case.out / "src" / f"flash_attn-{SAMPLE_VERSION}" / "setup.py").is_file()
 
@@ -292,7 +339,7 @@ def test_a_hostile_input_gets_one_true_error_and_leaves_nothing(row, tmp_path, c
     case = Case(tmp_path, _sample_sdists(tmp_path), cache)
     _set_up(row, case, tmp_path)
     before = _digests(*case.user)
-    before_out = _digests(case.out) if case.out.exists() else {}
+    before_out = _digests(case.out, skip=LOCK) if case.out.exists() else {}
     if not expected:
         _two_at_once(case)
     else:
@@ -302,6 +349,10 @@ def test_a_hostile_input_gets_one_true_error_and_leaves_nothing(row, tmp_path, c
         if row == "verify-foreign-module":  # a report, not an error: its failed check says why
             assert expected in proc.stdout and "_multiarray_umath" in proc.stdout, text
             assert "result: FAILED" in proc.stdout
+        elif row.startswith("doctor-"):  # a report too: its problem says why, with the fix
+            report = " ".join(proc.stdout.split())
+            assert expected in report and "not on PATH" in report, text
+            assert "pip install ninja" not in report, text
         else:
             assert text.count("fa-shim: error:") == 1, text
             first = text[text.index("fa-shim: error:") :].splitlines()[0]
@@ -312,8 +363,10 @@ def test_a_hostile_input_gets_one_true_error_and_leaves_nothing(row, tmp_path, c
                 assert str(case.pin) in first and "the sdist is fine" in fix, text
             if row == "prepare-outside-checkout":
                 assert "FA_SHIM_FLASH_ATTN_VERSION=2.8.3.post2" in fix, text
-        if row == "re-prepare-over-edits":  # fa-shim's own prepared tree stays too
-            assert _digests(case.out) == before_out
+        if row == "killed-re-prepare":  # the dead run's lock was taken over, and released
+            assert "took over the --build-dir lock" in text, text
+        if row in ("re-prepare-over-edits", "killed-re-prepare"):  # its tree stays as it was
+            assert _digests(case.out, skip=LOCK) == before_out
         elif case.out.exists():
             assert list(case.out.iterdir()) == [], list(case.out.iterdir())
     assert _digests(*case.user) == before  # data lost: none
