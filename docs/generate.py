@@ -454,7 +454,7 @@ def reliability_page() -> str:
         "| | count |",
         "|---|---|",
         f"| inputs tried | {len(rows)} |",
-        f"| one clean error naming the cause | {len(errors)} |",
+        f"| one clean error (or failed check of verify, doctor) naming the cause | {len(errors)} |",
         f"| handled without an error | {len(rows) - len(errors)} |",
         "| leftovers | 0 |",
         "| data lost | 0 |",
