@@ -10,6 +10,7 @@ The pages, and what each is generated from:
 - reference/versions.md: the release registry, `vendored_patches/<version>/release.toml` and
   `vendored_patches/fa3/<version>/release.toml` with the patches beside them; its matrix from
   the tests' `pytest.mark.cell` marks and, for what each cell reads, tests/durations.json;
+- reference/reliability.md: the rows of tests/integration/test_hostile_inputs.py (its ROWS);
 - reference/test-durations.md: tests/durations.json, the durations and outcomes a run of the
   suite recorded (`python3 -m pytest --durations-file=tests/durations.json`, which writes the
   pages too).
@@ -63,6 +64,11 @@ build time is in [build speed](../guides/build-speed.md).
 
 An environment variable reaches fa-shim wherever a frontend builds it (a project's dependency,
 `uv sync`, pixi); `-C` reaches only the build it is given to.
+
+An empty value is refused for every setting, whatever its kind (`-C cuda-archs=`,
+`FA_SHIM_MAX_JOBS=`, `offline = ""`), and the error names the setting and where it came from: an
+empty value is most often an unset shell variable (`-C cuda-archs=$ARCH`), and reading it as
+"unset" would build something else without a word. To get a setting's default, leave it out.
 
 {table}
 """
@@ -438,12 +444,58 @@ def durations_page() -> str:
     return "\n".join(lines) + "\n"
 
 
+# ------------------------------------------------------------------------------------ reliability
+
+HOSTILE = ROOT / "tests" / "integration" / "test_hostile_inputs.py"
+
+
+def hostile_rows() -> list[tuple[str, str, str]]:
+    """ROWS of the hostile-inputs suite, read as written (the test module is not imported)."""
+    import ast
+
+    for node in ast.parse(HOSTILE.read_text(encoding="utf-8")).body:
+        if isinstance(node, ast.Assign) and ast.unparse(node.targets[0]) == "ROWS":
+            return ast.literal_eval(node.value)
+    raise SystemExit(f"{HOSTILE} has no ROWS")
+
+
+def reliability_page() -> str:
+    rows = hostile_rows()
+    errors = [r for r in rows if r[2]]
+    test = HOSTILE.relative_to(ROOT).as_posix()
+    lines = [
+        HEADER.format(source=f"the rows of {test}"),
+        "# Reliability: mistaken and hostile inputs",
+        "",
+        f"`{test}` runs each input below in CI, for real, in a fresh process on the sample",
+        "sdist. Each test asserts one error whose first line names the cause (or a run that",
+        "succeeds), no traceback, a fix that never deletes a file of yours, nothing left in",
+        "`TMPDIR` or the output directory, and every file of the user's unchanged byte for",
+        "byte; so while the suite passes, the last two counts are 0.",
+        "",
+        "| | count |",
+        "|---|---|",
+        f"| inputs tried | {len(rows)} |",
+        f"| one clean error (or failed check of verify, doctor) naming the cause | {len(errors)} |",
+        f"| handled without an error | {len(rows) - len(errors)} |",
+        "| leftovers | 0 |",
+        "| data lost | 0 |",
+        "",
+        "| input | what fa-shim answers (the start of its error) |",
+        "|---|---|",
+    ]
+    for _, given, answer in rows:
+        lines.append(f"| {_cell(given)} | {f'`` {_cell(answer)} ``' if answer else 'succeeds'} |")
+    return "\n".join(lines) + "\n"
+
+
 # ------------------------------------------------------------------------------------ the tool
 
 PAGES = {
     "reference/settings.md": settings_page,
     "reference/cli.md": cli_page,
     "reference/versions.md": versions_page,
+    "reference/reliability.md": reliability_page,
     DURATIONS_PAGE: durations_page,
 }
 

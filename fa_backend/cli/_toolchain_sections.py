@@ -5,43 +5,19 @@ found by the build's own code or a real probe of the tool (the host compiler pre
 from __future__ import annotations
 
 import os
-import re
-import shlex
 import shutil
-import subprocess
 import sys
 from typing import TYPE_CHECKING
 
 from ..core._errors import FaShimError
 from ..toolchain import _compilers, _toolkit, _torch
+from ..toolchain._compilers import compiler_abi
 from ..verify._report import ERROR, WARNING
 from ..wheel import _metadata
 from ._doctor_report import DoctorReport
 
 if TYPE_CHECKING:
     from ..flavours._interface import Flavour
-
-
-# --------------------------------------------------------------------------------- probes
-
-
-def compiler_abi(cxx: str, std: str | None = None) -> tuple[int | None, str]:
-    """(default _GLIBCXX_USE_CXX11_ABI, error) of a C++ compiler: preprocess <string>, read the
-    macro libstdc++ defines. std, if given, is passed as -std=... to see that it is accepted."""
-    argv = [*shlex.split(cxx), *([f"-std={std}"] if std else []), "-x", "c++", "-dM", "-E", "-"]
-    try:
-        proc = subprocess.run(
-            argv, input="#include <string>\n", capture_output=True, text=True, timeout=120
-        )
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return None, f"{type(exc).__name__}: {exc}"
-    if proc.returncode != 0:
-        err = proc.stderr.strip().splitlines()
-        return None, err[0] if err else f"exit status {proc.returncode}"
-    match = re.search(r"^#define _GLIBCXX_USE_CXX11_ABI (\d)", proc.stdout, re.MULTILINE)
-    if not match:
-        return None, "not libstdc++ (no _GLIBCXX_USE_CXX11_ABI defined)"
-    return int(match.group(1)), ""
 
 
 # --------------------------------------------------------------------------------- sections
@@ -161,14 +137,9 @@ def compiler_section(report: DoctorReport, torch) -> None:
     data = {**info, "default_cxx11_abi": abi}
     if abi is None:
         report.add("compiler", data, f"{cxx}: cannot preprocess <string> ({error})")
-        report.problem(
-            "compiler",
-            ERROR,
-            f"the host C++ compiler `{cxx}` (from {'CXX' if os.environ.get('CXX') else 'c++'}) "
-            f"does not work: {error}.",
-            "install g++ (apt-get install g++ / dnf install gcc-c++) or point CXX at a working "
-            "one.",
-        )
+    for problem in _compilers.host_compiler_problems():  # the check a build makes first
+        report.problem("compiler", ERROR, problem.cause, problem.fix or "")
+    if abi is None:
         return
     std_note = ""
     if torch is not None and torch.cxx_std and torch.cxx_std.startswith("c++"):
@@ -206,24 +177,12 @@ def compiler_section(report: DoctorReport, torch) -> None:
 
 def ninja_section(report: DoctorReport) -> None:
     ninja = shutil.which("ninja")
-    version = None
-    if ninja:
-        try:
-            version = subprocess.run(
-                [ninja, "--version"], capture_output=True, text=True, timeout=30
-            ).stdout.strip()
-        except (OSError, subprocess.TimeoutExpired):
-            version = None
+    problem = _compilers.ninja_problem(os.environ.get("PATH", os.defpath))
+    version = None if problem else _compilers.ninja_version(ninja)
     report.add(
         "ninja",
         {"path": ninja, "version": version},
-        f"{version} ({ninja})" if ninja and version else "not found",
+        f"{version} ({ninja})" if version else f"{ninja} does not run" if ninja else "not on PATH",
     )
-    if not (ninja and version):
-        report.problem(
-            "ninja",
-            ERROR,
-            "ninja is not installed or does not run: torch's extension build needs it, and "
-            "without it compiles run one at a time.",
-            "pip install ninja",
-        )
+    if problem:  # the check a build makes first
+        report.problem("ninja", ERROR, problem.cause, problem.fix or "")

@@ -1,18 +1,28 @@
 """Directories fa-shim may change: those it made, marked as its own. A directory a user names
 (`prepare --build-dir DIR`) is taken only when it is missing, empty or carries fa-shim's marker,
-and a failed run removes only the entries it added: a user's files are never deleted."""
+one run at a time (a lock inside it, core/_hostlock). A run that succeeds records every file it
+left there (size and mtime); the next run takes the directory back only while all of them are
+as recorded and nothing else is there: a file a user added or edited is never deleted, the run is
+refused naming it. A failed run removes only what the directory did not hold as a user's before."""
 
 from __future__ import annotations
 
 import contextlib
+import json
+import math
+import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
-from . import _failures
+from . import _failures, _hostlock, _log
 from ._errors import FaShimError
 
 MARKER = ".fa-shim-build-dir"
+# what the last successful run left, {relative path: [size, mtime_ns] or None for a directory};
+# written last, removed first: a tree being replaced never carries it
+RECORD = ".fa-shim-build-dir.files"
+LOCK = ".fa-shim-build-dir.lock"  # and its takeover's LOCK.stale-* names
 _TEXT = "fa-shim made this directory and may replace what is in it.\n"
 
 
@@ -24,46 +34,92 @@ def is_ours(directory: Path) -> bool:
         return False
 
 
-def claim(directory: Path, setting: str) -> set[str] | None:
-    """Take `directory` for fa-shim, creating it if missing. Returns the names that were in it
-    before (None: it did not exist); refuses a directory with someone else's files in it."""
-    _failures.name_place(directory, setting)  # a failure in it names the option
-    if directory.is_symlink() or (directory.exists() and not directory.is_dir()):
+def _own_name(name: str) -> bool:
+    return name in (MARKER, RECORD) or name.startswith(LOCK)
+
+
+def _walk(directory: Path) -> dict[str, list[int] | None]:
+    """Every entry under directory but fa-shim's own bookkeeping, as RECORD keeps them."""
+    found: dict[str, list[int] | None] = {}
+    for root, dirs, files in os.walk(directory):
+        for name in [*dirs, *files]:
+            path = Path(root, name)
+            rel = path.relative_to(directory).as_posix()
+            if root == str(directory) and _own_name(name):
+                continue
+            st = path.lstat()
+            is_dir = name in dirs and not path.is_symlink()
+            found[rel] = None if is_dir else [st.st_size, st.st_mtime_ns]
+    return found
+
+
+def _not_ours(directory: Path, setting: str) -> list[str]:
+    """What in fa-shim's own directory it did not leave there, or that changed since."""
+    try:
+        recorded = json.loads((directory / RECORD).read_text())
+    except (OSError, ValueError):
         raise FaShimError(
-            f"{directory} ({setting}) is not a directory.",
-            fix=f"name a new or empty directory for {setting}.",
+            f"{directory} ({setting}) was made by fa-shim but holds no record of the files it "
+            "wrote (a prepare that was killed, or one of an older fa-shim), so fa-shim "
+            "cannot tell them from files of yours.",
+            fix=f"name a new or empty directory for {setting} ({directory} stays as it is).",
+        ) from None
+    return sorted(rel for rel, facts in _walk(directory).items() if recorded.get(rel, 0) != facts)
+
+
+def claim(directory: Path, setting: str) -> set[str]:
+    """Take `directory` (it exists) for fa-shim, the caller holding its lock. Returns the names a
+    failed run must leave there; refuses a directory with someone else's files in it. fa-shim's
+    own earlier tree is removed first: a run that then fails leaves nothing half-made."""
+    names = {p.name for p in directory.iterdir() if not _own_name(p.name)}
+    if not names:
+        return {p.name for p in directory.iterdir() if p.name == MARKER}
+    if not is_ours(directory):
+        shown = ", ".join(sorted(names)[:3]) + (", ..." if len(names) > 3 else "")
+        raise FaShimError(
+            f"{directory} ({setting}) holds files fa-shim did not make ({shown}); fa-shim "
+            "only works in a new or empty directory, or one it made itself, so that it "
+            "never replaces or deletes a file of yours.",
+            fix=f"name a new or empty directory for {setting} (fa-shim marks the ones it "
+            f"makes with a {MARKER} file).",
         )
-    if not directory.exists():
-        directory.mkdir(parents=True)
-        before = None
-    else:
-        before = {p.name for p in directory.iterdir()}
-        if before and not is_ours(directory):
-            shown = ", ".join(sorted(before)[:3]) + (", ..." if len(before) > 3 else "")
-            raise FaShimError(
-                f"{directory} ({setting}) holds files fa-shim did not make ({shown}); fa-shim "
-                "only works in a new or empty directory, or one it made itself, so that it "
-                "never replaces or deletes a file of yours.",
-                fix=f"name a new or empty directory for {setting} (fa-shim marks the ones it "
-                f"makes with a {MARKER} file).",
-            )
-    return before
+    foreign = _not_ours(directory, setting)
+    if foreign:
+        shown = ", ".join(foreign[:5]) + (
+            f" and {len(foreign) - 5} more" if len(foreign) > 5 else ""
+        )
+        raise FaShimError(
+            f"{directory} ({setting}) holds files fa-shim did not write or that changed since "
+            f"its last prepare there ({shown}); preparing again would replace them, so nothing "
+            "was touched.",
+            fix=f"move those files out of {directory}, or name a new or empty directory for "
+            f"{setting}.",
+        )
+    (directory / RECORD).unlink()  # no longer a finished tree
+    for entry in list(directory.iterdir()):
+        if _own_name(entry.name):
+            continue
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry)
+        else:
+            entry.unlink()
+    return {MARKER}
 
 
 def mark(directory: Path) -> None:
-    """Mark a directory fa-shim has filled: a later run may replace what is in it."""
+    """Mark a directory fa-shim has filled, with the record of what it left: a later run may
+    replace exactly that."""
     (directory / MARKER).write_text(_TEXT)
+    part = directory / f"{RECORD}.part"
+    part.write_text(json.dumps(_walk(directory)))
+    part.replace(directory / RECORD)
 
 
-def undo(directory: Path, before: set[str] | None) -> None:
-    """Remove what a failed run added: the whole directory if it made it, else the entries
-    that were not there before (the marker too, when the directory was empty)."""
-    if before is None:
-        shutil.rmtree(directory, ignore_errors=True)
-        return
+def undo(directory: Path, before: set[str]) -> None:
+    """Remove what a failed run added: every entry but those named in `before` and the lock."""
     with contextlib.suppress(OSError):
         for entry in directory.iterdir():
-            if entry.name in before:
+            if entry.name in before or entry.name.startswith(LOCK):
                 continue
             if entry.is_dir() and not entry.is_symlink():
                 shutil.rmtree(entry, ignore_errors=True)
@@ -73,12 +129,37 @@ def undo(directory: Path, before: set[str] | None) -> None:
 
 @contextlib.contextmanager
 def owned(directory: Path, setting: str) -> Iterator[Path]:
-    """`directory` claimed for a run and marked when it succeeds; on failure (or Ctrl-C) only
-    this run's additions go."""
-    before = claim(directory, setting)
+    """`directory` locked and claimed for a run, marked when it succeeds; on failure (or Ctrl-C)
+    only this run's additions go (and the directory, if the run made it)."""
+    _failures.name_place(directory, setting)  # a failure in it names the option
+    if directory.is_symlink() or (directory.exists() and not directory.is_dir()):
+        raise FaShimError(
+            f"{directory} ({setting}) is not a directory.",
+            fix=f"name a new or empty directory for {setting}.",
+        )
+    made = not directory.exists()
+    directory.mkdir(parents=True, exist_ok=True)
+    lock = _hostlock.HostLock(
+        directory / LOCK,
+        math.inf,  # while its holder lives (a dead one's is taken over)
+        5.0,
+        lambda holder: _log.info(
+            f"another run is using {directory} ({_hostlock.describe(holder)}); waiting for it"
+        ),
+        what=setting,
+        held_by=f"another run using {directory}",
+        fix="wait for that run or stop it.",
+    )
     try:
-        yield directory
-        mark(directory)
+        with lock.held():
+            before = claim(directory, setting)
+            try:
+                yield directory
+                mark(directory)
+            except BaseException:
+                undo(directory, before)
+                raise
     except BaseException:
-        undo(directory, before)
+        if made:
+            shutil.rmtree(directory, ignore_errors=True)
         raise

@@ -27,6 +27,7 @@ def completed(
     cwd: Path | None = None,
     env: dict[str, str] | None = None,
     timeout: float | None = None,
+    input: str | None = None,
 ) -> subprocess.CompletedProcess[str]:
     """subprocess.run(argv, capture_output=True, text=True), in a process group of its own that
     is killed whole when the call ends early (timeout, Ctrl-C, SIGTERM): a compiler's cc1plus
@@ -35,6 +36,7 @@ def completed(
         argv,
         cwd=cwd,
         env=env,
+        stdin=subprocess.PIPE if input is not None else None,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -42,7 +44,7 @@ def completed(
         start_new_session=True,
     ) as proc:
         try:
-            out, err = proc.communicate(timeout=timeout)
+            out, err = proc.communicate(input, timeout=timeout)
         except BaseException:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)

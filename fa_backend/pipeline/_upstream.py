@@ -118,9 +118,16 @@ def run_setup(
         "prefix_flags": _reproducible.compile_flags(plan, tools, scratch),
     }
     spec_path.write_text(json.dumps(spec))
-    _log.info(f"running upstream setup.py ({mode}); full log: {log}")
     command = [sys.executable, str(DRIVER), str(spec_path)]
-    with _seal.sealed(command, environment(plan, tools, scratch, jobs)) as (command, env):
+    env = environment(plan, tools, scratch, jobs)
+    if mode == "prepare":  # the tools setup.py will call, found as it will find them
+        problems = _compilers.host_compiler_problems()
+        problems.append(_compilers.ninja_problem(env.get("PATH", os.defpath)))
+        for problem in problems:
+            if problem:
+                raise problem
+    _log.info(f"running upstream setup.py ({mode}); full log: {log}")
+    with _seal.sealed(command, env) as (command, env):
         code, output = _runner.run_logged(command, source, env, log)
     report = json.loads(report_path.read_text()) if report_path.is_file() else {}
     return code, output, report

@@ -13,7 +13,7 @@ from packaging.version import InvalidVersion, Version
 from ..core._errors import FaShimError
 
 _TRUE = {"1", "true", "yes", "on"}
-_FALSE = {"0", "false", "no", "off", ""}
+_FALSE = {"0", "false", "no", "off"}
 
 
 def _absolute(text: str) -> Path:
@@ -36,6 +36,22 @@ def convert(key: str, kind: str, value: Any, where: str, maximum: int | None = N
             else f"correct {key} in {where}.",
         )
 
+    # An empty value is refused for every kind, never read as "unset" or "false": it is most
+    # often an unset shell variable (-C cuda-archs=$ARCH), and leaving the setting out is how
+    # its default is asked for.
+    if (value == [] or value == ()) or (
+        not isinstance(value, (bool, list, tuple)) and not str(value).strip()
+    ):
+        fix = (
+            f"give it a value, or unset {where.rsplit(' ', 1)[-1]} for the default."
+            if where.startswith("environment variable")
+            else f"give {key} a value in {where}, or leave it out for the default."
+        )
+        raise FaShimError(
+            f"setting {key!r} from {where} is empty: fa-shim refuses an empty value for every "
+            "setting (an unset shell variable, most often).",
+            fix=fix,
+        )
     if kind in ("archs", "list"):
         items = value if isinstance(value, (list, tuple)) else re.split(r"[;,\s]+", str(value))
     if kind == "archs":
@@ -84,8 +100,6 @@ def convert(key: str, kind: str, value: Any, where: str, maximum: int | None = N
             raise bad("a positive number of seconds")
         return seconds
     if kind == "path":
-        if not str(value).strip():  # `-C sdist=$UNSET`: never fall through to another source
-            raise bad("a path")
         return _absolute(str(value).strip())
     if kind == "str":
         return str(value).strip()

@@ -12,8 +12,11 @@ import functools
 import glob
 import os
 import re
+import shlex
 import shutil
 import subprocess
+import sys
+import sysconfig
 from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
@@ -242,3 +245,92 @@ def compiler_cache(setting: str) -> str | None:
             "or pass -C compiler-cache=none.",
         )
     return found
+
+
+# ------------------------------------------------------- the build's tools, checked before setup.py
+
+
+def compiler_abi(cxx: str, std: str | None = None) -> tuple[int | None, str]:
+    """(default _GLIBCXX_USE_CXX11_ABI, error) of a C++ compiler: preprocess <string>, read the
+    macro libstdc++ defines. std, if given, is passed as -std=... to see that it is accepted."""
+    argv = [*shlex.split(cxx), *([f"-std={std}"] if std else []), "-x", "c++", "-dM", "-E", "-"]
+    try:
+        # in a group of its own: a build stopped meanwhile ends the compiler and its children
+        proc = _subprocess.completed(argv, input="#include <string>\n", timeout=120)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return None, f"{type(exc).__name__}: {exc}"
+    if proc.returncode != 0:
+        err = proc.stderr.strip().splitlines()
+        return None, err[0] if err else f"exit status {proc.returncode}"
+    match = re.search(r"^#define _GLIBCXX_USE_CXX11_ABI (\d)", proc.stdout, re.MULTILINE)
+    if not match:
+        return None, "not libstdc++ (no _GLIBCXX_USE_CXX11_ABI defined)"
+    return int(match.group(1)), ""
+
+
+def host_compiler_problems() -> list[FaShimError]:
+    """CXX (else c++) and CC, as setuptools and torch will call them: each must preprocess
+    <string> (doctor's check, and the build's before upstream's setup.py runs: a broken one
+    otherwise fails deep in upstream's traceback, never named)."""
+    problems = []
+    for variable, command in (("CXX", os.environ.get("CXX", "c++")), ("CC", os.environ.get("CC"))):
+        if command is None:
+            continue
+        abi, error = compiler_abi(command)
+        if abi is None:
+            origin = variable if os.environ.get(variable) else "PATH, as c++"
+            problems.append(
+                FaShimError(
+                    f"the host {'C++' if variable == 'CXX' else 'C'} compiler `{command}` (from "
+                    f"{origin}) does not work: {error}.",
+                    fix=f"point {variable} at a working compiler (e.g. {variable}="
+                    f"{'g++' if variable == 'CXX' else 'gcc'}), or install g++ (apt-get install "
+                    "g++ / dnf install gcc-c++).",
+                )
+            )
+    return problems
+
+
+def ninja_version(ninja: str | None) -> str | None:
+    if not ninja:
+        return None
+    try:
+        out = subprocess.run([ninja, "--version"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout.strip() or None
+
+
+def ninja_problem(path: str, scripts: str | None = None) -> FaShimError | None:
+    """ninja as torch's extension build looks for it (`ninja --version` on the build's PATH):
+    without it torch compiles one source at a time, and fa-shim cannot read build.ninja. Tells
+    "not installed" from "installed beside this interpreter but not on PATH" (a venv not
+    activated)."""
+    found = shutil.which("ninja", path=path)
+    if found and ninja_version(found):
+        return None
+    if found:
+        return FaShimError(
+            f"ninja at {found} (first on PATH) does not run (`ninja --version` fails): torch's "
+            "extension build needs it.",
+            fix=f"reinstall it: `{sys.executable} -m pip install --force-reinstall ninja`.",
+        )
+    scripts = scripts or sysconfig.get_path("scripts")
+    beside = Path(scripts, "ninja")
+    if beside.is_file() and ninja_version(str(beside)):
+        return FaShimError(
+            f"ninja is installed in {scripts} (this interpreter's scripts directory) but that "
+            "directory is not on PATH, and torch's extension build looks for ninja on PATH (is "
+            "the environment not activated?).",
+            fix=(
+                f"activate the environment (`source {scripts}/activate`), or run with "
+                if Path(scripts, "activate").is_file()
+                else "run with "
+            )
+            + f'PATH="{scripts}:$PATH".',
+        )
+    return FaShimError(
+        "ninja is not installed (not on PATH, nor beside this interpreter): torch's extension "
+        "build needs it.",
+        fix=f"install it: `{sys.executable} -m pip install ninja`.",
+    )

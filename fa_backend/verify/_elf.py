@@ -28,6 +28,8 @@ class ElfModule:
     needed: list[str]
     cuda: list[CudaCode] | None  # None: no .nv_fatbin section
     runtime_copy: list[str] = dataclasses.field(default_factory=list)  # _mangling.runtime_copy
+    # the PyInit_<name> it defines: the module a Python import of it really finds
+    init: list[str] = dataclasses.field(default_factory=list)
 
 
 def read_module(path: Path) -> ElfModule:
@@ -39,14 +41,14 @@ def read_module(path: Path) -> ElfModule:
     try:
         with path.open("rb") as f:
             elf = ELFFile(f)
-            undefined, needed = [], []
+            undefined, needed, init = [], [], []
             for section in elf.iter_sections():
                 if isinstance(section, SymbolTableSection) and section["sh_type"] == "SHT_DYNSYM":
-                    undefined += [
-                        s.name
-                        for s in section.iter_symbols()
-                        if s.name and s["st_shndx"] == "SHN_UNDEF"
-                    ]
+                    for s in section.iter_symbols():
+                        if s.name and s["st_shndx"] == "SHN_UNDEF":
+                            undefined.append(s.name)
+                        elif s.name.startswith("PyInit_"):
+                            init.append(s.name.removeprefix("PyInit_"))
                 elif isinstance(section, DynamicSection):
                     needed += [
                         t.needed for t in section.iter_tags() if t.entry.d_tag == "DT_NEEDED"
@@ -61,7 +63,7 @@ def read_module(path: Path) -> ElfModule:
             f"{path} is not a readable ELF shared object ({exc}).",
             fix="the file is damaged or not a Linux extension module: rebuild flash-attn.",
         ) from None
-    return ElfModule(path, undefined, needed, cuda, runtime)
+    return ElfModule(path, undefined, needed, cuda, runtime, init)
 
 
 class TorchExports:

@@ -18,8 +18,10 @@ from pathlib import Path
 from ..core import _scratch
 from ..core._errors import FaShimError
 from ..flavours import _registry
+from ..toolchain._mangling import is_torch_symbol
 from ..toolchain._torch import TorchInfo
 from ..wheel import _record
+from . import _stable_abi
 from ._checks import (
     Gpu,
     check_archs,
@@ -171,15 +173,40 @@ def _run(target: Target, torch: TorchInfo, gpus: list[Gpu] | None) -> VerifyRepo
     if target.modules:
         modules = [_read(target, name, path) for name, path in target.modules]
         stable = stable_floor(target, modules)
-        with TorchExports(torch.lib_dir) as exports:
-            symbols, abi = check_symbols(modules, torch, exports, target.flavour, stable)
-        checks += [symbols, abi, check_cuda_runtime(modules, torch, target.flavour)]
+        symbols_abi = _foreign(modules, target.flavour)
+        if symbols_abi is None:
+            with TorchExports(torch.lib_dir) as exports:
+                symbols_abi = check_symbols(modules, torch, exports, target.flavour, stable)
+        checks += [*symbols_abi, check_cuda_runtime(modules, torch, target.flavour)]
         checks.append(check_cxx_runtime(modules, target.flavour))
     checks.append(check_provenance(target, torch))
     if modules:
         checks.append(check_archs(modules, target, torch, gpus))
     return VerifyReport(
         target.description, target.kind, torch, checks, [n for n, _ in target.modules]
+    )
+
+
+def _foreign(modules: list[ElfModule], flavour) -> tuple[Check, Check] | None:
+    """Nothing of torch and no device code: another project's module under this name (numpy's,
+    renamed), named by the PyInit_ it defines and the libraries it needs."""
+    if _stable_abi.looks_stable(modules) or any(
+        m.cuda is not None or any(map(is_torch_symbol, m.undefined)) for m in modules
+    ):
+        return None
+    inits = sorted({n for m in modules for n in m.init}) or ["none"]
+    needs = sorted({n for m in modules for n in m.needed}) or ["nothing"]
+    dist = flavour.names.dist
+    return (
+        Check(
+            "symbols",
+            FAIL,
+            f"the module takes no symbol from torch and embeds no CUDA device code: it is not a "
+            f"{dist} extension but another module under its name (its Python init: "
+            f"{', '.join(inits)}; it needs {', '.join(needs)}).",
+            fix=f"rebuild {dist} against this torch: `{flavour.rebuild_command()}`.",
+        ),
+        Check("abi", SKIP, "the module references nothing of torch"),
     )
 
 

@@ -82,8 +82,10 @@ def read_pkg_info(sdist: Path) -> str:
         ) from None
     except (tarfile.TarError, EOFError, OSError) as exc:
         raise FaShimError(
-            f"{sdist} is a corrupt or truncated archive ({exc}).",
-            fix=f"delete {sdist} and download the sdist again.",
+            f"{sdist} is not a readable sdist: a corrupt or truncated archive, or no gzip'd tar "
+            f"at all ({exc}).",
+            fix=f"give fa-shim the upstream sdist: move {sdist} aside and put the upstream "
+            "file in its place, or name it with -C sdist=FILE.",
         ) from None
 
 

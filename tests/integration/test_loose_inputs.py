@@ -63,8 +63,8 @@ def test_a_wheel_cache_dir_that_is_a_file_is_an_error(tmp_path, sample_sdist_dir
 @pytest.mark.parametrize(
     ("key", "value", "expected"),
     [
-        ("sdist", "", "setting 'sdist' from config_settings (-C) is '', expected a path"),
-        ("sdist-dir", " ", "expected a path"),
+        ("sdist", "", "setting 'sdist' from config_settings (-C) is empty"),
+        ("sdist-dir", " ", "setting 'sdist-dir' from config_settings (-C) is empty"),
         ("nvcc-threads", "999999", "is '999999', expected an integer from 1 to 32"),
         ("nvcc-threads", "0", "expected an integer from 1 to 32"),
     ],

@@ -46,8 +46,10 @@ class Fa2(Flavour):
         patches = tuple(_releases.patches(sdist.version)) if sdist.pinned else ()
         tailoring = _kernels.tailoring(settings, sdist.version)
         version = _metadata.full_version(sdist.version, torch.label + tailoring.label)
+        pkg_info = _metadata.read_pkg_info(sdist.path)
+        _sdist.check_version(sdist, pkg_info)
         metadata = _metadata.core_metadata(
-            _metadata.read_pkg_info(sdist.path), version, _metadata.torch_requirement(torch.version)
+            pkg_info, version, _metadata.torch_requirement(torch.version)
         )
         tag = _metadata.wheel_tag(self.names)
         source = Fa2Source(sdist, tailoring)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import re
 import tarfile
 from pathlib import Path
 
@@ -18,7 +19,8 @@ from packaging.version import Version
 from ...core import _atomic, _log
 from ...core._digest import sha256_of
 from ...core._errors import FaShimError, NotLocal
-from ...settings._settings import Settings, given_to_the_build
+from ...resources import PROJECT
+from ...settings._settings import Settings, given_to_the_build, read_pyproject_table
 from ...sources import _archives, _index
 from . import _releases
 
@@ -71,9 +73,13 @@ def of_the_given_sdist(settings: Settings) -> Settings:
 def locate(settings: Settings) -> Sdist:
     version = settings.flash_attn_version
     if not version:
+        default = read_pyproject_table(PROJECT).get("flash-attn-version", "")
         raise FaShimError(
-            "no flash-attn version is configured.",
-            fix="set flash-attn-version in [tool.fa-shim] or pass -C flash-attn-version=2.8.3.",
+            "no flash-attn version is configured: the project's pyproject.toml names none in "
+            "[tool.fa-shim] (is it the fa-shim checkout?).",
+            fix=f"run it in the fa-shim checkout ({PROJECT}, which builds {default}), or set "
+            f"FA_SHIM_FLASH_ATTN_VERSION={default} (any command) or -C flash-attn-version="
+            f"{default} (builds and prepare).",
         )
     release = _releases.release(version)
     if not release.pinned and not settings.allow_unknown_version:
@@ -84,6 +90,12 @@ def locate(settings: Settings) -> Sdist:
         )
     cache = settings.resolved_cache_dir / "sdists"
     if settings.sdist:
+        if settings.sdist.is_dir():
+            raise FaShimError(
+                f"the sdist {settings.sdist} (setting sdist) is a directory, not an sdist file.",
+                fix="pass the flash_attn-<version>.tar.gz file itself with -C sdist=FILE, or "
+                f"the directory holding it with -C sdist-dir={settings.sdist}.",
+            )
         if not settings.sdist.is_file():
             raise FaShimError(
                 f"the sdist {settings.sdist} (setting sdist) does not exist.",
@@ -119,13 +131,24 @@ def locate(settings: Settings) -> Sdist:
             f"sdist {path} (sha256 {digest}) without vendored patches."
         )
     elif digest != release.sha256:
+        pin = _releases.VENDORED / version / _releases.RELEASE_FILE
+        differ = sum(a != b for a, b in zip(digest, release.sha256, strict=True))
+        if differ <= 3:  # a damaged file differs in ~60 of 64 digits; a mistyped pin in a few
+            raise FaShimError(
+                f"the sha256 pinned in {pin} (fa-shim's registry) differs from {path}'s (from "
+                f"{origin}) in {differ} of 64 digits: {release.sha256} against {digest}. A "
+                "damaged file differs in nearly every digit: the pin is mistyped.",
+                fix=f"correct sha256 in {pin} to the one PyPI lists for {release.sdist} "
+                "(https://pypi.org/project/flash-attn/#files); the sdist is fine.",
+            )
         raise FaShimError(
-            f"sha256 mismatch for {path} (from {origin}): expected {release.sha256}, got {digest}. "
-            "The file is truncated, corrupt or not the upstream release.",
+            f"sha256 mismatch for {path} (from {origin}): {pin} pins {release.sha256}, the file "
+            f"has {digest}. The file is truncated, corrupt or not the upstream release.",
             fix=(
                 f"delete {path} and let fa-shim download it again."
                 if origin == "fa-shim cache"
-                else f"replace it with the original {release.sdist} from PyPI."
+                else f"put the original {release.sdist} from PyPI in its place (move {path} "
+                "aside first), or name another copy with -C sdist=FILE."
             ),
         )
     _log.info(
@@ -133,6 +156,26 @@ def locate(settings: Settings) -> Sdist:
         f"{' verified' if release.pinned else ' UNVERIFIED'})"
     )
     return Sdist(path, version, digest, release.pinned, origin)
+
+
+def check_version(sdist: Sdist, pkg_info: str) -> None:
+    """The sdist's own PKG-INFO Version is the release it is built as (an unpinned file is
+    known by its name only: flash_attn-0.2.0.tar.gz holding 0.1.0 would be labelled 0.2.0)."""
+    said = re.search(r"^Version:[ \t]*(\S+)", pkg_info.partition("\n\n")[0], re.MULTILINE)
+    if said and Version(said.group(1)) == Version(sdist.version):
+        return
+    own = said.group(1) if said else None
+    raise FaShimError(
+        f"{sdist.path} (from {sdist.origin}) is built as flash-attn {sdist.version}, but its "
+        f"PKG-INFO {f'says {own}' if own else 'has no Version field'}: the wheel would carry a "
+        "version its sources are not.",
+        fix=(
+            f"build it as {own} (named flash_attn-{own}.tar.gz, -C flash-attn-version={own}), or "
+            if own
+            else ""
+        )
+        + f"give fa-shim the real flash-attn {sdist.version} sdist.",
+    )
 
 
 def extract(sdist: Sdist, dest: Path) -> Path:
@@ -155,6 +198,12 @@ def extract(sdist: Sdist, dest: Path) -> Path:
 
 
 def _unreadable(path: Path, origin: str, exc: OSError) -> FaShimError:
+    if path.is_dir():  # named like the sdist, found by its name
+        return FaShimError(
+            f"{path} (from {origin}) is a directory named like the sdist, not the sdist file.",
+            fix=f"rename or move that directory out of {path.parent}, or name the sdist file "
+            "with -C sdist=FILE.",
+        )
     return FaShimError(
         f"cannot read the sdist {path} (from {origin}): {exc.strerror or exc}.",
         fix="make it readable for this user (e.g. `chmod a+r` by its owner), or name another "

@@ -37,14 +37,42 @@ def test_an_empty_directory_is_left_empty_after_a_failure(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
-def test_fa_shims_own_directory_is_taken_again_and_keeps_what_was_there(tmp_path):
+def test_fa_shims_own_directory_is_taken_again_and_a_failure_leaves_no_half_tree(tmp_path):
     with _ownership.owned(tmp_path, "--build-dir"):
         (tmp_path / "src").mkdir()
-    assert _ownership.is_ours(tmp_path)
+        (tmp_path / "src" / "setup.py").write_text("upstream\n")
+    assert _ownership.is_ours(tmp_path) and (tmp_path / _ownership.RECORD).is_file()
     with pytest.raises(RuntimeError), _ownership.owned(tmp_path, "--build-dir"):
+        assert not (tmp_path / "src").exists()  # fa-shim's own tree goes first
+        assert not (tmp_path / _ownership.RECORD).exists()  # and with it "prepared"
         (tmp_path / "dist").mkdir()
         raise RuntimeError
-    assert sorted(p.name for p in tmp_path.iterdir()) == [_ownership.MARKER, "src"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [_ownership.MARKER]
+
+
+@pytest.mark.parametrize("change", ["added", "edited", "emptied dir"])
+def test_a_file_a_user_added_or_edited_in_fa_shims_directory_is_named_and_kept(tmp_path, change):
+    with _ownership.owned(tmp_path, "--build-dir"):
+        (tmp_path / "src" / "csrc").mkdir(parents=True)
+        (tmp_path / "src" / "setup.py").write_text("upstream\n")
+    name = {"added": "src/my-edit.txt", "edited": "src/setup.py", "emptied dir": "src/new"}[change]
+    if change == "emptied dir":
+        (tmp_path / name).mkdir()
+    else:
+        (tmp_path / name).write_text("mine, longer than upstream's\n")
+    with pytest.raises(FaShimError) as info, _ownership.owned(tmp_path, "--build-dir"):
+        pytest.fail("claimed")
+    assert f"did not write or that changed since its last prepare there ({name})" in str(info.value)
+    assert "move those files out of" in info.value.fix
+    assert (tmp_path / name).exists() and (tmp_path / _ownership.RECORD).is_file()
+
+
+def test_fa_shims_directory_without_its_record_is_refused_untouched(tmp_path):
+    (tmp_path / "src").mkdir()
+    (tmp_path / _ownership.MARKER).write_text(_ownership._TEXT)  # an older fa-shim's, or killed
+    with pytest.raises(FaShimError, match="holds no record of the files it wrote"):
+        _ownership.claim(tmp_path, "--build-dir")
+    assert (tmp_path / "src").is_dir()
 
 
 def test_a_forged_or_linked_marker_does_not_make_a_directory_ours(tmp_path):
@@ -59,5 +87,9 @@ def test_a_forged_or_linked_marker_does_not_make_a_directory_ours(tmp_path):
 
 def test_a_file_where_the_directory_should_be_is_refused(tmp_path):
     (tmp_path / "f").write_text("x")
-    with pytest.raises(FaShimError, match="is not a directory"):
-        _ownership.claim(tmp_path / "f", "--build-dir")
+    with (
+        pytest.raises(FaShimError, match="is not a directory"),
+        _ownership.owned(tmp_path / "f", "--build-dir"),
+    ):
+        pytest.fail("claimed")
+    assert (tmp_path / "f").read_text() == "x"

@@ -27,7 +27,7 @@ def test_a_wheel_cache_dir_that_is_a_file_is_refused(tmp_path):
 @pytest.mark.parametrize("where", ["config", "environment"])
 def test_an_empty_path_is_an_error_wherever_it_comes_from(tmp_path, where):
     config, environ = ({"sdist": ""}, {}) if where == "config" else ({}, {"FA_SHIM_SDIST": ""})
-    with pytest.raises(FaShimError, match="expected a path"):
+    with pytest.raises(FaShimError, match="is empty"):
         _load(tmp_path, config, environ)
 
 
