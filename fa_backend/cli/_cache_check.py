@@ -8,6 +8,7 @@ not build:
   settings as its build) is built again here, without a compiler cache and with the tu-parts it
   recorded, and compared byte for byte: a wheel that differs is "not what its fingerprint
   builds";
+- `check DIR` also lists writers' temporary `.fa-shim-*.part` names left in the cache;
 - `requirements DIR`: one requirement line per wheel with its entries' hashes, for
   `pip install --require-hashes --find-links DIR -r ...`.
 """
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import time
 import zipfile
 from pathlib import Path
 
@@ -157,10 +159,34 @@ def requirements(root: Path) -> list[str]:
     ]
 
 
+def strays(root: Path) -> list[Row]:
+    """The writers' temporary names left in the cache (a killed build, an older fa-shim's hit):
+    reported; a failure once older than the next build's sweep (younger: maybe a live write)."""
+    rows = []
+    now = time.time()
+    for path in sorted([*root.glob(_entries.PARTIAL), *root.glob(f"*/{_entries.PARTIAL}")]):
+        try:
+            age = now - path.lstat().st_mtime
+        except OSError:
+            continue  # gone meanwhile: its writer finished
+        old = age > _entries.SWEEP_AGE_S
+        row = Row(str(path.relative_to(root)), result=FAILED if old else "stray")
+        row.reason = f"a writer's temporary {'directory' if path.is_dir() else 'file'}, " + (
+            f"{age / 3600:.1f} h old: left by a killed build or an older fa-shim; the next build "
+            "into this cache removes it"
+            if old
+            else f"{age:.0f} s old: perhaps a build writing now"
+        )
+        rows.append(row)
+    return rows
+
+
 def render(rows: list[Row]) -> str:
     lines = [f"{r.result:6}  {r.key}  {r.wheel}\n        {r.reason}" for r in rows]
     failed = sum(r.result != OK for r in rows)
-    lines.append(f"cache check: {len(rows) - failed} ok, {failed} failed")
+    stray = sum(r.result == "stray" for r in rows)
+    summary = f"cache check: {sum(r.result == OK for r in rows)} ok, {failed - stray} failed"
+    lines.append(summary + (f", {stray} being written" if stray else ""))
     return "\n".join(lines)
 
 
@@ -177,5 +203,6 @@ def main(action: str, root: Path, rebuild_one: bool, config: dict[str, str]) -> 
         rows = [check_entry(d, torch) for d in _entries.all_entries(root)]
         if not rows:
             raise FaShimError(f"{root} holds no wheel-cache entry.", fix="name a wheel cache.")
+        rows += strays(root)
     print(render(rows))
-    return 0 if all(r.result == OK for r in rows) else 1
+    return 0 if all(r.result in (OK, "stray") for r in rows) else 1

@@ -8,6 +8,8 @@ file name sits at its top level, and again in the directory of the torch it was 
                                   an unpinned install from there never meets another torch's
                                   wheel, so the frontend never swaps torch for it (install_line)
     <root>/.locks/<key>.lock      one builder per key, on any host; the others wait, then reuse
+    <root>/install.py             `python <root>/install.py`: a teammate's install, the one entry
+                                  that fits their environment (resources/team_install.py)
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from packaging.utils import parse_wheel_filename
 
 from ..core import _atomic, _failures, _hostlock, _log
 from ..core._errors import FaShimError
+from ..resources import INSTALLER, PROJECT
 from ..wheel._wheelfile import publish
 from . import _entries, _shared_dirs
 
@@ -66,13 +69,26 @@ def torch_dir(root: Path, torch_version: str) -> Path:
     return root / f"torch-{torch_version}"
 
 
+INSTALL_PY = "install.py"
+
+
 def install_line(root: Path, dist: str) -> str:
-    """The one line a teammate runs with pip to get the wheel of their own torch from root:
-    only a wheel (never upstream's setup.py, whatever version the index has), from their
-    torch's directory (never a wheel that would swap torch). uv: the same after `uv `
-    (docs/guides/fleet.md)."""
-    where = f"{root}/torch-$(python -c 'import torch; print(torch.__version__)')"
-    return f'pip install --only-binary {dist} --find-links "{where}" {dist}'
+    """The line a teammate runs, in their activated environment, to install the wheel that fits
+    it from root (docs/guides/fleet.md)."""
+    return f"python {root / INSTALL_PY}" + ("" if dist == "flash-attn" else f" {dist}")
+
+
+def keep_installer(root: Path) -> None:
+    """root/install.py as this fa-shim writes it (naming its checkout for the build line of a
+    miss); rewritten only when it differs, so readers never meet a file being replaced."""
+    text = INSTALLER.read_text(encoding="utf-8")
+    marker = 'FA_SHIM = "/path/to/fa-shim"'
+    text = text.replace(marker, f"FA_SHIM = {str(PROJECT)!r}", 1)
+    target = root / INSTALL_PY
+    with contextlib.suppress(OSError):
+        if target.read_text(encoding="utf-8") == text:
+            return
+    _atomic.write(target, text.encode())
 
 
 def link_for_torch(root: Path, wheel: Path, torch_version: str) -> Path:
@@ -88,9 +104,10 @@ def link_for_torch(root: Path, wheel: Path, torch_version: str) -> Path:
     try:
         os.replace(part, target)
     except OSError as exc:
-        part.unlink(missing_ok=True)
         _failures.name_it(exc, target)
         raise
+    finally:  # rename(2) onto a link of the same inode does nothing and leaves `part`
+        part.unlink(missing_ok=True)
     return target
 
 
@@ -106,10 +123,6 @@ def store(root: Path, entry_key: str, wheel: Path, fingerprint: dict, built: dic
             f"could not be replaced ({exc.strerror or exc})"
         )
     return stored
-
-
-def clear_partials(root: Path, entry_key: str, min_age_s: float = 3600) -> None:
-    _entries.clear_partials(root, entry_key, min_age_s)
 
 
 def _hit(root: Path, entry_key: str, wheel_name: str, check: Callable[[Path], None]):
@@ -176,7 +189,7 @@ def obtain(
             wheel = build()
             if not read_only:
                 try:
-                    clear_partials(root, entry_key)
+                    _entries.clear_partials(root, entry_key)
                     wheel = store(root, entry_key, wheel, fingerprint, built() if built else {})
                 except OSError as exc:  # full, read-only or another user's: the wheel is good
                     why = exc.strerror or str(exc)
@@ -193,10 +206,11 @@ def obtain(
 def _torch_view(root: Path, wheel: Path, torch_version: str) -> None:
     try:
         link_for_torch(root, wheel, torch_version)
+        keep_installer(root)
     except OSError as exc:  # the entry and the flat copy are kept: a warning, not a failure
         _log.warn(
-            f"the wheel is kept in {root}, but not in {torch_dir(root, torch_version)} "
-            f"({exc.strerror or exc}: {exc.filename or root})"
+            f"the wheel is kept in {root}, but not in {torch_dir(root, torch_version)} or "
+            f"{root / INSTALL_PY} ({exc.strerror or exc}: {exc.filename or root})"
         )
         return
     dist = parse_wheel_filename(wheel.name)[0]

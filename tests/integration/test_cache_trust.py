@@ -109,6 +109,24 @@ def test_an_edited_member_with_a_stale_record_is_refused_and_rebuilt(cache, tmp_
     assert served.read_bytes() == cache["wheel"].read_bytes()
 
 
+def test_check_lists_what_writers_left(cache, tmp_path):
+    """A hit of fa-shim 0.5 left its torch directory's temporary link in the root (a hard link
+    of the wheel), hours ago: a failure the next build sweeps; a fresh one may be a live write."""
+    root, wheel, _ = _copy(cache, tmp_path)
+    old, fresh = root / ".fa-shim-0123456789ab.part", root / ".fa-shim-ba9876543210.part"
+    os.link(wheel, old)
+    os.utime(old, (os.stat(old).st_atime, os.stat(old).st_mtime - 7200))
+    fresh.mkdir()  # an entry being assembled
+    proc = _cli(tmp_path, "cache", "check", root)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    lines = proc.stdout.splitlines()
+    at = lines.index(next(line for line in lines if old.name in line))
+    assert lines[at].startswith("FAILED") and "2.0 h old" in lines[at + 1]
+    assert "the next build into this cache removes it" in lines[at + 1]
+    assert any(line.startswith("stray") and fresh.name in line for line in lines)
+    assert lines[-1] == "cache check: 1 ok, 1 failed, 1 being written"
+
+
 def test_rebuild_names_an_entry_that_is_not_what_its_fingerprint_builds(cache, tmp_path):
     """A sound wheel (sha256, RECORD and verify pass) whose bytes a rebuild does not give:
     here re-zipped stored instead of deflated, its entry.json updated to match."""

@@ -59,4 +59,22 @@ def test_each_wheel_is_linked_into_its_torchs_directory(tmp_path, capfd):
     err = capfd.readouterr().err
     line = _wheel_cache.install_line(root, "demo")
     assert f"teammates with torch 2.11.0+cu130 install it with: {line}" in err
-    assert line.startswith("pip install --only-binary demo --find-links ")
+    assert line == f"python {root / 'install.py'} demo" and (root / "install.py").is_file()
+
+
+def test_a_hit_leaves_nothing_behind_in_the_cache_root(tmp_path):
+    """The torch directory's link already there (every hit after the first build): linking it
+    again renames a link onto a link of the same file, which rename(2) does as a no-op that
+    succeeds; the temporary name must not stay behind in the cache root."""
+    root, out = tmp_path / "cache", tmp_path / "out"
+    built = tmp_path / "demo-1.0+cpu-cp311-cp311-linux_x86_64.whl"
+    with zipfile.ZipFile(built, "w") as z:
+        z.writestr("demo/__init__.py", "")
+    for _ in range(3):  # a build, then two hits
+        _wheel_cache.obtain(
+            root, {"d": 1}, built.name, out, lambda w: None, lambda: built, 600, 15,
+            torch_version="2.13.0+cpu",
+        )  # fmt: skip
+    top = sorted(p.name for p in root.iterdir())
+    assert top == sorted([".locks", _wheel_cache.key({"d": 1}), built.name, "install.py",
+                          "torch-2.13.0+cpu"]), top  # fmt: skip
