@@ -9,8 +9,8 @@ not build:
   recorded, and compared byte for byte: a wheel that differs is "not what its fingerprint
   builds";
 - `check DIR` also lists writers' temporary `.fa-shim-*.part` names left in the cache;
-- `requirements DIR`: one requirement line per wheel with its entries' hashes, for
-  `pip install --require-hashes --find-links DIR -r ...`.
+- `requirements DIR`: the requirement line, with its hash, of the wheel the cache's install.py
+  takes for this environment, for `pip install --require-hashes --find-links DIR -r ...`.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import time
 import zipfile
 from pathlib import Path
 
-from packaging.utils import parse_wheel_filename
+from packaging.version import Version
 
 from ..core import _log
 from ..core._errors import FaShimError
@@ -145,18 +145,27 @@ def _differences(a: Path, b: Path) -> str:
 
 
 def requirements(root: Path) -> list[str]:
-    """`name==version --hash=sha256:...` per wheel name, every sound entry's hash on it."""
-    hashes: dict[str, list[str]] = {}
-    for directory in _entries.all_entries(root):
-        entry = _entries.load(directory)
-        if entry is None or _entries.matches(entry):
+    """`name==version --hash=sha256:...` per distribution in the cache: the entry the cache's
+    install.py takes for this environment (resources/team_install.py: one choice for both)."""
+    from ..resources import team_install
+
+    lines, misses = [], []
+    for dist in sorted({e.dist.replace("_", "-") for e in team_install.entries(str(root))}):
+        try:
+            entry, _ = team_install.choose(str(root), dist, "full", None)
+        except team_install.Miss as exc:
+            misses.append(str(exc))
             continue
-        name, version, _, _ = parse_wheel_filename(entry.wheel.name)
-        hashes.setdefault(f"{name}=={version}", []).append(entry.sha256)
-    return [
-        " ".join([req, *(f"--hash=sha256:{h}" for h in sorted(set(digests)))])
-        for req, digests in sorted(hashes.items())
-    ]
+        version = Version(entry.version)  # normalized, as pip writes it
+        lines.append(f"{dist}=={version} --hash=sha256:{entry.record['sha256']}")
+    if not lines:
+        text = "\n".join(misses) or f"{root} holds no wheel-cache entry"
+        cause, _, details = text.partition("\n")
+        fix = "run the build line it names, or name another wheel cache."
+        raise FaShimError(cause, fix=fix, details=details or None)
+    for miss in misses:
+        _log.warn(miss)
+    return lines
 
 
 def strays(root: Path) -> list[Row]:

@@ -146,7 +146,8 @@ class Entry:
         return None
 
 
-def entries(root: str, dist: str) -> list[Entry]:
+def entries(root: str, dist: str | None = None) -> list[Entry]:
+    """The cache's whole entries (of `dist`, else all)."""
     found = []
     for name in sorted(os.listdir(root)):
         directory = os.path.join(root, name)
@@ -156,14 +157,14 @@ def entries(root: str, dist: str) -> list[Entry]:
             entry = Entry(directory, record)
         except (OSError, ValueError, KeyError, TypeError, IndexError, zipfile.BadZipFile):
             continue  # not an entry, or not a whole one (`cache check` reports those)
-        if entry.dist == dist.lower().replace("-", "_"):
+        if dist is None or entry.dist == dist.lower().replace("-", "_"):
             found.append(entry)
     return found
 
 
-def build_line(dist: str, running: dict, kernel_set: str, gpus: list[str] | None) -> str:
+def build_line(root: str, running: dict, kernel_set: str, gpus: list[str] | None) -> str:
     line = f"{sys.executable} -m pip install --no-build-isolation --no-deps {FA_SHIM}"
-    line += f" -C wheel-cache-dir={ROOT}"
+    line += f" -C wheel-cache-dir={root}"
     if gpus and running.get("cuda"):
         line += f" -C cuda-archs={','.join(gpus)}"
     if kernel_set != "full":
@@ -171,18 +172,18 @@ def build_line(dist: str, running: dict, kernel_set: str, gpus: list[str] | None
     return line
 
 
-def choose(dist: str, kernel_set: str, archs: list[str] | None) -> tuple[Entry, dict]:
+def choose(root: str, dist: str, kernel_set: str, archs: list[str] | None) -> tuple[Entry, dict]:
     running = running_torch()
     gpus = archs or running["gpus"]
     fit, near = [], []
-    for entry in entries(ROOT, dist):
+    for entry in entries(root, dist):
         why = entry.why_not(running, kernel_set, gpus)
         (near if why else fit).append((entry, why))
     if not fit:
         code = f", sm_{', sm_'.join(gpus)}" if gpus and running["cuda"] else ""
         lines = [
             f"no {dist} wheel for torch {running['version']}, {python_tag()}{code}, kernel set "
-            f"{kernel_set} in {ROOT}; build it: {build_line(dist, running, kernel_set, gpus)}"
+            f"{kernel_set} in {root}; build it: {build_line(root, running, kernel_set, gpus)}"
         ]
         lines += [f"  the cache has {e.describe()} ({why})" for e, why in near[:12]]
         raise Miss("\n".join(lines))
@@ -200,6 +201,7 @@ def choose(dist: str, kernel_set: str, archs: list[str] | None) -> tuple[Entry, 
 def checked_copy(entry: Entry, into: str) -> str:
     """The wheel copied out of the cache, and proven to be the bytes its entry recorded."""
     copy = shutil.copy(entry.wheel, os.path.join(into, entry.name))
+    root = os.path.dirname(entry.directory)
     digest = hashlib.sha256()
     with open(copy, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
@@ -207,10 +209,10 @@ def checked_copy(entry: Entry, into: str) -> str:
     if digest.hexdigest() != entry.record.get("sha256"):
         raise Miss(
             f"{entry.wheel} is not the wheel its entry recorded (sha256 {digest.hexdigest()}, "
-            f"recorded {entry.record.get('sha256')}); `python -m fa_backend cache check {ROOT}` "
+            f"recorded {entry.record.get('sha256')}); `python -m fa_backend cache check {root}` "
             f"audits the cache, and this builds the wheel again: "
             f"{sys.executable} -m pip install --no-build-isolation --no-deps {FA_SHIM} "
-            f"-C wheel-cache-dir={ROOT}"
+            f"-C wheel-cache-dir={root}"
         )
     return copy
 
@@ -242,7 +244,7 @@ def main(argv: list[str] | None = None) -> int:
         _say(f"{args.uv} not found on PATH; run without --uv to install with pip")
         return 1
     try:
-        entry, running = choose(args.dist, args.kernel_set, archs)
+        entry, running = choose(ROOT, args.dist, args.kernel_set, archs)
         if args.requirement:
             print(f"{args.dist}=={entry.version} --hash=sha256:{entry.record['sha256']}")
             return 0

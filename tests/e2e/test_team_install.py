@@ -97,6 +97,9 @@ def install_py(python: Path, root: Path, *args: str, env: dict, check: bool = Tr
 def test_the_install_command_installs_the_wheel_of_the_installed_torch(team_cache, t213, uv_cache):
     """`python /shared/fa/install.py`, with pip 23.2, then uv, then the current pip: the wheel of
     torch 2.13.0+cpu (not 2.11's, which a frontend would rank higher), torch untouched."""
+    requirements = run([PY, "-m", "fa_backend", "cache", "requirements", team_cache], cwd=REPO)
+    (line,) = requirements.stdout.splitlines()  # this environment's (torch 2.13) only
+    assert line.startswith(f"flash-attn=={Version(f'{SAMPLE_VERSION}+{HOST_LABEL}')} --hash=")
     env = venv_env(t213, uv_cache)
     freeze = set(run(["uv", "pip", "freeze", "--python", t213], env=env).stdout.splitlines())
     for how in ([], ["--uv"], "current pip"):
