@@ -1,15 +1,19 @@
 """Finished wheels, kept by the full fingerprint of what went into them ("build once, use
-everywhere"). The directory doubles as pip/uv --find-links directories: the latest wheel of each
-file name sits at its top level, and again in the directory of the torch it was built against.
+everywhere"), with a program that installs the one that fits a teammate, and --find-links
+directories per torch whose unpinned install can neither swap torch nor take a tailored set.
 
     <root>/<key>/                 the entry (key = sha256 of the fingerprint): _entries
-    <root>/<wheel>                flat copy: `pip install --find-links <root> flash-attn==<exact>`
-    <root>/torch-<v>/<wheel>      hard link (else copy) per torch.__version__ <v> (2.11.0+cu130):
-                                  an unpinned install from there never meets another torch's
-                                  wheel, so the frontend never swaps torch for it (install_line)
-    <root>/.locks/<key>.lock      one builder per key, on any host; the others wait, then reuse
     <root>/install.py             `python <root>/install.py`: a teammate's install, the one entry
                                   that fits their environment (resources/team_install.py)
+    <root>/torch-<v>/<wheel>      hard link (else copy) per torch.__version__ <v> (2.11.0+cu130)
+                                  of the full kernel set: a frontend there never meets another
+                                  torch's wheel (install_line); no flat copy at the top level,
+                                  where one would (a higher local version, then its torch)
+    <root>/torch-<v>/<set>/<wheel>  the same for a tailored kernel set (hdim128.bf16)
+    <root>/.locks/<key>.lock      one builder per key, on any host; the others wait, then reuse
+
+A wheel's name does not say its GPU archs: a view keeps the first arch set's file of a name, and
+a build for others is only in its entry (install.py tells them apart).
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import hashlib
 import json
 import os
 import uuid
+import zipfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -27,6 +32,7 @@ from packaging.utils import parse_wheel_filename
 from ..core import _atomic, _failures, _hostlock, _log
 from ..core._errors import FaShimError
 from ..resources import INSTALLER, PROJECT
+from ..resources.runtime_guard import PROVENANCE
 from ..wheel._wheelfile import publish
 from . import _entries, _shared_dirs
 
@@ -91,16 +97,39 @@ def keep_installer(root: Path) -> None:
     _atomic.write(target, text.encode())
 
 
+def _recorded(wheel: Path) -> dict:
+    """The wheel's provenance ({} when it has none or cannot be read)."""
+    try:
+        with zipfile.ZipFile(wheel) as zf:
+            name = next(n for n in zf.namelist() if n.endswith(f".dist-info/{PROVENANCE}"))
+            return json.loads(zf.read(name))
+    except (OSError, StopIteration, ValueError, zipfile.BadZipFile):
+        return {}
+
+
 def link_for_torch(root: Path, wheel: Path, torch_version: str) -> Path:
-    """The wheel in its torch's directory: a hard link made under a temporary name and renamed
-    into place (the same bytes, no second copy); a copy where the file system links nothing."""
-    target = torch_dir(root, torch_version) / wheel.name
-    _shared_dirs.make(target.parent, root)
+    """The wheel in its torch's view (the module docstring): a hard link made under a temporary
+    name and renamed into place (the same bytes, no second copy); a copy where the file system
+    links nothing. A file of that name built for other GPUs stays (a warning says so)."""
+    recorded = _recorded(wheel)
+    kernel_set = recorded.get("kernel_set_name") or "full"
+    view = torch_dir(root, torch_version) / ("" if kernel_set == "full" else kernel_set)
+    target = view / wheel.name
+    if target.is_file() and not os.path.samefile(target, wheel):
+        theirs, ours = _recorded(target).get("cuda_archs"), recorded.get("cuda_archs")
+        if theirs != ours:
+            _log.warn(
+                f"{target} is the build for sm_{',sm_'.join(theirs or [])}, and stays: this one "
+                f"(sm_{',sm_'.join(ours or [])}) is only in {wheel.parent}, and "
+                f"`python {root / INSTALL_PY}` takes it on those GPUs"
+            )
+            return target
+    _shared_dirs.make(view, root)
     part = root / f".fa-shim-{uuid.uuid4().hex[:12]}.part"  # the top level's: swept when stale
     try:
         os.link(wheel, part)
     except OSError:
-        return publish(wheel, target.parent)
+        return publish(wheel, view)
     try:
         os.replace(part, target)
     except OSError as exc:
@@ -109,20 +138,6 @@ def link_for_torch(root: Path, wheel: Path, torch_version: str) -> Path:
     finally:  # rename(2) onto a link of the same inode does nothing and leaves `part`
         part.unlink(missing_ok=True)
     return target
-
-
-def store(root: Path, entry_key: str, wheel: Path, fingerprint: dict, built: dict) -> Path:
-    """The entry (whole or absent, _entries), then the flat --find-links copy."""
-    stored = _entries.store(root, entry_key, wheel, fingerprint, built)
-    _failures.published("the wheel cache", stored)
-    try:
-        publish(wheel, root)  # the flat --find-links view: latest build of this file name
-    except OSError as exc:  # e.g. another user's copy in a sticky root: the entry is kept
-        _log.warn(
-            f"the wheel is kept in {stored.parent}, but the --find-links copy {root / wheel.name} "
-            f"could not be replaced ({exc.strerror or exc})"
-        )
-    return stored
 
 
 def _hit(root: Path, entry_key: str, wheel_name: str, check: Callable[[Path], None]):
@@ -190,7 +205,9 @@ def obtain(
             if not read_only:
                 try:
                     _entries.clear_partials(root, entry_key)
-                    wheel = store(root, entry_key, wheel, fingerprint, built() if built else {})
+                    how = built() if built else {}
+                    wheel = _entries.store(root, entry_key, wheel, fingerprint, how)
+                    _failures.published("the wheel cache", wheel)
                 except OSError as exc:  # full, read-only or another user's: the wheel is good
                     why = exc.strerror or str(exc)
                     _log.warn(

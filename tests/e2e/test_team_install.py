@@ -162,8 +162,9 @@ def test_the_install_command_picks_another_torchs_wheel_and_names_a_miss(
 
 
 def test_pip_and_uv_install_the_wheel_of_the_installed_torch(team_cache, t213, uv_cache):
-    flat = sorted(w.name for w in team_cache.glob("*.whl"))
-    assert len(flat) == 2 and any(T211_LABEL.lower() in w.lower() for w in flat)
+    viewed = sorted(w.name for w in team_cache.glob("torch-*/*.whl"))
+    assert len(viewed) == 2 and any(T211_LABEL.lower() in w.lower() for w in viewed)
+    assert not list(team_cache.glob("*.whl"))  # no top level a frontend could swap torch from
     python = t213
     env = venv_env(python, uv_cache)
     freeze = run([python, "-m", "pip", "freeze"], env=env).stdout
