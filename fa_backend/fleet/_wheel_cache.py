@@ -10,6 +10,7 @@ directories per torch whose unpinned install can neither swap torch nor take a t
                                   torch's wheel (install_line); no flat copy at the top level,
                                   where one would (a higher local version, then its torch)
     <root>/torch-<v>/<set>/<wheel>  the same for a tailored kernel set (hdim128.bf16)
+    <root>/index/torch-<v>/       a PEP 503 simple index of torch-<v>/ (index_dir)
     <root>/.locks/<key>.lock      one builder per key, on any host; the others wait, then reuse
 
 A wheel's name does not say its GPU archs: a view keeps the first arch set's file of a name, and
@@ -26,10 +27,12 @@ import uuid
 import zipfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from urllib.parse import quote
 
-from packaging.utils import parse_wheel_filename
+from packaging.utils import canonicalize_name, parse_wheel_filename
 
 from ..core import _atomic, _failures, _hostlock, _log
+from ..core._digest import sha256_of
 from ..core._errors import FaShimError
 from ..resources import INSTALLER, PROJECT
 from ..resources.runtime_guard import PROVENANCE
@@ -220,9 +223,43 @@ def obtain(
         return deliver(wheel, out_dir)
 
 
+def index_dir(root: Path, torch_version: str) -> Path:
+    """The PEP 503 simple index of this torch's view (its full sets): `pip install --index-url
+    file://<it> flash-attn`, or a uv index with `explicit = true` (docs/guides/fleet.md)."""
+    return root / "index" / f"torch-{torch_version}"
+
+
+def write_index(root: Path, torch_version: str) -> None:
+    """The torch's index rewritten from its view: a page per distribution linking each wheel
+    relative to the page (a share may be mounted elsewhere) with the sha256 its entry recorded."""
+    view, index = torch_dir(root, torch_version), index_dir(root, torch_version)
+    recorded = {}
+    for directory in _entries.all_entries(root):
+        entry = _entries.load(directory)
+        with contextlib.suppress(OSError):
+            if entry:
+                recorded[os.stat(entry.wheel).st_ino] = entry.sha256
+    pages: dict[str, list[str]] = {}
+    for wheel in sorted(view.glob("*.whl")):
+        digest = recorded.get(wheel.stat().st_ino) or sha256_of(wheel)  # a copy: no link
+        href = f"../../../{view.name}/{quote(wheel.name)}#sha256={digest}"
+        dist = canonicalize_name(parse_wheel_filename(wheel.name)[0])
+        pages.setdefault(dist, []).append(f'<a href="{href}">{wheel.name}</a><br>')
+    for dist, links in pages.items():
+        _shared_dirs.make(index / dist, root)
+        _atomic.write(index / dist / "index.html", _page(links).encode())
+    links = [f'<a href="{dist}/">{dist}</a><br>' for dist in sorted(pages)]
+    _atomic.write(index / "index.html", _page(links).encode())
+
+
+def _page(links: list[str]) -> str:
+    return "<!DOCTYPE html>\n<html><body>\n" + "\n".join(links) + "\n</body></html>\n"
+
+
 def _torch_view(root: Path, wheel: Path, torch_version: str) -> None:
     try:
         link_for_torch(root, wheel, torch_version)
+        write_index(root, torch_version)
         keep_installer(root)
     except OSError as exc:  # the entry and the flat copy are kept: a warning, not a failure
         _log.warn(

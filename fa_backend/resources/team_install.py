@@ -115,7 +115,10 @@ class Entry:
             self.guard = zf.read(guard[0]).decode() if guard else None
         self.version = self.provenance.get("wheel_version") or self.name.split("-")[1]
         self.archs = list(self.provenance.get("cuda_archs") or [])
-        self.kernel_set = self.provenance.get("kernel_set_name")
+        named = self.provenance.get("kernel_set") or {}  # before kernel_set_name (fa-shim 0.5)
+        self.kernel_set = self.provenance.get("kernel_set_name") or (
+            named.get("kernel_set") or named.get("label") if isinstance(named, dict) else None
+        )
         self.mtime = os.stat(os.path.join(directory, "entry.json")).st_mtime
 
     def describe(self) -> str:

@@ -160,6 +160,45 @@ def test_requirement_lines_install_with_require_hashes(cache, tmp_path):
     assert list((tmp_path / "site").glob("flash_attn-*.dist-info"))
 
 
+CONSUMER = """[project]
+name = "consumer"
+version = "0.1"
+requires-python = "==3.11.*"
+dependencies = ["flash-attn"]
+
+[[tool.uv.index]]
+name = "team"
+url = "{url}"
+explicit = true
+
+[tool.uv.sources]
+flash-attn = {{ index = "team" }}
+"""
+
+
+def test_the_torchs_index_serves_pip_and_a_uv_project(cache, tmp_path):
+    """The cache's PEP 503 index of torch 2.13.0+cpu, as docs/guides/fleet.md gives it: pip
+    installs the team's wheel from it (its link's #sha256 checked), and a uv project with the
+    index explicit for flash-attn locks the team's wheel with its entry's hash, no sdist, while
+    PyPI (reachable) serves the rest."""
+    index = cache["root"] / "index" / "torch-2.13.0+cpu"
+    entry = json.loads((cache["entry"] / "entry.json").read_text())
+    run(
+        [PY, "-m", "pip", "install", "--no-deps", "--target", tmp_path / "site",
+         "--index-url", index.as_uri(), "flash-attn"],
+    )  # fmt: skip
+    assert list((tmp_path / "site").glob("flash_attn-0.1.0+cputorch2.13cxx11abitrue.dist-info"))
+    project = tmp_path / "consumer"
+    project.mkdir()
+    (project / "pyproject.toml").write_text(CONSUMER.format(url=index.as_uri()))
+    env = {**os.environ, "UV_CACHE_DIR": str(tmp_path / "uv"), "UV_PYTHON_DOWNLOADS": "never"}
+    run(["uv", "lock", "--python", PY], cwd=project, env=env)
+    lock = (project / "uv.lock").read_text()
+    block = lock[lock.index('name = "flash-attn"\nversion') :].split("\n\n")[0]
+    assert 'version = "0.1.0+cputorch2.13cxx11abitrue"' in block and "sdist" not in block
+    assert f'hash = "sha256:{entry["sha256"]}"' in block, block
+
+
 def test_a_full_cache_disk_leaves_no_half_entry(sample_sdist_dir, tmp_path):
     """ENOSPC while the entry is written (a 64 KiB disk: fingerprint.json fits, the wheel does
     not): the wheel is still delivered, and the cache holds no fingerprint.json on its own."""

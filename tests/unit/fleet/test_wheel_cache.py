@@ -5,9 +5,11 @@ tests/integration/test_shared_cache.py, tests/integration/test_build_speed.py.""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import zipfile
 from pathlib import Path
+from urllib.parse import quote
 
 from fa_backend.fleet import _wheel_cache
 
@@ -77,7 +79,7 @@ def test_a_hit_leaves_nothing_behind_in_the_cache_root(tmp_path):
             torch_version="2.13.0+cpu",
         )  # fmt: skip
     top = sorted(p.name for p in root.iterdir())
-    assert top == sorted([".locks", _wheel_cache.key({"d": 1}), "install.py",
+    assert top == sorted([".locks", _wheel_cache.key({"d": 1}), "index", "install.py",
                           "torch-2.13.0+cpu"]), top  # fmt: skip
 
 
@@ -97,8 +99,11 @@ def test_views_keep_each_arch_set_and_kernel_set_apart(tmp_path, capfd):
     wheel (a frontend pointed there would rank another torch's higher)."""
     root, name = tmp_path / "cache", "demo-1.0+cu130torch2.11-cp311-cp311-linux_x86_64.whl"
     tailored = name.replace("2.11-", "2.11.hdim128-")
-    builds = [({"a": 80}, "80", "full", name), ({"a": 90}, "90", "full", name),
-              ({"a": 1}, "80", "hdim128", tailored)]  # fmt: skip
+    builds = [
+        ({"a": 1}, "80", "hdim128", tailored),
+        ({"a": 80}, "80", "full", name),
+        ({"a": 90}, "90", "full", name),
+    ]  # fmt: skip (the tailored first: no torch dir)
     for n, (fingerprint, arch, kernel_set, wheel_name) in enumerate(builds):
         (tmp_path / str(n)).mkdir()
         wheel = _wheel(tmp_path / str(n) / wheel_name, [arch], kernel_set)
@@ -114,3 +119,9 @@ def test_views_keep_each_arch_set_and_kernel_set_apart(tmp_path, capfd):
     assert not list(root.glob("*.whl"))
     err = capfd.readouterr().err
     assert f"{view / name} is the build for sm_80, and stays: this one (sm_90) is only in" in err
+    index = _wheel_cache.index_dir(root, "2.11.0+cu130")
+    assert 'href="demo/"' in (index / "index.html").read_text()
+    page = (index / "demo" / "index.html").read_text()  # the view's full set, its entry's hash
+    digest = hashlib.sha256(entry_80.read_bytes()).hexdigest()
+    href = f"../../../torch-2.11.0+cu130/{quote(name)}#sha256={digest}"
+    assert f'<a href="{href}">{name}</a>' in page and tailored not in page
