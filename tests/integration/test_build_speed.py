@@ -49,7 +49,7 @@ def test_second_build_is_a_cache_hit_and_the_cache_is_a_find_links_dir(
     entry = next(p for p in _cache_root().iterdir() if (p / "entry.json").is_file())
     facts = json.loads((entry / "fingerprint.json").read_text())
     assert facts["wheel"] == a.name and facts["torch"][2] == 1
-    # the cache doubles as a --find-links directory, with no index at all
+    # the torch's directory is a --find-links directory, with no index at all
     run(
         [
             host_venv,
@@ -59,7 +59,7 @@ def test_second_build_is_a_cache_hit_and_the_cache_is_a_find_links_dir(
             "--no-index",
             "--no-deps",
             "--find-links",
-            _cache_root(),
+            viewed[0].parent,
             f"flash-attn=={SAMPLE_VERSION}",
         ]
     )
