@@ -8,18 +8,20 @@ not build:
   settings as its build) is built again here, without a compiler cache and with the tu-parts it
   recorded, and compared byte for byte: a wheel that differs is "not what its fingerprint
   builds";
-- `requirements DIR`: one requirement line per wheel with its entries' hashes, for
-  `pip install --require-hashes --find-links DIR -r ...`.
+- `check DIR` also lists writers' temporary `.fa-shim-*.part` names left in the cache;
+- `requirements DIR`: the requirement line, with its hash, of the wheel the cache's install.py
+  takes for this environment, for `pip install --require-hashes --find-links DIR -r ...`.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import time
 import zipfile
 from pathlib import Path
 
-from packaging.utils import parse_wheel_filename
+from packaging.version import Version
 
 from ..core import _log
 from ..core._errors import FaShimError
@@ -152,24 +154,57 @@ def _differences(a: Path, b: Path) -> str:
 
 
 def requirements(root: Path) -> list[str]:
-    """`name==version --hash=sha256:...` per wheel name, every sound entry's hash on it."""
-    hashes: dict[str, list[str]] = {}
-    for directory in _entries.all_entries(root):
-        entry = _entries.load(directory)
-        if entry is None or _entries.matches(entry):
+    """`name==version --hash=sha256:...` per distribution in the cache: the entry the cache's
+    install.py takes for this environment (resources/team_install.py: one choice for both)."""
+    from ..resources import team_install
+
+    lines, misses = [], []
+    for dist in sorted({e.dist.replace("_", "-") for e in team_install.entries(str(root))}):
+        try:
+            entry, _ = team_install.choose(str(root), dist, "full", None)
+        except team_install.Miss as exc:
+            misses.append(str(exc))
             continue
-        name, version, _, _ = parse_wheel_filename(entry.wheel.name)
-        hashes.setdefault(f"{name}=={version}", []).append(entry.sha256)
-    return [
-        " ".join([req, *(f"--hash=sha256:{h}" for h in sorted(set(digests)))])
-        for req, digests in sorted(hashes.items())
-    ]
+        version = Version(entry.version)  # normalized, as pip writes it
+        lines.append(f"{dist}=={version} --hash=sha256:{entry.record['sha256']}")
+    if not lines:
+        text = "\n".join(misses) or f"{root} holds no wheel-cache entry"
+        cause, _, details = text.partition("\n")
+        fix = "run the build line it names, or name another wheel cache."
+        raise FaShimError(cause, fix=fix, details=details or None)
+    for miss in misses:
+        _log.warn(miss)
+    return lines
+
+
+def strays(root: Path) -> list[Row]:
+    """The writers' temporary names left in the cache (a killed build, an older fa-shim's hit):
+    reported; a failure once older than the next build's sweep (younger: maybe a live write)."""
+    rows = []
+    now = time.time()
+    for path in sorted([*root.glob(_entries.PARTIAL), *root.glob(f"*/{_entries.PARTIAL}")]):
+        try:
+            age = now - path.lstat().st_mtime
+        except OSError:
+            continue  # gone meanwhile: its writer finished
+        old = age > _entries.SWEEP_AGE_S
+        row = Row(str(path.relative_to(root)), result=FAILED if old else "stray")
+        row.reason = f"a writer's temporary {'directory' if path.is_dir() else 'file'}, " + (
+            f"{age / 3600:.1f} h old: left by a killed build or an older fa-shim; the next build "
+            "into this cache removes it"
+            if old
+            else f"{age:.0f} s old: perhaps a build writing now"
+        )
+        rows.append(row)
+    return rows
 
 
 def render(rows: list[Row]) -> str:
     lines = [f"{r.result:6}  {r.key}  {r.wheel}\n        {r.reason}" for r in rows]
     failed = sum(r.result != OK for r in rows)
-    lines.append(f"cache check: {len(rows) - failed} ok, {failed} failed")
+    stray = sum(r.result == "stray" for r in rows)
+    summary = f"cache check: {sum(r.result == OK for r in rows)} ok, {failed - stray} failed"
+    lines.append(summary + (f", {stray} being written" if stray else ""))
     return "\n".join(lines)
 
 
@@ -187,5 +222,6 @@ def main(action: str, root: Path, rebuild_one: bool, config: dict[str, str]) -> 
         rows += [_object_row(d) for d in _objects.entries(root / "objects")]
         if not rows:
             raise FaShimError(f"{root} holds no wheel-cache entry.", fix="name a wheel cache.")
+        rows += strays(root)
     print(render(rows))
-    return 0 if all(r.result == OK for r in rows) else 1
+    return 0 if all(r.result in (OK, "stray") for r in rows) else 1

@@ -27,6 +27,8 @@ from . import _shared_dirs
 
 ENTRY = "entry.json"
 FINGERPRINT = "fingerprint.json"
+PARTIAL = ".fa-shim-*.part"  # a writer's temporary name: a file or an entry being assembled
+SWEEP_AGE_S = 3600  # a shared .part older than this has no live writer: the next build sweeps it
 
 
 @dataclasses.dataclass(frozen=True)
@@ -95,15 +97,15 @@ def store(root: Path, key: str, wheel: Path, fingerprint: dict, built: dict) -> 
     return entry / wheel.name
 
 
-def clear_partials(root: Path, key: str, min_age_s: float) -> None:
+def clear_partials(root: Path, key: str, min_age_s: float = SWEEP_AGE_S) -> None:
     """What killed writers left: all of this (locked) entry's .part files, and the shared top
     level's .part files and directories once no live writer can own them."""
     import time
 
-    for leftover in (root / key).glob(".fa-shim-*.part"):
+    for leftover in (root / key).glob(PARTIAL):
         with contextlib.suppress(OSError):
             leftover.unlink()
-    for leftover in root.glob(".fa-shim-*.part"):
+    for leftover in root.glob(PARTIAL):
         with contextlib.suppress(OSError):
             if time.time() - leftover.lstat().st_mtime > min_age_s:
                 if leftover.is_dir() and not leftover.is_symlink():

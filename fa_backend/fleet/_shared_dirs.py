@@ -37,8 +37,11 @@ def fix_mode(path: Path, root: Path) -> None:
 
 
 def make(path: Path, root: Path) -> Path:
-    """path (a directory under root) made if missing, with the shared mode."""
+    """path (a directory under root) made if missing, with the shared mode, as is each missing
+    directory between them."""
     root.mkdir(parents=True, exist_ok=True)
+    if path.parent != root and path.parent != path:
+        make(path.parent, root)
     try:
         path.mkdir()
     except FileExistsError:

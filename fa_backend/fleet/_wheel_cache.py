@@ -1,13 +1,20 @@
 """Finished wheels, kept by the full fingerprint of what went into them ("build once, use
-everywhere"). The directory doubles as pip/uv --find-links directories: the latest wheel of each
-file name sits at its top level, and again in the directory of the torch it was built against.
+everywhere"), with a program that installs the one that fits a teammate, and --find-links
+directories per torch whose unpinned install can neither swap torch nor take a tailored set.
 
     <root>/<key>/                 the entry (key = sha256 of the fingerprint): _entries
-    <root>/<wheel>                flat copy: `pip install --find-links <root> flash-attn==<exact>`
-    <root>/torch-<v>/<wheel>      hard link (else copy) per torch.__version__ <v> (2.11.0+cu130):
-                                  an unpinned install from there never meets another torch's
-                                  wheel, so the frontend never swaps torch for it (install_line)
+    <root>/install.py             `python <root>/install.py`: a teammate's install, the one entry
+                                  that fits their environment (resources/team_install.py)
+    <root>/torch-<v>/<wheel>      hard link (else copy) per torch.__version__ <v> (2.11.0+cu130)
+                                  of the full kernel set: a frontend there never meets another
+                                  torch's wheel (install_line); no flat copy at the top level,
+                                  where one would (a higher local version, then its torch)
+    <root>/torch-<v>/<set>/<wheel>  the same for a tailored kernel set (hdim128.bf16)
+    <root>/index/torch-<v>/       a PEP 503 simple index of torch-<v>/ (index_dir)
     <root>/.locks/<key>.lock      one builder per key, on any host; the others wait, then reuse
+
+A wheel's name does not say its GPU archs: a view keeps the first arch set's file of a name, and
+a build for others is only in its entry (install.py tells them apart).
 """
 
 from __future__ import annotations
@@ -17,13 +24,18 @@ import hashlib
 import json
 import os
 import uuid
+import zipfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from urllib.parse import quote
 
-from packaging.utils import parse_wheel_filename
+from packaging.utils import canonicalize_name, parse_wheel_filename
 
 from ..core import _atomic, _failures, _hostlock, _log
+from ..core._digest import sha256_of
 from ..core._errors import FaShimError
+from ..resources import INSTALLER, PROJECT
+from ..resources.runtime_guard import PROVENANCE
 from ..wheel._wheelfile import publish
 from . import _entries, _shared_dirs
 
@@ -66,50 +78,69 @@ def torch_dir(root: Path, torch_version: str) -> Path:
     return root / f"torch-{torch_version}"
 
 
+INSTALL_PY = "install.py"
+
+
 def install_line(root: Path, dist: str) -> str:
-    """The one line a teammate runs with pip to get the wheel of their own torch from root:
-    only a wheel (never upstream's setup.py, whatever version the index has), from their
-    torch's directory (never a wheel that would swap torch). uv: the same after `uv `
-    (docs/guides/fleet.md)."""
-    where = f"{root}/torch-$(python -c 'import torch; print(torch.__version__)')"
-    return f'pip install --only-binary {dist} --find-links "{where}" {dist}'
+    """The line a teammate runs, in their activated environment, to install the wheel that fits
+    it from root (docs/guides/fleet.md)."""
+    return f"python {root / INSTALL_PY}" + ("" if dist == "flash-attn" else f" {dist}")
+
+
+def keep_installer(root: Path) -> None:
+    """root/install.py as this fa-shim writes it (naming its checkout for the build line of a
+    miss); rewritten only when it differs, so readers never meet a file being replaced."""
+    text = INSTALLER.read_text(encoding="utf-8")
+    marker = 'FA_SHIM = "/path/to/fa-shim"'
+    text = text.replace(marker, f"FA_SHIM = {str(PROJECT)!r}", 1)
+    target = root / INSTALL_PY
+    with contextlib.suppress(OSError):
+        if target.read_text(encoding="utf-8") == text:
+            return
+    _atomic.write(target, text.encode())
+
+
+def _recorded(wheel: Path) -> dict:
+    """The wheel's provenance ({} when it has none or cannot be read)."""
+    try:
+        with zipfile.ZipFile(wheel) as zf:
+            name = next(n for n in zf.namelist() if n.endswith(f".dist-info/{PROVENANCE}"))
+            return json.loads(zf.read(name))
+    except (OSError, StopIteration, ValueError, zipfile.BadZipFile):
+        return {}
 
 
 def link_for_torch(root: Path, wheel: Path, torch_version: str) -> Path:
-    """The wheel in its torch's directory: a hard link made under a temporary name and renamed
-    into place (the same bytes, no second copy); a copy where the file system links nothing."""
-    target = torch_dir(root, torch_version) / wheel.name
-    _shared_dirs.make(target.parent, root)
+    """The wheel in its torch's view (the module docstring): a hard link made under a temporary
+    name and renamed into place (the same bytes, no second copy); a copy where the file system
+    links nothing. A file of that name built for other GPUs stays (a warning says so)."""
+    recorded = _recorded(wheel)
+    kernel_set = recorded.get("kernel_set_name") or "full"
+    view = torch_dir(root, torch_version) / ("" if kernel_set == "full" else kernel_set)
+    target = view / wheel.name
+    if target.is_file() and not os.path.samefile(target, wheel):
+        theirs, ours = _recorded(target).get("cuda_archs"), recorded.get("cuda_archs")
+        if theirs != ours:
+            _log.warn(
+                f"{target} is the build for sm_{',sm_'.join(theirs or [])}, and stays: this one "
+                f"(sm_{',sm_'.join(ours or [])}) is only in {wheel.parent}, and "
+                f"`python {root / INSTALL_PY}` takes it on those GPUs"
+            )
+            return target
+    _shared_dirs.make(view, root)
     part = root / f".fa-shim-{uuid.uuid4().hex[:12]}.part"  # the top level's: swept when stale
     try:
         os.link(wheel, part)
     except OSError:
-        return publish(wheel, target.parent)
+        return publish(wheel, view)
     try:
         os.replace(part, target)
     except OSError as exc:
-        part.unlink(missing_ok=True)
         _failures.name_it(exc, target)
         raise
+    finally:  # rename(2) onto a link of the same inode does nothing and leaves `part`
+        part.unlink(missing_ok=True)
     return target
-
-
-def store(root: Path, entry_key: str, wheel: Path, fingerprint: dict, built: dict) -> Path:
-    """The entry (whole or absent, _entries), then the flat --find-links copy."""
-    stored = _entries.store(root, entry_key, wheel, fingerprint, built)
-    _failures.published("the wheel cache", stored)
-    try:
-        publish(wheel, root)  # the flat --find-links view: latest build of this file name
-    except OSError as exc:  # e.g. another user's copy in a sticky root: the entry is kept
-        _log.warn(
-            f"the wheel is kept in {stored.parent}, but the --find-links copy {root / wheel.name} "
-            f"could not be replaced ({exc.strerror or exc})"
-        )
-    return stored
-
-
-def clear_partials(root: Path, entry_key: str, min_age_s: float = 3600) -> None:
-    _entries.clear_partials(root, entry_key, min_age_s)
 
 
 def _hit(root: Path, entry_key: str, wheel_name: str, check: Callable[[Path], None]):
@@ -176,8 +207,10 @@ def obtain(
             wheel = build()
             if not read_only:
                 try:
-                    clear_partials(root, entry_key)
-                    wheel = store(root, entry_key, wheel, fingerprint, built() if built else {})
+                    _entries.clear_partials(root, entry_key)
+                    how = built() if built else {}
+                    wheel = _entries.store(root, entry_key, wheel, fingerprint, how)
+                    _failures.published("the wheel cache", wheel)
                 except OSError as exc:  # full, read-only or another user's: the wheel is good
                     why = exc.strerror or str(exc)
                     _log.warn(
@@ -190,13 +223,48 @@ def obtain(
         return deliver(wheel, out_dir)
 
 
+def index_dir(root: Path, torch_version: str) -> Path:
+    """The PEP 503 simple index of this torch's view (its full sets): `pip install --index-url
+    file://<it> flash-attn`, or a uv index with `explicit = true` (docs/guides/fleet.md)."""
+    return root / "index" / f"torch-{torch_version}"
+
+
+def write_index(root: Path, torch_version: str) -> None:
+    """The torch's index rewritten from its view: a page per distribution linking each wheel
+    relative to the page (a share may be mounted elsewhere) with the sha256 its entry recorded."""
+    view, index = torch_dir(root, torch_version), index_dir(root, torch_version)
+    recorded = {}
+    for directory in _entries.all_entries(root):
+        entry = _entries.load(directory)
+        with contextlib.suppress(OSError):
+            if entry:
+                recorded[os.stat(entry.wheel).st_ino] = entry.sha256
+    pages: dict[str, list[str]] = {}
+    for wheel in sorted(view.glob("*.whl")):
+        digest = recorded.get(wheel.stat().st_ino) or sha256_of(wheel)  # a copy: no link
+        href = f"../../../{view.name}/{quote(wheel.name)}#sha256={digest}"
+        dist = canonicalize_name(parse_wheel_filename(wheel.name)[0])
+        pages.setdefault(dist, []).append(f'<a href="{href}">{wheel.name}</a><br>')
+    for dist, links in pages.items():
+        _shared_dirs.make(index / dist, root)
+        _atomic.write(index / dist / "index.html", _page(links).encode())
+    links = [f'<a href="{dist}/">{dist}</a><br>' for dist in sorted(pages)]
+    _atomic.write(index / "index.html", _page(links).encode())
+
+
+def _page(links: list[str]) -> str:
+    return "<!DOCTYPE html>\n<html><body>\n" + "\n".join(links) + "\n</body></html>\n"
+
+
 def _torch_view(root: Path, wheel: Path, torch_version: str) -> None:
     try:
         link_for_torch(root, wheel, torch_version)
+        write_index(root, torch_version)
+        keep_installer(root)
     except OSError as exc:  # the entry and the flat copy are kept: a warning, not a failure
         _log.warn(
-            f"the wheel is kept in {root}, but not in {torch_dir(root, torch_version)} "
-            f"({exc.strerror or exc}: {exc.filename or root})"
+            f"the wheel is kept in {root}, but not in {torch_dir(root, torch_version)} or "
+            f"{root / INSTALL_PY} ({exc.strerror or exc}: {exc.filename or root})"
         )
         return
     dist = parse_wheel_filename(wheel.name)[0]

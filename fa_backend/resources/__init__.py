@@ -10,6 +10,7 @@ DRIVER = HERE / "upstream_driver.py"  # runs upstream setup.py in the child inte
 LAUNCHER = HERE / "launcher.py"  # stands in front of every compiler of the upstream build
 SESSION = HERE / "process_session.py"  # runs a probe in a session that ends with the backend
 GUARD = HERE / "runtime_guard.py"  # shipped in every wheel as <package>/_fa_shim_guard.py
+INSTALLER = HERE / "team_install.py"  # kept in every wheel cache's root as install.py
 PACKAGE = HERE.parent  # fa_backend/ itself (symlinks resolved: flash-attn-3/ shares it)
 CHECKOUT = PACKAGE.parent  # fa-shim's checkout or sdist: pyproject.toml, vendored_patches/
 VENDORED = CHECKOUT / "vendored_patches"

@@ -114,8 +114,8 @@ class Settings:
     wheel_cache_dir: Path | None = _setting(
         None,
         "path",
-        "Where finished wheels are kept, e.g. shared storage (default: "
-        "<cache-dir>/wheels); also usable as `pip install --find-links`.",
+        "Where finished wheels are kept, e.g. shared storage (default: <cache-dir>/wheels); "
+        "`python <dir>/install.py` installs the wheel that fits an environment.",
     )
     wheel_cache_lock_timeout: float = _setting(
         14400.0,

@@ -1,5 +1,7 @@
-"""A teammate installs from the team's wheel cache with the one line docs/guides/fleet.md gives
-for their frontend, unpinned, with the package index reachable (where upstream's flash-attn
+"""A teammate installs from the team's wheel cache with the install command fa-shim keeps there
+(`python /shared/fa/install.py`: pip 23.2, uv and the current pip; another torch's wheel, a miss
+and a tampered wheel in torch 2.11's venv), and with the --find-links line docs/guides/fleet.md
+gives for their frontend, unpinned, with the package index reachable (where upstream's flash-attn
 2.8.3.post2 sdist sorts above any wheel of an older release, and a wheel built for another torch
 sorts above theirs): they get the wheel built for their own torch, Python and CUDA; upstream's
 setup.py never runs; torch never changes.
@@ -14,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -79,11 +82,90 @@ def team_cache(tmp_path_factory, sample_sdist_dir, torch211_python) -> Path:
     return root
 
 
-def test_pip_and_uv_install_the_wheel_of_the_installed_torch(team_cache, tmp_path, uv_cache):
-    flat = sorted(w.name for w in team_cache.glob("*.whl"))
-    assert len(flat) == 2 and any(T211_LABEL.lower() in w.lower() for w in flat)
+@pytest.fixture(scope="module")
+def t213(tmp_path_factory) -> Path:
+    """A teammate's venv with this machine's torch 2.13.0+cpu and pip 23.2 (as `python -m venv`
+    gives it on 3.11); every test leaves it without flash-attn."""
     torch = run([PY, "-c", "import importlib.metadata as m; print(m.version('torch'))"])
-    python = uv_venv(tmp_path / "t213", [f"torch=={torch.stdout.strip()}"])
+    return uv_venv(tmp_path_factory.mktemp("t213") / "venv", [f"torch=={torch.stdout.strip()}"])
+
+
+def install_py(python: Path, root: Path, *args: str, env: dict, check: bool = True):
+    return run([python, root / "install.py", *args], env=env, check=check)
+
+
+def test_the_install_command_installs_the_wheel_of_the_installed_torch(team_cache, t213, uv_cache):
+    """`python /shared/fa/install.py`, with pip 23.2, then uv, then the current pip: the wheel of
+    torch 2.13.0+cpu (not 2.11's, which a frontend would rank higher), torch untouched."""
+    requirements = run([PY, "-m", "fa_backend", "cache", "requirements", team_cache], cwd=REPO)
+    (line,) = requirements.stdout.splitlines()  # this environment's (torch 2.13) only
+    assert line.startswith(f"flash-attn=={Version(f'{SAMPLE_VERSION}+{HOST_LABEL}')} --hash=")
+    env = venv_env(t213, uv_cache)
+    freeze = set(run(["uv", "pip", "freeze", "--python", t213], env=env).stdout.splitlines())
+    for how in ([], ["--uv"], "current pip"):
+        if how == "current pip":  # the newest pip the index has, then pip again
+            run(["uv", "pip", "install", "-q", "--python", t213, "-U", "pip"], env=env)
+            how = []
+        proc = install_py(t213, team_cache, *how, env=env)
+        assert f"installed flash-attn {SAMPLE_VERSION}+{HOST_LABEL}" in proc.stderr, how
+        assert "setup.py" not in proc.stdout + proc.stderr
+        ran = run_sample(t213)
+        assert Version(ran["version"]) == Version(f"{SAMPLE_VERSION}+{HOST_LABEL}"), how
+        after = set(run(["uv", "pip", "freeze", "--python", t213], env=env).stdout.splitlines())
+        moved = {line for line in freeze ^ after if not line.startswith(("flash", "pip=="))}
+        assert not moved, f"{how} changed what was installed: {moved}"
+        run([t213, "-m", "pip", "uninstall", "-y", "-q", "flash-attn"], env=env)
+
+
+def test_the_install_command_picks_another_torchs_wheel_and_names_a_miss(
+    team_cache, torch211_python, uv_cache, tmp_path
+):
+    """In torch 2.11.0+cu130's venv (no test installs there: --dry-run and --requirement), the
+    cu130 wheel; asked for GPUs or a kernel set no entry has, one message naming what is missing
+    and the build line; a wheel whose bytes are not its entry's is refused."""
+    env = venv_env(torch211_python, uv_cache)
+    dry = install_py(torch211_python, team_cache, "--dry-run", env=env)
+    (entry,) = [e for e in team_cache.glob("*/entry.json") if T211_LABEL in e.read_text()]
+    wheel = entry.parent / json.loads(entry.read_text())["wheel"]
+    assert dry.stdout.split() == [
+        str(torch211_python), "-m", "pip", "install", "--no-deps", "--no-index",
+        "--force-reinstall", str(wheel),
+    ]  # fmt: skip
+    line = install_py(torch211_python, team_cache, "--requirement", env=env).stdout.strip()
+    assert (
+        line
+        == f"flash-attn=={SAMPLE_VERSION}+{T211_LABEL} --hash=sha256:"
+        + json.loads(entry.read_text())["sha256"]
+    )
+    args = ["--archs", "80", "--kernel-set", "hdim128.bf16"]
+    miss = install_py(torch211_python, team_cache, *args, env=env, check=False)
+    assert miss.returncode == 1 and "Traceback" not in miss.stderr
+    # torch may warn first (2.11 without numpy)
+    head, *has = [
+        ln for ln in miss.stderr.splitlines() if ln.startswith(("install.py:", "  the cache has"))
+    ]
+    assert head == (
+        f"install.py: no flash-attn wheel for torch 2.11.0+cu130, cp311, sm_80, kernel set "
+        f"hdim128.bf16 in {team_cache}; build it: {torch211_python} -m pip install "
+        f"--no-build-isolation --no-deps {REPO} -C wheel-cache-dir={team_cache} -C cuda-archs=80 "
+        "(and the -C settings of kernel set hdim128.bf16)"
+    ), head
+    assert len(has) == 2 and any("torch 2.11.0+cu130, cp311-cp311" in h for h in has), has
+    copy = shutil.copytree(team_cache, tmp_path / "fa", symlinks=True)
+    tampered = copy / wheel.relative_to(team_cache)
+    data = bytearray(tampered.read_bytes())
+    data[len(data) // 2] ^= 1
+    tampered.write_bytes(bytes(data))
+    refused = install_py(torch211_python, copy, "--dry-run", env=env, check=False)
+    assert refused.returncode == 1
+    assert f"{tampered} is not the wheel its entry recorded" in refused.stderr
+
+
+def test_pip_and_uv_install_the_wheel_of_the_installed_torch(team_cache, t213, uv_cache):
+    viewed = sorted(w.name for w in team_cache.glob("torch-*/*.whl"))
+    assert len(viewed) == 2 and any(T211_LABEL.lower() in w.lower() for w in viewed)
+    assert not list(team_cache.glob("*.whl"))  # no top level a frontend could swap torch from
+    python = t213
     env = venv_env(python, uv_cache)
     freeze = run([python, "-m", "pip", "freeze"], env=env).stdout
     for frontend in ("pip", "uv"):

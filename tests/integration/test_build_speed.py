@@ -46,12 +46,12 @@ def test_second_build_is_a_cache_hit_and_the_cache_is_a_find_links_dir(
     assert "running upstream setup.py" not in second.stderr
     (a,), (b,) = (tmp_path / "a").glob("*.whl"), (tmp_path / "b").glob("*.whl")
     assert a.read_bytes() == b.read_bytes()
-    flat = list(_cache_root().glob("*.whl"))
-    assert [w.name for w in flat] == [a.name]
+    viewed = list(_cache_root().glob("torch-*/*.whl"))  # its torch's view, no top-level copy
+    assert [w.name for w in viewed] == [a.name] and not list(_cache_root().glob("*.whl"))
     entry = next(p for p in _cache_root().iterdir() if (p / "entry.json").is_file())
     facts = json.loads((entry / "fingerprint.json").read_text())
     assert facts["wheel"] == a.name and facts["torch"][2] == 1
-    # the cache doubles as a --find-links directory, with no index at all
+    # the torch's directory is a --find-links directory, with no index at all
     run(
         [
             host_venv,
@@ -61,7 +61,7 @@ def test_second_build_is_a_cache_hit_and_the_cache_is_a_find_links_dir(
             "--no-index",
             "--no-deps",
             "--find-links",
-            _cache_root(),
+            viewed[0].parent,
             f"flash-attn=={SAMPLE_VERSION}",
         ]
     )

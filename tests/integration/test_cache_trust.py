@@ -109,6 +109,24 @@ def test_an_edited_member_with_a_stale_record_is_refused_and_rebuilt(cache, tmp_
     assert served.read_bytes() == cache["wheel"].read_bytes()
 
 
+def test_check_lists_what_writers_left(cache, tmp_path):
+    """A hit of fa-shim 0.5 left its torch directory's temporary link in the root (a hard link
+    of the wheel), hours ago: a failure the next build sweeps; a fresh one may be a live write."""
+    root, wheel, _ = _copy(cache, tmp_path)
+    old, fresh = root / ".fa-shim-0123456789ab.part", root / ".fa-shim-ba9876543210.part"
+    os.link(wheel, old)
+    os.utime(old, (os.stat(old).st_atime, os.stat(old).st_mtime - 7200))
+    fresh.mkdir()  # an entry being assembled
+    proc = _cli(tmp_path, "cache", "check", root)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    lines = proc.stdout.splitlines()
+    at = lines.index(next(line for line in lines if old.name in line))
+    assert lines[at].startswith("FAILED") and "2.0 h old" in lines[at + 1]
+    assert "the next build into this cache removes it" in lines[at + 1]
+    assert any(line.startswith("stray") and fresh.name in line for line in lines)
+    assert lines[-1] == "cache check: 1 ok, 1 failed, 1 being written"
+
+
 def test_rebuild_names_an_entry_that_is_not_what_its_fingerprint_builds(cache, tmp_path):
     """A sound wheel (sha256, RECORD and verify pass) whose bytes a rebuild does not give:
     here re-zipped stored instead of deflated, its entry.json updated to match."""
@@ -136,9 +154,50 @@ def test_requirement_lines_install_with_require_hashes(cache, tmp_path):
     requirements.write_text(line + "\n")
     run(
         [PY, "-m", "pip", "install", "--no-deps", "--no-index", "--require-hashes", "--target",
-         tmp_path / "site", "--find-links", cache["root"], "-r", requirements],
+         tmp_path / "site", "--find-links", next(cache["root"].glob("torch-*")), "-r",
+         requirements],
     )  # fmt: skip
     assert list((tmp_path / "site").glob("flash_attn-*.dist-info"))
+
+
+CONSUMER = """[project]
+name = "consumer"
+version = "0.1"
+requires-python = "==3.11.*"
+dependencies = ["flash-attn"]
+
+[[tool.uv.index]]
+name = "team"
+url = "{url}"
+explicit = true
+
+[tool.uv.sources]
+flash-attn = {{ index = "team" }}
+"""
+
+
+def test_the_torchs_index_serves_pip_and_a_uv_project(cache, tmp_path):
+    """The cache's PEP 503 index of torch 2.13.0+cpu, as docs/guides/fleet.md gives it: pip
+    installs the team's wheel from it (its link's #sha256 checked), and a uv project with the
+    index explicit for flash-attn locks the team's wheel with its entry's hash, no sdist, while
+    PyPI (reachable) serves the rest."""
+    index = cache["root"] / "index" / "torch-2.13.0+cpu"
+    entry = json.loads((cache["entry"] / "entry.json").read_text())
+    run(
+        [PY, "-m", "pip", "install", "--no-deps", "--target", tmp_path / "site",
+         "--index-url", index.as_uri(), "flash-attn"],
+    )  # fmt: skip
+    (installed,) = (tmp_path / "site").glob("flash_attn-*.dist-info")
+    assert installed.name.lower() == "flash_attn-0.1.0+cputorch2.13cxx11abitrue.dist-info"
+    project = tmp_path / "consumer"
+    project.mkdir()
+    (project / "pyproject.toml").write_text(CONSUMER.format(url=index.as_uri()))
+    env = {**os.environ, "UV_CACHE_DIR": str(tmp_path / "uv"), "UV_PYTHON_DOWNLOADS": "never"}
+    run(["uv", "lock", "--python", PY], cwd=project, env=env)
+    lock = (project / "uv.lock").read_text()
+    block = lock[lock.index('name = "flash-attn"\nversion') :].split("\n\n")[0]
+    assert 'version = "0.1.0+cputorch2.13cxx11abitrue"' in block and "sdist" not in block
+    assert f'hash = "sha256:{entry["sha256"]}"' in block, block
 
 
 def test_a_full_cache_disk_leaves_no_half_entry(sample_sdist_dir, tmp_path):

@@ -56,8 +56,8 @@ print(_wheel_cache.obtain(root, {"demo": 1}, name, out, check, build, 600, 15))
 
 @pytest.mark.parametrize("mask", [0o022, 0o002])
 def test_published_files_honour_the_umask(tmp_path, mask):
-    """The wheel in the output directory, the cache entry, its fingerprint.json and entry.json,
-    and the flat --find-links copy: 0o666 & ~umask; the directories made for them 0o777 & ~umask."""
+    """The wheel in the output directory, the cache entry, its fingerprint.json and entry.json:
+    0o666 & ~umask; the directories made for them 0o777 & ~umask."""
     root, out, scratch = tmp_path / "cache" / "wheels", tmp_path / "out", tmp_path / "scratch"
     scratch.mkdir()
     code = f"umask {mask:03o}; exec {PY} -c '{_OBTAIN}' {root} {out} {scratch}"
@@ -65,7 +65,7 @@ def test_published_files_honour_the_umask(tmp_path, mask):
     modes = _modes(root, out)
     files = {p: m for p, m in modes.items() if Path(p).is_file()}
     dirs = {p: m for p, m in modes.items() if Path(p).is_dir()}
-    assert len(files) == 5, files  # out/, <key>/ wheel + fingerprint.json + entry.json, flat
+    assert len(files) == 4, files  # out/, <key>/ wheel + fingerprint.json + entry.json
     assert set(files.values()) == {0o666 & ~mask}, files
     assert set(dirs.values()) == {0o777 & ~mask}, dirs
 

@@ -5,8 +5,11 @@ tests/integration/test_shared_cache.py, tests/integration/test_build_speed.py.""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import zipfile
 from pathlib import Path
+from urllib.parse import quote
 
 from fa_backend.fleet import _wheel_cache
 
@@ -59,4 +62,66 @@ def test_each_wheel_is_linked_into_its_torchs_directory(tmp_path, capfd):
     err = capfd.readouterr().err
     line = _wheel_cache.install_line(root, "demo")
     assert f"teammates with torch 2.11.0+cu130 install it with: {line}" in err
-    assert line.startswith("pip install --only-binary demo --find-links ")
+    assert line == f"python {root / 'install.py'} demo" and (root / "install.py").is_file()
+
+
+def test_a_hit_leaves_nothing_behind_in_the_cache_root(tmp_path):
+    """The torch directory's link already there (every hit after the first build): linking it
+    again renames a link onto a link of the same file, which rename(2) does as a no-op that
+    succeeds; the temporary name must not stay behind in the cache root."""
+    root, out = tmp_path / "cache", tmp_path / "out"
+    built = tmp_path / "demo-1.0+cpu-cp311-cp311-linux_x86_64.whl"
+    with zipfile.ZipFile(built, "w") as z:
+        z.writestr("demo/__init__.py", "")
+    for _ in range(3):  # a build, then two hits
+        _wheel_cache.obtain(
+            root, {"d": 1}, built.name, out, lambda w: None, lambda: built, 600, 15,
+            torch_version="2.13.0+cpu",
+        )  # fmt: skip
+    top = sorted(p.name for p in root.iterdir())
+    assert top == sorted([".locks", _wheel_cache.key({"d": 1}), "index", "install.py",
+                          "torch-2.13.0+cpu"]), top  # fmt: skip
+
+
+def _wheel(path: Path, archs: list[str], kernel_set: str) -> Path:
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr("demo/__init__.py", "")
+        prov = {"cuda_archs": archs, "kernel_set_name": kernel_set}
+        z.writestr("demo-1.0.dist-info/fa_shim_provenance.json", json.dumps(prov))
+    return path
+
+
+def test_views_keep_each_arch_set_and_kernel_set_apart(tmp_path, capfd):
+    """Builds for sm_80 then sm_90 (one file name: the archs are not in it) and a tailored set, for
+    one torch: the torch's directory keeps the sm_80 file (the sm_90 one only in its entry, with a
+    warning naming install.py), the tailored set sits in a directory of its own below it (an
+    unpinned install from the torch's directory takes the full set), and the top level holds no
+    wheel (a frontend pointed there would rank another torch's higher)."""
+    root, name = tmp_path / "cache", "demo-1.0+cu130torch2.11-cp311-cp311-linux_x86_64.whl"
+    tailored = name.replace("2.11-", "2.11.hdim128-")
+    builds = [
+        ({"a": 1}, "80", "hdim128", tailored),
+        ({"a": 80}, "80", "full", name),
+        ({"a": 90}, "90", "full", name),
+    ]  # fmt: skip (the tailored first: no torch dir)
+    for n, (fingerprint, arch, kernel_set, wheel_name) in enumerate(builds):
+        (tmp_path / str(n)).mkdir()
+        wheel = _wheel(tmp_path / str(n) / wheel_name, [arch], kernel_set)
+        _wheel_cache.obtain(
+            root, fingerprint, wheel_name, tmp_path / "out", lambda w: None, lambda w=wheel: w,
+            600, 15, torch_version="2.11.0+cu130",
+        )  # fmt: skip
+    view = root / "torch-2.11.0+cu130"
+    assert sorted(p.name for p in view.iterdir()) == sorted([name, "hdim128"])
+    entry_80 = root / _wheel_cache.key({"a": 80}) / name
+    assert (view / name).stat().st_ino == entry_80.stat().st_ino
+    assert [p.name for p in (view / "hdim128").iterdir()] == [tailored]
+    assert not list(root.glob("*.whl"))
+    err = capfd.readouterr().err
+    assert f"{view / name} is the build for sm_80, and stays: this one (sm_90) is only in" in err
+    index = _wheel_cache.index_dir(root, "2.11.0+cu130")
+    assert 'href="demo/"' in (index / "index.html").read_text()
+    page = (index / "demo" / "index.html").read_text()  # the view's full set, its entry's hash
+    digest = hashlib.sha256(entry_80.read_bytes()).hexdigest()
+    href = f"../../../torch-2.11.0+cu130/{quote(name)}#sha256={digest}"
+    assert f'<a href="{href}">{name}</a>' in page and tailored not in page

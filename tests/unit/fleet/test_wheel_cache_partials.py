@@ -7,7 +7,7 @@ import os
 import time
 from pathlib import Path
 
-from fa_backend.fleet import _wheel_cache
+from fa_backend.fleet import _entries
 
 HOUR = 3600
 
@@ -29,7 +29,7 @@ def test_partials_of_the_locked_entry_go_at_any_age_shared_ones_only_when_old(tm
     wheel = _file(tmp_path / "flash_attn-2.8.3-cp311-cp311-linux_x86_64.whl", 5 * HOUR)
     other_name = _file(tmp_path / "notes.part", 5 * HOUR)
 
-    _wheel_cache.clear_partials(tmp_path, key)
+    _entries.clear_partials(tmp_path, key)
 
     assert not mine_fresh.exists() and not top_old.exists()
     assert top_young.exists()
@@ -40,13 +40,13 @@ def test_partials_of_the_locked_entry_go_at_any_age_shared_ones_only_when_old(tm
 def test_the_age_limit_is_a_parameter(tmp_path):
     key = "0" * 32
     ten_minutes = _file(tmp_path / ".fa-shim-e.part", 600)
-    _wheel_cache.clear_partials(tmp_path, key, min_age_s=900)
+    _entries.clear_partials(tmp_path, key, min_age_s=900)
     assert ten_minutes.exists()
-    _wheel_cache.clear_partials(tmp_path, key, min_age_s=300)
+    _entries.clear_partials(tmp_path, key, min_age_s=300)
     assert not ten_minutes.exists()
 
 
 def test_a_missing_entry_or_root_is_nothing_to_sweep(tmp_path):
-    _wheel_cache.clear_partials(tmp_path / "no-such-root", "0" * 32)
-    _wheel_cache.clear_partials(tmp_path, "0" * 32)
+    _entries.clear_partials(tmp_path / "no-such-root", "0" * 32)
+    _entries.clear_partials(tmp_path, "0" * 32)
     assert list(tmp_path.iterdir()) == []

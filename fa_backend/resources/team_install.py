@@ -1,0 +1,271 @@
+"""Install the team's wheel from this wheel cache into the environment of the Python that runs
+this file: `python /shared/fa/install.py`. Standard library only: it runs where neither fa-shim
+nor `packaging` is installed. fa-shim keeps it in the cache root (written on every build and hit).
+
+It reads each entry's wheel for what the wheel itself records (<dist-info>/fa_shim_provenance.json)
+and takes the one that fits this environment:
+- torch: what the wheel's own import guard accepts (its `mismatches`, loaded from the wheel: one
+  rule for "built for this torch": the release, the CUDA major and the C++ ABI, or a stable-ABI
+  module's floor);
+- the Python: the wheel's tag (cpXY-cpXY, or cpXY-abi3 for every CPython from X.Y);
+- the GPUs torch sees: each one runs code the wheel holds (sm_80 code runs on 8.6); --archs
+  names them where torch sees none;
+- the kernel set asked for (--kernel-set, default full).
+It checks the wheel's sha256 against its entry, then installs it with this environment's pip (or
+uv with --uv) with --no-deps and --no-index: nothing else moves (torch least of all), no index or
+sdist is looked at. Without a fitting wheel it names what is missing and the line that builds it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import types
+import zipfile
+
+FA_SHIM = "/path/to/fa-shim"  # the checkout whose build wrote this file (fa-shim sets it)
+ROOT = os.path.dirname(os.path.abspath(__file__))
+PROVENANCE = "fa_shim_provenance.json"
+GUARD = "/_fa_shim_guard.py"
+
+
+def _say(text: str) -> None:
+    print(f"install.py: {text}", file=sys.stderr)
+
+
+class Miss(Exception):
+    """Nothing to install: the message says why and what to run."""
+
+
+def running_torch() -> dict:
+    try:
+        import torch
+    except Exception as exc:
+        raise Miss(
+            f"torch cannot be imported in {sys.executable} ({type(exc).__name__}: {exc}): the "
+            "team's wheels are built for a torch; install yours first, then run this again"
+        ) from exc
+    return {
+        "version": torch.__version__,
+        "cuda": torch.version.cuda,
+        "cxx11_abi": int(torch._C._GLIBCXX_USE_CXX11_ABI),
+        "gpus": _gpus(torch),
+    }
+
+
+def _gpus(torch) -> list[str] | None:
+    """The archs of the GPUs torch sees ("80", "90"), None when it sees none."""
+    try:
+        if not torch.version.cuda or not torch.cuda.is_available():
+            return None
+        caps = {torch.cuda.get_device_capability(i) for i in range(torch.cuda.device_count())}
+    except Exception:
+        return None
+    return sorted(f"{major}{minor}" for major, minor in caps) or None
+
+
+def python_tag() -> str:
+    return f"cp{sys.version_info[0]}{sys.version_info[1]}"
+
+
+def tag_fits(wheel_name: str) -> bool:
+    """The wheel's tags take this interpreter. fa-shim's wheels carry one CPython tag and the
+    platform (never manylinux, never compressed tag sets): this much of the tag rules suffices."""
+    py, abi, platform = wheel_name[: -len(".whl")].split("-")[-3:]
+    here = sysconfig.get_platform().replace("-", "_").replace(".", "_")
+    match = re.fullmatch(r"cp(\d)(\d+)", py)
+    if sys.implementation.name != "cpython" or platform != here or not match:
+        return False
+    built = (int(match.group(1)), int(match.group(2)))
+    if abi == "abi3":
+        return built <= sys.version_info[:2]
+    return abi == py and built == sys.version_info[:2]
+
+
+def runs_on(gpu: str, archs: list[str]) -> bool:
+    """An sm_XY cubin runs on X.Y and later GPUs of major X; an arch-specific one (90a) on X.Y."""
+    for arch in archs:
+        if arch.isdigit():
+            if int(arch) // 10 == int(gpu) // 10 and int(arch) <= int(gpu):
+                return True
+        elif arch[:-1] == gpu:
+            return True
+    return False
+
+
+class Entry:
+    def __init__(self, directory: str, record: dict):
+        self.directory, self.record = directory, record
+        self.wheel = os.path.join(directory, record["wheel"])
+        self.name = record["wheel"]
+        self.dist = self.name.split("-", 1)[0].lower()
+        with zipfile.ZipFile(self.wheel) as zf:
+            names = zf.namelist()
+            prov = [n for n in names if n.endswith(".dist-info/" + PROVENANCE)]
+            guard = [n for n in names if n.endswith(GUARD)]
+            self.provenance = json.loads(zf.read(prov[0])) if prov else {}
+            self.guard = zf.read(guard[0]).decode() if guard else None
+        self.version = self.provenance.get("wheel_version") or self.name.split("-")[1]
+        self.archs = list(self.provenance.get("cuda_archs") or [])
+        named = self.provenance.get("kernel_set") or {}  # before kernel_set_name (fa-shim 0.5)
+        self.kernel_set = self.provenance.get("kernel_set_name") or (
+            named.get("kernel_set") or named.get("label") if isinstance(named, dict) else None
+        )
+        self.mtime = os.stat(os.path.join(directory, "entry.json")).st_mtime
+
+    def describe(self) -> str:
+        torch = self.provenance.get("torch") or {}
+        if torch.get("stable_abi"):
+            built = f"torch >= {torch['stable_abi']} of CUDA {str(torch.get('cuda')).split('.')[0]}"
+        else:
+            built = f"torch {torch.get('version')}"
+        tag = "-".join(self.name[: -len(".whl")].split("-")[-3:-1])
+        code = ",".join(f"sm_{a}" for a in self.archs) or "no GPU code"
+        return f"{built}, {tag}, {code}, kernel set {self.kernel_set or '?'}"
+
+    def why_not(self, running: dict, kernel_set: str, gpus: list[str] | None) -> str | None:
+        if self.guard is None or not self.provenance:
+            return "not a wheel of fa-shim (no import guard or provenance)"
+        guard = types.ModuleType("_fa_shim_guard")
+        exec(compile(self.guard, self.wheel + GUARD, "exec"), guard.__dict__)
+        differ = guard.mismatches(self.provenance.get("torch") or {}, running)
+        if differ:
+            return "; ".join(differ)
+        if not tag_fits(self.name):
+            return f"its tags do not take {python_tag()} on {sysconfig.get_platform()}"
+        if self.kernel_set != kernel_set:
+            return f"kernel set {self.kernel_set or 'unknown (an older fa-shim)'}, not {kernel_set}"
+        missing = [g for g in gpus or () if not runs_on(g, self.archs)]
+        if missing and running.get("cuda"):
+            return f"no code for sm_{', sm_'.join(missing)}"
+        return None
+
+
+def entries(root: str, dist: str | None = None) -> list[Entry]:
+    """The cache's whole entries (of `dist`, else all)."""
+    found = []
+    for name in sorted(os.listdir(root)):
+        directory = os.path.join(root, name)
+        try:
+            with open(os.path.join(directory, "entry.json"), encoding="utf-8") as f:
+                record = json.load(f)
+            entry = Entry(directory, record)
+        except (OSError, ValueError, KeyError, TypeError, IndexError, zipfile.BadZipFile):
+            continue  # not an entry, or not a whole one (`cache check` reports those)
+        if dist is None or entry.dist == dist.lower().replace("-", "_"):
+            found.append(entry)
+    return found
+
+
+def build_line(root: str, running: dict, kernel_set: str, gpus: list[str] | None) -> str:
+    line = f"{sys.executable} -m pip install --no-build-isolation --no-deps {FA_SHIM}"
+    line += f" -C wheel-cache-dir={root}"
+    if gpus and running.get("cuda"):
+        line += f" -C cuda-archs={','.join(gpus)}"
+    if kernel_set != "full":
+        line += f" (and the -C settings of kernel set {kernel_set})"
+    return line
+
+
+def choose(root: str, dist: str, kernel_set: str, archs: list[str] | None) -> tuple[Entry, dict]:
+    running = running_torch()
+    gpus = archs or running["gpus"]
+    fit, near = [], []
+    for entry in entries(root, dist):
+        why = entry.why_not(running, kernel_set, gpus)
+        (near if why else fit).append((entry, why))
+    if not fit:
+        code = f", sm_{', sm_'.join(gpus)}" if gpus and running["cuda"] else ""
+        lines = [
+            f"no {dist} wheel for torch {running['version']}, {python_tag()}{code}, kernel set "
+            f"{kernel_set} in {root}; build it: {build_line(root, running, kernel_set, gpus)}"
+        ]
+        lines += [f"  the cache has {e.describe()} ({why})" for e, why in near[:12]]
+        raise Miss("\n".join(lines))
+    # several fit (e.g. builds for different GPU sets): the one with the most code, then the newest
+    fit.sort(key=lambda pair: (len(pair[0].archs), pair[0].mtime), reverse=True)
+    entry = fit[0][0]
+    if running["cuda"] and not gpus:
+        _say(
+            "torch sees no GPU here, so the GPU code was not compared (name the GPUs with "
+            f"--archs 80,90): taking {entry.describe()}"
+        )
+    return entry, running
+
+
+def checked_copy(entry: Entry, into: str) -> str:
+    """The wheel copied out of the cache, and proven to be the bytes its entry recorded."""
+    copy = shutil.copy(entry.wheel, os.path.join(into, entry.name))
+    root = os.path.dirname(entry.directory)
+    digest = hashlib.sha256()
+    with open(copy, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    if digest.hexdigest() != entry.record.get("sha256"):
+        raise Miss(
+            f"{entry.wheel} is not the wheel its entry recorded (sha256 {digest.hexdigest()}, "
+            f"recorded {entry.record.get('sha256')}); `python -m fa_backend cache check {root}` "
+            f"audits the cache, and this builds the wheel again: "
+            f"{sys.executable} -m pip install --no-build-isolation --no-deps {FA_SHIM} "
+            f"-C wheel-cache-dir={root}"
+        )
+    return copy
+
+
+def install_command(wheel: str, dist: str, uv: str | None) -> list[str]:
+    if uv:
+        return [uv, "pip", "install", "--python", sys.executable, "--no-deps", "--no-index",
+                "--reinstall-package", dist, wheel]  # fmt: skip
+    return [sys.executable, "-m", "pip", "install", "--no-deps", "--no-index",
+            "--force-reinstall", wheel]  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="install.py", description="Install the team's wheel for this environment."
+    )
+    parser.add_argument("dist", nargs="?", default="flash-attn", help="default: flash-attn")
+    parser.add_argument("--kernel-set", default="full", help="e.g. hdim128.bf16 (default: full)")
+    parser.add_argument("--archs", help="the GPUs to serve, e.g. 80,90 (default: those torch sees)")
+    parser.add_argument("--uv", nargs="?", const="uv", help="install with uv (or this uv)")
+    parser.add_argument("--dry-run", action="store_true", help="say what would be installed")
+    parser.add_argument(
+        "--requirement", action="store_true", help="print its `name==version --hash` line only"
+    )
+    args = parser.parse_args(argv)
+    archs = [a.strip().replace(".", "") for a in args.archs.split(",")] if args.archs else None
+    uv = shutil.which(args.uv) if args.uv else None
+    if args.uv and not uv:
+        _say(f"{args.uv} not found on PATH; run without --uv to install with pip")
+        return 1
+    try:
+        entry, running = choose(ROOT, args.dist, args.kernel_set, archs)
+        if args.requirement:
+            print(f"{args.dist}=={entry.version} --hash=sha256:{entry.record['sha256']}")
+            return 0
+        with tempfile.TemporaryDirectory(prefix="fa-shim-install-") as scratch:
+            wheel = checked_copy(entry, scratch)
+            command = install_command(wheel, args.dist, uv)
+            _say(f"{entry.name} for torch {running['version']} from {entry.directory}")
+            if args.dry_run:  # the command as it would run, on the copy it has just checked
+                print(" ".join(command).replace(wheel, entry.wheel))
+                return 0
+            if subprocess.run(command, check=False).returncode != 0:
+                raise Miss(f"`{' '.join(command)}` failed (its output is above)")
+    except Miss as exc:
+        _say(str(exc))
+        return 1
+    _say(f"installed {args.dist} {entry.version}; torch {running['version']} untouched")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
