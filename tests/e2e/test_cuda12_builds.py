@@ -6,7 +6,9 @@ cu12 headers, downloaded once per machine).
   a minor mismatch (12.4 against torch's 12.8) that torch accepts and fa-shim logs as accepted;
 - torch 2.6.0+cu124 (the old C++ ABI, _GLIBCXX_USE_CXX11_ABI=0), nvcc named by -C nvcc: fa-shim
   injects ABI 0 into every cxx and nvcc command, the provenance says so, the module imports
-  with ABI 0.
+  with ABI 0. Built second, with the same fa-shim cache directory as a user's machine has, it
+  compiles only flash_api.cpp: the kernel objects of the torch 2.9.1 build (the new ABI, naming
+  no std::__cxx11 symbol) serve it from the object cache.
 
 Each builds the smallest set that compiles real kernels (conftest.SMALLEST_REAL_SET with head dim
 32: bf16, forward only, upstream's five DISABLE switches: 4 kernels and flash_api.cpp), verifies,
@@ -44,7 +46,7 @@ IMPORT = (
 )
 
 
-def _build(python: Path, tmp: Path, archs: str, env: dict, *options: str) -> dict:
+def _build(python: Path, tmp: Path, cache: Path, archs: str, env: dict, *options: str) -> dict:
     settings = {
         "sdist-dir": str(SHARED_SDISTS),
         **SMALLEST_REAL_SET,
@@ -52,7 +54,7 @@ def _build(python: Path, tmp: Path, archs: str, env: dict, *options: str) -> dic
         "tu-parts": "2",  # as the quick start's build: 3 nvcc commands per kernel source
         "cuda-archs": archs,
         "compiler-cache": "none",
-        "cache-dir": str(tmp / "fa-shim-cache"),
+        "cache-dir": str(cache),
     }
     config = [a for k, v in settings.items() for a in ("-C", f"{k}={v}")]
     proc = run(
@@ -80,15 +82,22 @@ def _build(python: Path, tmp: Path, archs: str, env: dict, *options: str) -> dic
 
 
 @pytest.fixture(scope="module")
-def torch291_build(torch291_python, cuda12_home, tmp_path_factory) -> dict:
-    tmp = tmp_path_factory.mktemp("cuda12-torch291")
-    return _build(torch291_python, tmp, "89", {"CUDA_HOME": str(cuda12_home)})
+def cache(tmp_path_factory) -> Path:
+    """One fa-shim cache directory for both builds, as on a user's machine: its object cache."""
+    return tmp_path_factory.mktemp("cuda12-cache")
 
 
 @pytest.fixture(scope="module")
-def torch26_build(torch26_python, cuda12_home, tmp_path_factory) -> dict:
+def torch291_build(torch291_python, cuda12_home, cache, tmp_path_factory) -> dict:
+    tmp = tmp_path_factory.mktemp("cuda12-torch291")
+    return _build(torch291_python, tmp, cache, "89", {"CUDA_HOME": str(cuda12_home)})
+
+
+@pytest.fixture(scope="module")
+def torch26_build(torch26_python, cuda12_home, cache, torch291_build, tmp_path_factory) -> dict:
     tmp = tmp_path_factory.mktemp("cuda12-torch26")
-    return _build(torch26_python, tmp, "80", {}, "-C", f"nvcc={cuda12_home / 'bin' / 'nvcc'}")
+    nvcc = cuda12_home / "bin" / "nvcc"
+    return _build(torch26_python, tmp, cache, "80", {}, "-C", f"nvcc={nvcc}")
 
 
 def _check_nvcc(prov: dict) -> None:
@@ -150,6 +159,11 @@ def test_torch_2_6_cu124_gets_abi_0_injected(torch26_build, cuda12_home):
     assert f"using nvcc {nvcc} (CUDA 12.4, from setting nvcc)" in torch26_build["log"]
     assert injected["cxx"][-2:] == ["-std=c++17", "-D_GLIBCXX_USE_CXX11_ABI=0"]
     assert injected["nvcc"][-1] == "-D_GLIBCXX_USE_CXX11_ABI=0"
+    # the kernels torch 2.9.1's build kept, linked under the old ABI: only the binding compiled
+    assert (
+        "12 kernel objects from the object cache (built under torch 2.9.1+cu128), "
+        "compiling flash_api.cpp" in torch26_build["log"]
+    ), torch26_build["log"][-3000:]
 
 
 FA3_NO_FEATURES = "fp8,split,paged-kv,appendkv,local,softcap,packgqa,varlen,cluster"
