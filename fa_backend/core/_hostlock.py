@@ -132,11 +132,15 @@ class HostLock:
             fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # umask applies
         except FileExistsError:
             return False
-        with os.fdopen(fd, "w") as f:
-            json.dump(me, f)
-            f.flush()
-            os.fsync(f.fileno())
-            self._ino = os.fstat(f.fileno()).st_ino
+        try:
+            with os.fdopen(fd, "w") as f:
+                json.dump(me, f)
+                f.flush()
+                os.fsync(f.fileno())
+                self._ino = os.fstat(f.fileno()).st_ino
+        except OSError as exc:  # a full disk: no half-written lock, and the error names it
+            self.path.unlink(missing_ok=True)
+            raise OSError(exc.errno, exc.strerror, str(self.path)) from exc
         return True
 
     def _take_over(self, identity: tuple[int, int, int], holder: dict, why: str) -> None:
