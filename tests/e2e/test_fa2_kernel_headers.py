@@ -54,7 +54,8 @@ def kernel_dirs(prepared, tmp_path_factory) -> dict[str, Path]:
     patches = [p for p in _releases.patches(version) if p.name in TORCH_FREE]
     assert [p.name for p in patches] == list(TORCH_FREE)
     for patch in reversed(patches):
-        run(["patch", "-R", "-p1", "--batch", "--fuzz=0", "-i", patch.path], cwd=root)
+        # -E: the files the patch creates are emptied by the reverse, then removed
+        run(["patch", "-R", "-E", "-p1", "--batch", "--fuzz=0", "-i", patch.path], cwd=root)
     upstream = root / _tu_parts.KERNEL_DIR
     assert not (upstream / "fa_shim_torch_free.h").exists()
     return {"patched": patched, "upstream": upstream}
