@@ -193,18 +193,19 @@ def prepared_set(python: Path, tmp: Path, settings: dict[str, str], project: Pat
 
 
 def upstream_kernel_tree(dest: Path, version: str = "2.8.3.post2") -> Path:
-    """The pinned sdist extracted into dest as upstream ships it, with the one vendored patch that
-    changes what every kernel source reads (40-kernel-headers.patch: its kernels compile to the
-    same machine code, tests/e2e/test_fa2_kernel_headers.py): what a patched tree's kernel
-    sources preprocess like while fa-shim's other patches are inert."""
+    """The pinned sdist extracted into dest as upstream ships it, with the two vendored patches
+    that change what every kernel source reads (40-kernel-headers.patch, 50-torch-free-kernels:
+    their kernels compile to the same machine code, tests/e2e/test_fa2_kernel_headers.py): what a
+    patched tree's kernel sources preprocess like while fa-shim's other patches are inert."""
     from fa_backend.flavours.fa2 import _releases
     from fa_backend.sources import _patches
 
     with tarfile.open(SHARED_SDISTS / f"flash_attn-{version}.tar.gz") as tar:
         tar.extractall(dest, filter="data")
     tree = dest / f"flash_attn-{version}"
-    headers = [p for p in _releases.patches(version) if p.name == "40-kernel-headers.patch"]
-    assert len(headers) == 1, version
+    reads = ("40-kernel-headers.patch", "50-torch-free-kernels.patch")
+    headers = [p for p in _releases.patches(version) if p.name in reads]
+    assert len(headers) == 2, version
     _patches.apply_all(headers, tree)
     return tree
 
