@@ -3,25 +3,30 @@
 Every finding comes from the same code the build runs (settings, torch probe, nvcc choice,
 architecture choice, and its toolchain step for the compile jobs) or from a real probe of the
 tool (the host compiler preprocesses <string>; ninja --version); each problem carries its fix.
+The build's prediction comes from its requirement check, plan, toolchain, estimate block and
+wheel-cache lookup. Nothing is compiled or downloaded: the plan is made offline, and without a
+local sdist the prediction says so and stops there.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import os
+from collections.abc import Iterator
 from pathlib import Path
 
 from ..core import _log
-from ..core._errors import FaShimError
+from ..core._errors import FaShimError, NotLocal
 from ..flavours import _registry
-from ..flavours._interface import Flavour
-from ..fleet import _objects
-from ..pipeline import _seal
+from ..flavours._interface import Flavour, Tools
+from ..fleet import _objects, _wheel_cache
+from ..pipeline import _build, _estimate, _seal
 from ..resources import PROJECT
-from ..toolchain import _jobs, _preflight
+from ..toolchain import _jobs, _preflight, _requirements
 from ..verify import _verify
 from ..verify._fatbin import CudaCode
 from ..verify._report import ERROR, WARNING
-from . import _prediction
 from ._doctor_report import DoctorReport
 from ._toolchain_sections import (
     compiler_section,
@@ -32,17 +37,138 @@ from ._toolchain_sections import (
 )
 
 GIB = 1024**3
+HIT_SECONDS = "3-5 s"  # recorded cache hits (docs/benchmarks.md): the copy and its verify
+
+
+@contextlib.contextmanager
+def in_project(path: Path) -> Iterator[None]:
+    """The build reads [tool.fa-shim] of the project it runs in (cwd)."""
+    old = os.getcwd()
+    os.chdir(path)
+    try:
+        yield
+    finally:
+        os.chdir(old)
+
+
+def requirements_section(report) -> None:
+    """fa-shim's build requirements, checked exactly as a --no-build-isolation build does."""
+    unmet = _requirements.unmet()
+    if not unmet:
+        names = ", ".join(str(r) for r in _requirements.requirements())
+        report.add("requires", {"unmet": []}, f"all installed ({names})")
+        return
+    report.add("requires", {"unmet": unmet}, "MISSING: " + ", ".join(unmet))
+    try:
+        _requirements.check()
+    except FaShimError as exc:  # the build's own message and fix (torch's constraints kept)
+        report.problem("requires", ERROR, "a build would stop at once: " + exc.cause, exc.fix or "")
+
+
+def _stop(report, data: dict, exc: FaShimError) -> None:
+    """The build would stop here. Counted as an error unless the report already has one
+    (each other section reports its own cause: no double count)."""
+    data["stops"] = exc.cause
+    report.add("build", data, f"a build would stop: {exc.cause}")
+    if report.ok:
+        report.problem("build", ERROR, "a build would stop: " + exc.cause, exc.fix or "")
+
+
+def build_section(report, project: Path) -> None:
+    """The wheel, kernel set, architectures, estimate and wheel-cache state of a build here."""
+    data: dict = {}
+    try:
+        with in_project(project):
+            plan = _build.plan({"offline": "true"})  # doctor never downloads
+    except NotLocal as exc:  # doctor's own offline: a build stops only where the user's is
+        with in_project(project):
+            if _registry.load_settings({}).offline:
+                _stop(report, data, exc)
+                return
+        data["downloads"] = exc.cause
+        report.add(
+            "build",
+            data,
+            "the sources are not on this machine: a build downloads them first",
+            "(run doctor again afterwards for the estimate and the wheel-cache state)",
+        )
+        return
+    except FaShimError as exc:
+        _stop(report, data, exc)
+        return
+    data.update(wheel=plan.wheel_name, kernel_set=plan.kernel_set)
+    try:
+        tools = _build.toolchain(plan)
+    except FaShimError as exc:
+        _stop(report, data, exc)
+        return
+    lines = [plan.wheel_name]
+    data["archs"] = list(tools.archs.targets) if tools.archs else None
+    sources = plan.flavour.planned_sources(plan, tools)
+    if sources is not None:
+        preview = _estimate.preview(plan, tools, sources, _jobs.available_cores())
+        data["estimate_s"] = round(preview.seconds) if preview.seconds is not None else None
+        data["sources"] = len(sources)
+        first, *rest = preview.lines  # what a build prints before compiling
+        lines += [first.replace("about to compile", "would compile"), *(r.strip() for r in rest)]
+    settings = plan.settings
+    if not settings.wheel_cache:
+        data["cache"] = "off"
+        lines.append("wheel cache off (-C wheel-cache=false): every build compiles")
+    else:
+        root = settings.resolved_wheel_cache_dir
+        key = _wheel_cache.key(_build.fingerprint(plan, tools))
+        hit = _wheel_cache.lookup(root, key, plan.wheel_name)
+        data.update(cache="hit" if hit else "miss", cache_key=key, cached=str(hit) if hit else None)
+        lines.append(
+            f"would be a wheel-cache hit: {hit} (~{HIT_SECONDS}, no compile)"
+            if hit
+            else f"not in the wheel cache {root} (fingerprint {key}): a build compiles"
+        )
+    if sources is None:
+        lines.insert(
+            1,
+            f"kernel set {plan.flavour.kernel_set_name(plan)}; no estimate: fa-shim does not "
+            f"know {plan.names.dist} {plan.flavour.upstream_version(plan)}'s kernel sources",
+        )
+    report.add("build", data, *lines)
+
+
+def archs_to_compile(flavour, settings, torch, nvcc) -> tuple[list[str], str]:
+    """The sm_XX a build would compile: the build's own choice (the flavour's archs)."""
+    # the settings did not load (doctor then has empty ones): no version to map onto; a project
+    # that loaded says something (FA3's pyproject its fa3-release, FA2's its flash-attn-version)
+    if not settings.flash_attn_version and not settings.given:
+        return [], "unknown: no flash-attn version configured"
+    try:
+        choice = flavour.archs(settings, torch, nvcc.path)
+    except FaShimError as exc:
+        return [], f"none: {exc.cause}"
+    return list(choice.targets), str(choice.selection.source)
+
+
+def build_tools(project: Path) -> tuple[Tools | None, str]:
+    """The toolchain decisions a build here would make, by the build's own code (_build.plan
+    and _build.toolchain: jobs sized with the number of kernel sources, tu-parts), or why no
+    build could start. Offline: doctor never downloads the sdist."""
+    try:
+        with in_project(project):  # pip runs the backend there: its [tool.fa-shim] counts
+            return _build.toolchain(_build.plan({"offline": "true"})), ""
+    except NotLocal:
+        return None, "the sources are not on this machine yet"
+    except FaShimError as exc:
+        return None, exc.cause.rstrip(".")
 
 
 def _machine_and_gpus(
     report: DoctorReport, flavour: Flavour, settings, torch, nvcc
 ) -> list[_verify.Gpu] | None:
     if nvcc is not None:
-        archs, source = _prediction.archs_to_compile(flavour, settings, torch, nvcc)
+        archs, source = archs_to_compile(flavour, settings, torch, nvcc)
     else:
         archs = []
         source = "no usable nvcc" if torch is not None and torch.cuda else "no CUDA torch"
-    tools, why = _prediction.build_tools(report.project) if nvcc is not None else (None, source)
+    tools, why = build_tools(report.project) if nvcc is not None else (None, source)
     cores, memory = _jobs.available_cores(), _jobs.available_memory()
     if tools is not None:  # the build's own decision for this configuration
         jobs, threads, shape = tools.jobs, tools.nvcc_threads, dict(tools.shape)
@@ -200,6 +326,6 @@ def diagnose(project: Path = PROJECT) -> DoctorReport:
     report.add("seal", dataclasses.asdict(_seal.choose()), _seal.choose().describe())
     gpus = _machine_and_gpus(report, flavour, settings, torch, nvcc)
     _installed_section(report, flavour, torch, gpus)
-    _prediction.requirements_section(report)  # the build's own checks, plan and cache lookup
-    _prediction.build_section(report, project)
+    requirements_section(report)  # the build's own checks, plan and cache lookup
+    build_section(report, project)
     return report

@@ -1,35 +1,106 @@
 """The one boundary: every hook and command ends in one readable message on stderr and an exit
 status, whatever failed (FaShimError, an OSError, a helper program, Ctrl-C, a signal or the
-frontend's death)."""
+frontend's death).
+
+A build lives as long as its frontend. SIGTERM and SIGHUP (a CI cancel, a scheduler's timeout, a
+closed terminal) and the frontend's death (pip, build or uv killed) become an exception in the
+backend, so the same clean-up as for Ctrl-C runs: the upstream build's session is ended, the
+scratch removed, the wheel-cache lock released, nothing published.
+
+The frontend's death is noticed by polling getppid(), not by PR_SET_PDEATHSIG on the backend:
+that signal fires when the *thread* that started us ends, and a frontend may start its build
+processes from a worker thread (the upstream child, started from our main thread, uses it).
+"""
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import os
+import signal
 import subprocess
 import sys
+import threading
+from collections.abc import Iterator
 from typing import Callable, TypeVar
 
-from . import _failures, _lifeline
+from . import _failures
 from ._errors import FaShimError
 
 F = TypeVar("F", bound=Callable[..., object])
+POLL_S = 0.5  # how soon a dead frontend is noticed
+
+
+class Terminated(KeyboardInterrupt):
+    """Raised in the main thread on SIGTERM/SIGHUP or when the frontend is gone; a
+    KeyboardInterrupt, so everything that cleans up after Ctrl-C cleans up after this."""
+
+    def __init__(self, signum: int, frontend_gone: int | None = None) -> None:
+        super().__init__(signum)
+        self.signum, self.frontend_gone = signum, frontend_gone
+
+    def describe(self) -> str:
+        if self.frontend_gone is not None:
+            return f"the frontend (pid {self.frontend_gone}) that ran this build is gone"
+        return f"terminated by {signal.Signals(self.signum).name}"
+
+
+@contextlib.contextmanager
+def guarded(watch_parent: bool = True) -> Iterator[None]:
+    """SIGTERM/SIGHUP and, with `watch_parent` (a frontend runs us), the parent's death raise
+    Terminated here (once: a second signal during the clean-up is ignored, so the clean-up
+    finishes). A signal the caller ignores stays ignored (`nohup`). Outside the main thread,
+    where Python cannot take signals, nothing changes."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    parent = os.getppid()
+    state: dict = {"gone": None, "fired": False}
+    stop = threading.Event()
+
+    def handler(signum, _frame):
+        if state["fired"]:
+            return
+        state["fired"] = True
+        raise Terminated(signum, state["gone"])
+
+    def watch() -> None:
+        while not stop.wait(POLL_S):
+            if os.getppid() != parent:  # reparented: the frontend died
+                state["gone"] = parent
+                os.kill(os.getpid(), signal.SIGTERM)
+                return
+
+    previous = {
+        sig: signal.signal(sig, handler)
+        for sig in (signal.SIGTERM, signal.SIGHUP)
+        if signal.getsignal(sig) is not signal.SIG_IGN
+    }
+    if watch_parent and signal.SIGTERM in previous:
+        threading.Thread(target=watch, name="fa-shim-frontend-watch", daemon=True).start()
+    try:
+        yield
+    finally:
+        stop.set()
+        for sig, old in previous.items():
+            signal.signal(sig, old)
 
 
 def boundary(func: F, *, frontend: bool = True) -> F:
     """Turn FaShimError into one message on stderr and exit status 1 (pip shows it as is); an
     OSError or a failed helper program becomes one too (_failures), Ctrl-C exit status 130,
     SIGTERM/SIGHUP 128 + the signal. With `frontend` (the PEP 517 hooks) the frontend's death
-    stops the call too (_lifeline)."""
+    stops the call too."""
 
     @functools.wraps(func)
     def wrapper(*args, **kwargs):
         _failures.begin()
         try:
-            with _lifeline.guarded(watch_parent=frontend):
+            with guarded(watch_parent=frontend):
                 return func(*args, **kwargs)
         except (FaShimError, OSError, subprocess.CalledProcessError, KeyboardInterrupt) as exc:
             status = 1
-            if isinstance(exc, _lifeline.Terminated):
+            if isinstance(exc, Terminated):
                 error = FaShimError(f"{exc.describe()}: {_failures.outcome()}")
                 status = 128 + exc.signum
             elif isinstance(exc, KeyboardInterrupt):

@@ -1,7 +1,7 @@
 """Scratch directories under TMPDIR, and those a killed run left behind.
 
 A build's scratch holds its laid-out sources, objects and wheel: gigabytes for a full set. A
-run ends by removing it, after Ctrl-C, SIGTERM or its frontend's death too (_lifeline), but
+run ends by removing it, after Ctrl-C, SIGTERM or its frontend's death too (_boundary), but
 SIGKILL (the OOM killer, a batch system's hard limit, `kill -9` of the job) ends it first, and
 nothing else ever would. So each scratch directory notes its owner: the boot, its pid
 namespace, the pid and that process's start time. Making one first removes this user's

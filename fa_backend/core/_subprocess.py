@@ -1,6 +1,7 @@
 """The one way fa-shim runs a helper program (ninja, patch, nvcc's probes): any failure of it
 (non-zero exit, program missing, OSError, timeout) becomes one FaShimError naming the command,
-the tail of what it printed, and the fix. The long upstream build runs through _runner."""
+the tail of what it printed, and the fix. The long upstream build runs through
+pipeline/_upstream."""
 
 from __future__ import annotations
 

@@ -31,7 +31,6 @@ from . import (
     _estimate,
     _progress,
     _reproducible,
-    _runner,
     _stats,
     _upstream,
     _verified,
@@ -173,7 +172,7 @@ def run_upstream_build(plan: Plan, prep: Prepared) -> Path:
         )
         if code == 0:
             break
-        lowered = units.lowered() if _runner.killed_for_memory(output) else None
+        lowered = units.lowered() if _upstream.killed_for_memory(output) else None
         if lowered is None:
             raise _upstream.failure(code, report, prep.log, output)
         done = len(_stats.compiled(prep.stats_file))

@@ -1,5 +1,6 @@
 """Running upstream setup.py in a child process under fa-shim's rules: its environment, the
-compiler launcher in front of every compiler, and what its exit status means."""
+compiler launcher in front of every compiler, its full log (echoed under verbose), what its exit
+status means, and the out-of-memory diagnosis that drives the retry with fewer jobs."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ import json
 import os
 import re
 import shlex
+import signal
+import subprocess
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -14,10 +17,11 @@ from typing import TYPE_CHECKING
 from ..core import _failures, _log
 from ..core._errors import FaShimError
 from ..fleet import _sccache
-from ..resources import DRIVER, LAUNCHER, object_cache
+from ..resources import DRIVER, LAUNCHER, object_cache, process_session
+from ..resources.process_session import PARENT_ENV
 from ..resources.upstream_driver import BLOCKED_EXIT
 from ..toolchain import _compilers
-from . import _reproducible, _runner, _seal, _stats
+from . import _reproducible, _seal, _stats
 
 if TYPE_CHECKING:
     from ..flavours._interface import Plan, Tools
@@ -128,7 +132,7 @@ def run_setup(
                 raise problem
     _log.info(f"running upstream setup.py ({mode}); full log: {log}")
     with _seal.sealed(command, env) as (command, env):
-        code, output = _runner.run_logged(command, source, env, log)
+        code, output = run_logged(command, source, env, log)
     report = json.loads(report_path.read_text()) if report_path.is_file() else {}
     return code, output, report
 
@@ -170,3 +174,58 @@ def first_errors(output: str, limit: int = 15) -> str:
             break
         excerpt.append(line)
     return "\n".join(excerpt)
+
+
+# The compiler's own words when it (or its cc1plus/cicc/ptxas) dies of SIGKILL, and ours.
+_OOM = re.compile(
+    r"killed by signal 9|Killed signal terminated program|died due to signal 9|"
+    r"signal 9 \(Kill|^Killed$|exit status 137",
+    re.MULTILINE,
+)
+
+
+def run_logged(command: list[str], cwd: Path, env: dict[str, str], log: Path) -> tuple[int, str]:
+    """Run to completion; return (exit status, this run's output)."""
+
+    lines: list[str] = []
+    with log.open("a", buffering=1) as out:  # whole lines: _progress appends to it too
+        proc = subprocess.Popen(
+            command,
+            cwd=cwd,
+            env={**env, PARENT_ENV: str(os.getpid())},  # the child ends with us (the driver)
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            errors="replace",
+            start_new_session=True,  # its own session: stopped as a whole (see below)
+        )
+        assert proc.stdout is not None
+        try:
+            for line in proc.stdout:
+                out.write(line)
+                lines.append(line)
+                if _log.is_verbose():
+                    sys.stderr.write(line)
+            code = proc.wait()
+        except BaseException as exc:  # Ctrl-C, a full disk for the log: no compiler outlives us
+            stop_group(proc)
+            _failures.name_it(exc, log)
+            raise
+    if code == -signal.SIGINT:  # the group got Ctrl-C before we did
+        raise KeyboardInterrupt
+    return code, "".join(lines)
+
+
+def stop_group(proc: subprocess.Popen, grace: float = 5.0) -> None:
+    """End the child's whole session (ninja, the launchers, the compilers, orphans included):
+    SIGTERM, then SIGKILL what is left after `grace` seconds (process_session)."""
+    process_session.end(proc.pid, grace)
+    try:
+        proc.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def killed_for_memory(output: str) -> bool:
+    return bool(_OOM.search(output))

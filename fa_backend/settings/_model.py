@@ -21,8 +21,8 @@ ENV_PREFIX = "FA_SHIM_"
 @dataclasses.dataclass(frozen=True)
 class Setting:
     """One setting: its key (-C key, FA_SHIM_KEY, [tool.fa-shim] key), default, kind (how
-    _convert reads it), help text (its row in the reference), for an int the largest value it
-    takes and, for a directory that must exist, `missing`: the fix when it does not."""
+    _settings.convert reads it), help text (its row in the reference), for an int the largest
+    value it takes and, for a directory that must exist, `missing`: the fix when it does not."""
 
     key: str
     default: Any

@@ -1,7 +1,7 @@
 """The compiler launcher (fa_backend/resources/launcher.py) on real processes: one record per
 translation unit, read back by pipeline/_stats, and a SIGKILL named in the compiler's words that
-the out-of-memory diagnosis (pipeline/_runner) recognises. And the runner of the upstream build
-child (pipeline/_runner.py): its output to the log and back, and its process group stopped."""
+the out-of-memory diagnosis (pipeline/_upstream) recognises. And the runner of the upstream build
+child (pipeline/_upstream.py): its output to the log and back, and its process group stopped."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from fa_backend.pipeline import _runner, _stats
+from fa_backend.pipeline import _stats, _upstream
 from fa_backend.pipeline._upstream import LAUNCHER
 
 
@@ -31,7 +31,7 @@ def test_launcher_records_each_tu_and_names_a_sigkill(tmp_path):
     assert ok.returncode == 0
     assert killed.returncode == 128 + signal.SIGKILL
     assert "killed by signal 9 (SIGKILL)" in killed.stderr
-    assert _runner.killed_for_memory(killed.stderr)
+    assert _upstream.killed_for_memory(killed.stderr)
     records = [json.loads(line) for line in stats.read_text().splitlines()]
     assert [r["exit"] for r in records] == [0, -9]
     assert records[0]["source"] == "a.cpp"
@@ -45,7 +45,7 @@ def test_the_runner_logs_the_whole_output_and_returns_this_runs(tmp_path, capsys
     log = tmp_path / "build.log"
     log.write_text("an earlier attempt\n")
     command = ["sh", "-c", "echo one; echo two >&2; exit 3"]
-    code, output = _runner.run_logged(command, tmp_path, {"PATH": "/usr/bin:/bin"}, log)
+    code, output = _upstream.run_logged(command, tmp_path, {"PATH": "/usr/bin:/bin"}, log)
     assert (code, output) == (3, "one\ntwo\n")
     assert log.read_text() == "an earlier attempt\none\ntwo\n"
     assert capsys.readouterr().err == ""  # echoed only under verbose
@@ -57,7 +57,7 @@ def test_ctrl_c_that_reached_the_childs_group_first_is_ctrl_c_here(tmp_path):
     non-interactive shell inherits it ignored."""
     code = "import os, signal; signal.signal(signal.SIGINT, signal.SIG_DFL); os.kill(0, 2)"
     with pytest.raises(KeyboardInterrupt):
-        _runner.run_logged([sys.executable, "-c", code], tmp_path, {}, tmp_path / "log")
+        _upstream.run_logged([sys.executable, "-c", code], tmp_path, {}, tmp_path / "log")
 
 
 def test_stopping_the_group_ends_the_child_and_its_children(tmp_path):
@@ -69,7 +69,7 @@ def test_stopping_the_group_ends_the_child_and_its_children(tmp_path):
     while not marker.is_file() or not marker.read_text().strip():
         assert time.monotonic() < deadline, "the child never started its own child"
         time.sleep(0.05)
-    _runner.stop_group(proc, grace=10)
+    _upstream.stop_group(proc, grace=10)
     assert proc.poll() is not None
     grandchild = int(marker.read_text())
     deadline = time.monotonic() + 10
