@@ -24,6 +24,7 @@ from pathlib import Path
 from packaging.version import Version
 
 from ..core import _log
+from ..core._digest import sha256_of
 from ..core._errors import FaShimError
 from ..fleet import _entries, _objects
 from ..wheel import _record
@@ -130,7 +131,7 @@ def rebuild(root: Path, config: dict[str, str]) -> Row:
     with _build.scratch_dir(plan.settings) as scratch:
         fresh = _build.fresh_wheel(plan, tools, scratch)
         row = Row(key, entry.wheel.name)
-        got = _entries.sha256_of(fresh)
+        got = sha256_of(fresh)
         if got == entry.sha256:
             row.result, row.reason = OK, f"rebuilt byte for byte (sha256 {got})"
         else:

@@ -4,6 +4,7 @@ fingerprint, prebuild, cache)."""
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import subprocess
@@ -58,8 +59,6 @@ def _settings(args: argparse.Namespace) -> int:
 
 def _prepare(args: argparse.Namespace) -> int:
     """Extract, patch, inject and let torch write build.ninja, without compiling anything."""
-    import json
-
     from ..core import _log, _ownership
     from ..pipeline import _build, _estimate
     from ..toolchain import _jobs
@@ -98,8 +97,6 @@ def _prepare(args: argparse.Namespace) -> int:
 
 def _verify(args: argparse.Namespace) -> int:
     """Check a flash-attn against a torch; exit status 1 if any check fails."""
-    import json
-
     from ..verify import _verify
 
     if args.python:
@@ -111,8 +108,6 @@ def _verify(args: argparse.Namespace) -> int:
 
 def _doctor(args: argparse.Namespace) -> int:
     """What a build here would use and what is wrong; exit status 1 if anything is."""
-    import json
-
     from ..core import _log
     from . import _doctor
 
@@ -128,8 +123,6 @@ def _doctor(args: argparse.Namespace) -> int:
 
 def _fingerprint(args: argparse.Namespace) -> int:
     """This environment's wheel-cache fingerprint, and whether the cache holds its wheel."""
-    import json
-
     from . import _prebuild
 
     print(json.dumps(_prebuild.describe(dict(args.config_setting)), indent=1, default=str))
@@ -156,9 +149,6 @@ def _cache(args: argparse.Namespace) -> int:
     return _cache_check.main(args.action, Path(args.directory), args.rebuild, config)
 
 
-_CONFIG_HELP = "a setting, as pip's -C takes it (docs/reference/settings.md); repeatable"
-
-
 def _config(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "-C",
@@ -167,7 +157,7 @@ def _config(p: argparse.ArgumentParser) -> None:
         default=[],
         metavar="KEY=VALUE",
         type=_pair,
-        help=_CONFIG_HELP,
+        help="a setting, as pip's -C takes it (docs/reference/settings.md); repeatable",
     )
 
 

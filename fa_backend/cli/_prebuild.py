@@ -23,8 +23,6 @@ from ..core import _scratch
 from ..core._errors import FaShimError
 from ..resources import PROJECT
 
-ROOT = PROJECT  # the project whose fa_backend runs: what pip builds (flash-attn-3/ too)
-
 
 @dataclasses.dataclass
 class Row:
@@ -77,7 +75,7 @@ def _options(config: dict[str, str]) -> list[str]:
 
 def _in(python: str, argv: list[str], timeout: float | None = None) -> subprocess.CompletedProcess:
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(PROJECT), env.get("PYTHONPATH")) if p)
     return subprocess.run(
         [python, *argv], env=env, capture_output=True, text=True, timeout=timeout, check=False
     )
@@ -106,7 +104,7 @@ def prebuild_one(python: str, config: dict[str, str]) -> Row:
         sys.stderr.write(f"fa-shim: prebuild: building {row.wheel} with {exe}\n")
         with _scratch.directory("prebuild") as out:
             pip = ["-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "-w", str(out)]
-            proc = _in(exe, [*pip, str(ROOT), *_options(config)])
+            proc = _in(exe, [*pip, str(PROJECT), *_options(config)])
         if proc.returncode != 0:
             raise FaShimError(_reason(proc.stderr + proc.stdout))
         stored = _fingerprint(exe, config)

@@ -8,15 +8,17 @@ import hashlib
 import os
 import re
 
+from ..core._digest import sha256_of
+from ..core._version import __version__
 from ..flavours._interface import Plan, Tools
 from ..resources import GUARD
 from ..resources.runtime_guard import PROVENANCE, binding
 from ..toolchain import _compilers, _toolkit
 from . import _seal
 from ._prepared import Prepared
-from ._self import fa_shim_sources, fa_shim_version
+from ._self import fa_shim_sources
 
-__all__ = ["GUARD", "PROVENANCE", "fa_shim_version", "fingerprint", "provenance"]
+__all__ = ["GUARD", "PROVENANCE", "fingerprint", "provenance"]
 
 # The environment the compilers read: a change in any of them can change the objects.
 _COMPILER_ENV = (
@@ -53,11 +55,11 @@ def fingerprint(plan: Plan, tools: Tools) -> dict:
     return {
         "wheel": plan.wheel_name,
         "metadata": hashlib.sha256(plan.metadata.encode()).hexdigest(),  # Requires-Dist & co.
-        "fa_shim": fa_shim_version(),
+        "fa_shim": __version__,
         "fa_shim_sources": fa_shim_sources(),
         "sources": plan.flavour.sources(plan, with_origin=False),
         "patches": [p.sha256 for p in plan.patches],
-        "guard": hashlib.sha256(GUARD.read_bytes()).hexdigest(),
+        "guard": sha256_of(GUARD),
         "torch": _torch_facts(plan),
         "nvcc": str(tools.nvcc.version) if tools.nvcc else None,
         "nvcc_build": _compilers.nvcc_build(tools.nvcc.path) if tools.nvcc else None,
@@ -80,7 +82,7 @@ def provenance(plan: Plan, prep: Prepared) -> dict:
         }
     )
     return {
-        "fa_shim_version": fa_shim_version(),
+        "fa_shim_version": __version__,
         "flash_attn_version": plan.flavour.upstream_version(plan),
         "distribution": plan.names.dist,
         plan.flavour.sources_key: plan.flavour.sources(plan, with_origin=True),

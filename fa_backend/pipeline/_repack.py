@@ -10,10 +10,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..core._errors import FaShimError
+from ..core._version import __version__
 from ..wheel import _metadata
 from ..wheel._wheelfile import WheelWriter
 from ._provenance import GUARD, PROVENANCE
-from ._self import fa_shim_version
 
 if TYPE_CHECKING:
     from ..pipeline._plan import Plan
@@ -52,7 +52,7 @@ def repack(plan: Plan, upstream_wheel: Path, target: Path, prov: dict) -> Path:
         writer.add(f"{plan.dist_info}/METADATA", plan.metadata.encode())
         writer.add(
             f"{plan.dist_info}/WHEEL",
-            _metadata.wheel_file(plan.tag, f"fa-shim {fa_shim_version()}").encode(),
+            _metadata.wheel_file(plan.tag, f"fa-shim {__version__}").encode(),
         )
         writer.add(
             f"{plan.dist_info}/{PROVENANCE}",

@@ -1,5 +1,5 @@
-"""fa-shim's own identity, in every fingerprint and verify record: its version and the digest of
-its sources."""
+"""fa-shim's own identity, in every fingerprint and verify record (with core/_version's
+__version__): the digest of its sources."""
 
 from __future__ import annotations
 
@@ -7,12 +7,7 @@ import functools
 import hashlib
 import os
 
-from ..core._version import __version__
 from ..resources import PACKAGE
-
-
-def fa_shim_version() -> str:
-    return __version__
 
 
 @functools.cache
