@@ -1,27 +1,15 @@
 """A lock that holds across hosts on shared storage (NFS, EFS, Lustre, a local disk alike): the
 wheel cache's per-wheel lock and the CUDA toolkit's while it is provisioned.
 
-Why not flock/fcntl (filelock's default): on NFS those locks go through the lock manager (NLM
-for NFSv3, lock state for v4): mounts with `nolock` or `local_lock=all` make them host-local
-without a word, and a crashed client's lock outlives it until the server's grace period. What
-every such file system does atomically on the server is an exclusive create (O_CREAT|O_EXCL,
-NFSv3 and later) and a rename. So:
-
-- acquire: create the lock file exclusively, then write who holds it (host, pid, start time);
-- heartbeat: the holder's thread sets the file's mtime every `heartbeat` seconds (a SETATTR on
-  NFS: the server's clock, visible to every host);
-- stale: a waiter re-opens the file (NFS close-to-open consistency: fresh attributes) and
-  measures on its *own* monotonic clock how long (inode, mtime, size) stayed unchanged; after
-  STALE_BEATS heartbeats the holder is dead (no comparison of clocks across hosts);
-- dead on this machine: a holder whose boot and pid namespace are the waiter's and whose process
-  is gone (a SIGKILLed build) is taken over at once, without waiting out the stale time;
-- takeover: the waiter renames the stale file to a unique name (atomic: one waiter wins) and
-  creates its own; the loser sees the new holder and keeps waiting;
-- never forever: past `timeout` the error names the holder (host, pid) and since when.
-
-A holder that stalls longer than the stale time (a frozen VM) can lose its lock while still
-working; its heartbeat notices and says so. The wheel cache stays correct even then: entries
-are published by rename, so two builders of one key at worst both compile it.
+Not flock/fcntl: on NFS those go through the lock manager, which `nolock` or `local_lock=all`
+mounts make host-local without a word, and a crashed client's lock outlives it. What every such
+file system does atomically on the server is an exclusive create and a rename. So the holder
+creates the file (host, pid, start time) and refreshes its mtime every `heartbeat` seconds; a
+waiter measures on its own monotonic clock how long the file stayed unchanged, and after
+STALE_BEATS heartbeats (or at once, for a holder gone on this machine) renames it aside (one
+waiter wins) and creates its own; past `timeout` the error names the holder. A holder that
+stalls past the stale time can lose its lock; its heartbeat says so, and the wheel cache stays
+correct (entries are published by rename). docs/guides/fleet.md, "Shared wheel cache".
 """
 
 from __future__ import annotations

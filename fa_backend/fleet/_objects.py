@@ -1,26 +1,15 @@
 """The object cache: each torch-free kernel object kept under the inputs that make it, so that a
-build for another torch, Python or C++ ABI with the same toolkit compiles only the binding.
+build for another torch, Python or C++ ABI with the same toolkit compiles only the binding
+(docs/guides/build-speed.md, "Object cache").
 
-A flavour whose CUDA sources include no torch or Python header (`Flavour.torch_free_kernels`)
-has its nvcc units served from here. A unit's key (`keys`) is one list of inputs:
-
-- the bytes of every file under the build tree's include directories and of the source itself
-  (the patched tree as the compiler can read it; paths relative to the tree);
-- the nvcc command line, less what names this build's directories (output, depfile, the tree's
-  root) and less what only torch's or Python's headers read: their include directories and
-  torch's extension defines (`_TORCH_ONLY`), which the patched sources never test;
-- nvcc's and the host compiler's `--version`.
-
-Nothing is trusted that was not checked: a unit is stored only when its depfile shows that it
-read no file under the dropped include directories (else the key would miss an input), and a hit
-is served only when its object's sha256 is the one recorded. Layout, beside the team's wheels
-when a wheel cache is shared (else under fa-shim's cache directory):
-
-    <root>/<key>/object.o, object.json   an entry: whole (renamed into place) or absent
-    <root>/.locks/<key>.lock             one compile per key on any host (core/_hostlock)
-
-The launcher serves each unit (resources/object_cache.serve); the pipeline writes the
-spec it reads (`write_spec`) and reports what is cached before compiling.
+A unit's key (`keys`) is the bytes of the source and of every file under the tree's include
+directories, the nvcc command line less what names this build's directories and less what only
+torch's or Python's headers read (`_TORCH_ONLY`), and the compilers' `--version`. A unit is
+stored only when its depfile shows it read nothing under the dropped include directories, and
+a hit is served only when its object's sha256 is the one recorded. Entries live in
+<root>/<key>/ (object.o, object.json) beside the team's wheels when a wheel cache is shared,
+else under fa-shim's cache directory; <root>/.locks/<key>.lock serialises one key's compile.
+The launcher serves each unit (resources/object_cache.serve) from the spec `write_spec` writes.
 """
 
 from __future__ import annotations

@@ -1,21 +1,14 @@
-"""sccache as a compile cache shared by nodes: its server, its base directories, its hit rate.
+"""sccache as a compile cache shared by nodes: its server, its base directories, its hit rate
+(docs/guides/fleet.md).
 
-sccache is configured as its users configure it (SCCACHE_* variables, SCCACHE_CONF or its
-config file: Redis, S3, GCS, ...); fa-shim passes all of it through to every compile. What
-fa-shim adds:
-
-- SCCACHE_BASEDIRS, unless set: the user's home and the temporary directory, so that torch and
-  Python headers under a home (~/venvs/...) hash alike for every user. The source tree itself
-  needs none: it is compiled from the same path everywhere (_stable_src). sccache reads the
-  setting when its server starts, so fa-shim starts the server before the build, checks in
-  its statistics that the setting took effect, and stops the server again if it started it;
-- the hit rate of the build, from the server's statistics before and after:
-  "sccache: 71/73 hits", once the server has written every miss's result to the cache;
-- with sccache-dist (a [dist] section in sccache's config file: scheduler_url and auth), the
-  server, started here outside the network seal, sends the compiles to the build servers; the
-  scheduler is checked before anything compiles (unreachable, it would compile every unit
-  locally, with the many jobs meant for the cluster), and the end line says how many units
-  each build server compiled: "..., 70 compiled remotely (10.0.0.5:10501 36, ...)".
+sccache is configured as its users configure it (SCCACHE_* variables, SCCACHE_CONF or its config
+file); fa-shim passes all of it through and adds: SCCACHE_BASEDIRS, unless set (the home and
+the temporary directory, so that headers under a home hash alike for every user; sccache reads
+it when its server starts, so fa-shim starts the server, checks the setting took effect, and
+stops it again if it started it); the build's hit rate from the server's statistics; and, with
+sccache-dist, a check of the scheduler before anything compiles (unreachable, every unit would
+compile locally with the jobs meant for the cluster) and how many units each build server
+compiled.
 """
 
 from __future__ import annotations

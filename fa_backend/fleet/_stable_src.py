@@ -1,18 +1,12 @@
 """A build tree at the same absolute path on every node, so that a shared compiler cache hits.
 
-nvcc hands cudafe++ and cicc the .cu file's absolute, symlink-resolved path
-(`--orig_src_file_name`, `--orig_src_path_name`), and sccache hashes those arguments as they
-are: SCCACHE_BASEDIRS rewrites only preprocessor output. The module id cudafe++ derives from the
-path then feeds cicc, ptxas and the host step. A tree under a per-build temporary directory
-therefore misses every CUDA step on another node (measured: 1 hit, 16 misses; a symlink does
-not help, nvcc resolves it). With a compiler cache, fa-shim compiles from /tmp/fa-shim-src-<n>:
-
-- the path is the same on every node and for every user, whatever TMPDIR, pip or HOME are;
-- slot n is held by a kernel lock on /tmp/fa-shim-src-<n>.lock (/tmp is node-local, where such a
-  lock is reliable, and it dies with its process): concurrent builds on one node take different
-  slots (the later ones then share compiles only with builds that used the same slot), and a
-  killed build's slot is cleaned and reused; with no slot to be had it compiles in scratch;
-- it holds the source tree and its objects; the wheels stay in the build's scratch directory.
+nvcc hands cudafe++ and cicc the .cu file's absolute, symlink-resolved path, which sccache
+hashes as it is (SCCACHE_BASEDIRS rewrites only preprocessor output): a tree under a per-build
+temporary directory misses every CUDA step on another node. With a compiler cache, fa-shim
+compiles from /tmp/fa-shim-src-<n>, slot n held by a kernel lock on /tmp/fa-shim-src-<n>.lock
+(node-local, dies with its process): concurrent builds on one node take different slots, a
+killed build's slot is cleaned and reused, and with no slot to be had it compiles in scratch.
+docs/guides/fleet.md.
 """
 
 from __future__ import annotations

@@ -1,17 +1,8 @@
 """Finished wheels, kept by the full fingerprint of what went into them ("build once, use
-everywhere"), with a program that installs the one that fits a teammate, and --find-links
-directories per torch whose unpinned install can neither swap torch nor take a tailored set.
-
-    <root>/<key>/                 the entry (key = sha256 of the fingerprint): _entries
-    <root>/install.py             `python <root>/install.py`: a teammate's install, the one entry
-                                  that fits their environment (resources/team_install.py)
-    <root>/torch-<v>/<wheel>      hard link (else copy) per torch.__version__ <v> (2.11.0+cu130)
-                                  of the full kernel set: a frontend there never meets another
-                                  torch's wheel (install_line); no flat copy at the top level,
-                                  where one would (a higher local version, then its torch)
-    <root>/torch-<v>/<set>/<wheel>  the same for a tailored kernel set (hdim128.bf16)
-    <root>/index/torch-<v>/       a PEP 503 simple index of torch-<v>/ (index_dir)
-    <root>/.locks/<key>.lock      one builder per key, on any host; the others wait, then reuse
+everywhere"): <root>/<key>/ the entry (_entries), <root>/install.py a teammate's install
+(resources/team_install.py), <root>/torch-<v>/[<set>/] hard links per torch.__version__ (and
+tailored kernel set) for --find-links, <root>/index/torch-<v>/ a PEP 503 index of it, and
+<root>/.locks/<key>.lock one builder per key on any host (docs/guides/fleet.md).
 
 A wheel's name does not say its GPU archs: a view keeps the first arch set's file of a name, and
 a build for others is only in its entry (install.py tells them apart).

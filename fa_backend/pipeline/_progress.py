@@ -1,15 +1,12 @@
 """Build progress a user can see: the estimate block before compiling, a heartbeat until the
-first source is compiled, then progress with an ETA that counts the work still running.
+first source is compiled, then progress with an ETA that counts the work still running
+(docs/guides/build-speed.md, "Progress").
 
-pip (and uv) show nothing of a backend's output without -v: stderr is a pipe they read and
-drop. When that is so and the process has a controlling terminal (/dev/tty opens), setting
-`progress=auto` writes the progress there too, as one line updated in place. Everything also
-goes to stderr as plain lines at most every 30 s (what pip -v, a CI log and pip's failure
-report show) and to the build's log file. Never to stdout, which belongs to the frontend.
-
-The state comes from the compiler launcher's records (_stats: a line when a source starts,
-one when it ends), read by a thread once a second, independent of upstream's output.
-`_FA_SHIM_PROGRESS_INTERVAL_S` (not a setting, for tests) shortens the 30 s.
+pip and uv hide a backend's stderr without -v, so `progress=auto` also writes one line updated
+in place to the controlling terminal (/dev/tty) when there is one; stderr gets plain lines at
+most every 30 s, the build's log everything, stdout nothing. The state is the compiler
+launcher's records (_stats), read by a thread once a second. `_FA_SHIM_PROGRESS_INTERVAL_S`
+(not a setting, for tests) shortens the 30 s.
 """
 
 from __future__ import annotations

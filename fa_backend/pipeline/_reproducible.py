@@ -1,24 +1,8 @@
-"""The same fingerprint gives the same wheel, byte for byte, wherever and whenever it is built
-(docs/reproducibility.md). What varies between builds and how it is kept out:
-
-- paths the compilers embed (debug info of Python's -g, __FILE__ in torch's headers, the
-  working directory): mapped to fixed names under /fa-shim by -ffile-prefix-map, for the host
-  compiler and nvcc's host side (-Xcompiler); kernels are compiled as upstream says, no flag
-  here changes code generation (the scratch tree is under TMPDIR: its map covers both);
-- nvcc's temporary files, named after its pid (tmpxft_<pid>_...) and recorded in the host
-  object: the launcher has nvcc keep them under fixed names in a directory per object;
-- cudafe++ names a unit's internal-linkage device entities after a random number: nvcc
-  (where it has the option, 13.0 does) takes --frandom-seed, which the launcher gives each .cu
-  its own (its name);
-- nvcc's device debug line tables record each source file's modification time: the laid-out
-  tree's files (extracted, patched, generated now) all get one fixed time (`settle_times`);
-- CUDA device code records the source path itself (module ids, -lineinfo): CUDA builds
-  compile from the fixed path fleet/_stable_src provides;
-- the wheel's provenance: facts about this machine and run (where the sdist and nvcc were
-  found, the torch's directory, the seal, the compiler cache) go to the wheel-cache entry's
-  record instead of the wheel (`split`);
-- the zip itself: sorted members, SOURCE_DATE_EPOCH or a fixed time, normalised modes
-  (wheel/_wheelfile).
+"""The same fingerprint gives the same wheel, byte for byte, wherever and whenever it is built.
+What varies between builds and how each is kept out is docs/reproducibility.md, "How": here are
+the prefix maps for the paths compilers embed, the fixed file times of the laid-out tree
+(`settle_times`) and the split of the provenance into the wheel's part and the part about this
+machine and run, which goes to the wheel-cache entry (`split`).
 """
 
 from __future__ import annotations

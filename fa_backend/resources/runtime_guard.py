@@ -1,30 +1,15 @@
 """Load flash_attn_2_cuda, or say why not and how to fix it. Standard library only.
 
 fa-shim copies this file into every wheel it builds as flash_attn/_fa_shim_guard.py; the vendored
-patch 10-import-guard.patch makes flash_attn_interface.py load the extension through it.
-
-Before importing the extension it compares the torch that is running with the torch the wheel was
-built for (<dist-info>/fa_shim_provenance.json). They must agree on:
-
-- the torch release, i.e. the version without its local label (2.11.0+cu130 and 2.11.0 agree,
-  2.11.0 and 2.11.1 do not): PyTorch promises no C++ ABI across releases, and a module built for
-  another release can load and then misbehave, so patch releases count. This is the rule of the
-  wheel's `Requires-Dist: torch==<release>` too (fa_backend/wheel/_metadata.py uses release()):
-  PEP 440's `==2.11.0` matches 2.11.0 and 2.11.0+cu130 alike, so pip and uv refuse what this
-  guard would refuse;
-- the CUDA major version (a cu126 and a cu128 build of one torch release are interchangeable);
-- the C++ string ABI (_GLIBCXX_USE_CXX11_ABI).
-
-A module built against torch's stable ABI (its provenance names `stable_abi`, the oldest torch it
-runs on: FlashAttention-3's flash_api_stable.cpp) calls torch's C shim only: it runs on every
-torch release from that floor on (Requires-Dist: torch>=<floor>), of the same CUDA major; no C++
-type crosses into torch, so the string ABI does not count.
-
-On a mismatch, or when importing the extension fails, it raises ImportError naming what the module
-was built for, what is installed, and the command that rebuilds it here (the original error is
-chained). The command has --no-deps: the rebuilt wheel requires exactly the installed torch
-release, and a forced reinstall of the dependencies would download and reinstall torch itself.
-Set FLASH_ATTN_IGNORE_TORCH_MISMATCH=1 to skip the comparison (the import is still tried).
+patch 10-import-guard.patch makes flash_attn_interface.py load the extension through it. Before
+the import it compares the running torch with the one the wheel was built for
+(<dist-info>/fa_shim_provenance.json): the release (the version without its local label: PyTorch
+promises no C++ ABI across releases, and the wheel's `Requires-Dist: torch==<release>` says the
+same), the CUDA major and the C++ string ABI; a module built against torch's stable ABI runs on
+every release from its floor on, of the same CUDA major, whatever the string ABI. On a mismatch
+or a failed import it raises ImportError naming both sides and the rebuild command (with
+--no-deps: a forced reinstall of the dependencies would reinstall torch itself).
+FLASH_ATTN_IGNORE_TORCH_MISMATCH=1 skips the comparison. docs/explanations/import-guard.md.
 """
 
 from __future__ import annotations

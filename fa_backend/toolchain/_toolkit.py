@@ -1,32 +1,14 @@
-"""Which nvcc a build uses, the machine's or one provisioned from the package index.
+"""Which nvcc a build uses, the machine's or one provisioned from the package index
+(docs/guides/cuda-toolkit.md).
 
 Setting `cuda-toolkit`: `auto` uses a system nvcc that fits torch (the rules of
 _compilers.choose_nvcc) and provisions one only when none does; `system` never provisions;
-`index` always does.
-
-Provisioning installs NVIDIA's compiler wheels for torch's CUDA major.minor, the highest patch of
-each on the user's index (read with fa-shim's own index client: pip's configuration and
-credentials, each file checked against the sha256 the index lists for it):
-
-- nvidia-cuda-nvcc: bin/nvcc, cudafe++, ptxas, nvlink, fatbinary, nvcc.profile;
-- nvidia-nvvm: cicc and libdevice (nvcc's front end);
-- nvidia-cuda-crt: include/crt, which nvcc includes into every translation unit;
-- nvidia-cuda-runtime: cuda_runtime.h & co. and libcudart, which torch's extensions link;
-- nvidia-cuda-cccl: include/cccl (CUB, Thrust, libcu++), which nvcc.profile puts on the include
-  path and torch's and CUTLASS's headers use.
-
-That is the `nvcc` and `cccl` extras of NVIDIA's `cuda-toolkit` metapackage. flash-attn includes
-no cuBLAS/cuSPARSE header, so nothing else is needed (a real 2.8.3 build proves it: see
-tests/e2e/test_toolkit_build.py). The wheels of CUDA 13 put everything under nvidia/cu13/, itself a
-CUDA_HOME layout (bin/, include/, lib/, nvvm/); fa-shim copies that tree into
-<cache-dir>/toolkits/<major.minor>/ and adds what torch's cpp_extension and the linker look for:
-lib64 -> lib and libcudart.so -> libcudart.so.<major>. The directory is assembled beside its final
-name under a lock and renamed into place only once nvcc in it reports the right version, so a
-build sees a whole toolkit or none; files honour the umask. Later builds reuse it without asking
-the index (the key is the major.minor: a newer patch on the index is not fetched again).
-
-CUDA 12 has no compiler on the index: `nvidia-cuda-nvcc-cu12` wheels carry ptxas and headers but
-no bin/nvcc (checked: 12.8.93), so for CUDA 12 torches the error names the toolkit to install.
+`index` always does. Provisioning installs NVIDIA's compiler wheels (COMPONENTS: the `nvcc` and
+`cccl` extras of `cuda-toolkit`) for torch's CUDA major.minor, each checked against the sha256
+the user's index lists, into <cache-dir>/toolkits/<major.minor>/, assembled beside its final
+name under a lock and renamed into place only once its nvcc reports the right version. CUDA 12
+has no compiler on the index (`nvidia-cuda-nvcc-cu12` carries no bin/nvcc): the error names the
+toolkit to install.
 """
 
 from __future__ import annotations

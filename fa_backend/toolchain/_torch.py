@@ -1,17 +1,12 @@
-"""What torch will the build compile against? Asked in a child interpreter, answered as JSON.
+"""What torch will the build compile against? Asked in a child interpreter, answered as JSON: the
+backend never imports torch (under pip's build isolation it is hidden, and a probe keeps the
+hooks fast).
 
-The backend process itself never imports torch: under pip's build isolation torch is hidden from
-it, and a probe keeps the hooks fast and lets us look past the isolation overlay (see `probe`).
-
-Where the torch comes from, in order:
-  1. the `torch-python` setting: that interpreter's torch (same Python version required);
-  2. the interpreter running the build, as it sees itself (--no-build-isolation, or a frontend
-     that put torch into the build environment, e.g. uv's `match-runtime`);
-  3. the same interpreter with `-E`: pip's isolated build runs the backend with the target
-     environment's own interpreter and hides site-packages only through a PYTHONPATH overlay,
-     which `-E` drops. This is the torch the wheel will be installed next to; nothing is installed.
-A frontend that builds in a separate virtual environment (uv, `python -m build`) leaves no way to
-find the target environment: the build stops and says how to proceed.
+Where the torch comes from, in order: the `torch-python` setting's interpreter; the one running
+the build, as it sees itself; the same interpreter with `-E`, which drops pip's isolation
+overlay (PYTHONPATH) and sees the environment the wheel will be installed into. A frontend
+that builds in a separate virtual environment leaves no way to find it: the build stops and
+says how to proceed (docs/guides/frontends.md).
 """
 
 from __future__ import annotations

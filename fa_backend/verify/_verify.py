@@ -2,9 +2,7 @@
 
 Works on any flash-attn: a wheel (fa-shim's, upstream's release wheel, a colleague's), an installed
 distribution, or a bare flash_attn_2_cuda*.so. The entry points: verify_wheel (the build's check
-of what it made), verify_path (the CLI), and the running interpreter's torch and GPUs. What is
-read: _verify_targets (the target), _elf and _fatbin (its modules), _mangling (their symbols);
-what is checked: _verify_checks; the report: _report.
+of what it made), verify_path (the CLI), and the running interpreter's torch and GPUs.
 """
 
 from __future__ import annotations

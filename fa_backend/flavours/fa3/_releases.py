@@ -1,18 +1,10 @@
-"""What fa-shim knows about each FlashAttention-3 source state ("line"), one directory per line.
-
-`vendored_patches/fa3/<line>/` holds `release.toml`, which lists the patches applied to `hopper/`
-(files in `vendored_patches/fa3/patches/`) in the order they apply. A line is either a
-flash-attention tag (directory `2.8.3`, `tag = "v2.8.3"`) or, where upstream cut no tag, a
-commit of a branch (directory `main-0251105a`: the branch and the
-commit's first 8 hex digits). release.toml names the commit, the CUTLASS commit it pins as
-`csrc/cutlass`, both trees' content pins (see _trees), the commit's date (lines are ordered by
-it), how the module binds to torch (`torch-abi`: `torch`, one torch release's C++ ABI, or
-`stable`, torch's stable ABI from `torch-target` on) and how setup.py cuts the forward kernels
-into units (`forward-units`). The directory sits one level below FA2's
-`vendored_patches/<version>/`, so FA2's registry never lists it.
-
-Which line a build gets is the `fa3-release` setting: `auto` (the newest stable-ABI line the
-installed torch meets, else the newest tagged one), a line's name, its tag or a commit prefix.
+"""What fa-shim knows about each FlashAttention-3 source state ("line"), one directory per line:
+`vendored_patches/fa3/<line>/release.toml` (a tag such as `2.8.3`, or a branch's commit such as
+`main-0251105a`), with the patches applied to `hopper/`, the commits and content pins of both
+trees, the date lines are ordered by, how the module binds to torch (`torch-abi`) and how
+setup.py cuts the forward kernels into units (`forward-units`); docs/fa3-design.md. The
+`fa3-release` setting picks a line: `auto` (the newest stable-ABI line the installed torch
+meets, else the newest tagged one), a line's name, its tag or a commit prefix.
 """
 
 from __future__ import annotations
