@@ -221,20 +221,17 @@ def gencodes(command: Command) -> set[str]:
     values = []
     args = command.args
     for i, arg in enumerate(args):
-        for flag in ("-gencode", "--generate-code"):
-            if arg == flag and i + 1 < len(args):
-                values.append(args[i + 1])
-            elif arg.startswith(flag + "="):
-                values.append(arg[len(flag) + 1 :])
-        for flag in ("-arch", "--gpu-architecture"):
-            value = None
+        for flag in ("-gencode", "--generate-code", "-arch", "--gpu-architecture"):
             if arg == flag and i + 1 < len(args):
                 value = args[i + 1]
             elif arg.startswith(flag + "="):
                 value = arg[len(flag) + 1 :]
-            if value:  # -arch=sm_90 is shorthand for SASS and PTX of compute_90
+            else:
+                continue
+            if flag in ("-arch", "--gpu-architecture"):  # -arch=sm_90: SASS and PTX of compute_90
                 virtual = value.replace("sm_", "compute_")
-                values.append(f"arch={virtual},code=[{value},{virtual}]")
+                value = f"arch={virtual},code=[{value},{virtual}]"
+            values.append(value)
     pairs = set()
     for value in values:
         match = _GENCODE.search(value.replace(" ", ""))

@@ -99,13 +99,16 @@ def nvcc_home(path: Path) -> Path:
     return Path(os.path.realpath(path)).parent.parent
 
 
+_NAMED_BY = ("CUDA_HOME", "CUDA_PATH")  # variables that name an nvcc as binding as the setting
+
+
 def nvcc_candidates(explicit: Path | None = None) -> list[tuple[str, str]]:
     """(path, where it comes from) of every place an nvcc is looked for, in the order torch's
     cpp_extension would consider them; the paths need not exist."""
     candidates: list[tuple[str, str]] = []
     if explicit:
         candidates.append((str(explicit), "setting nvcc"))
-    for var in ("CUDA_HOME", "CUDA_PATH"):
+    for var in _NAMED_BY:
         if os.environ.get(var):
             candidates.append((os.path.join(os.environ[var], "bin", "nvcc"), var))
     on_path = shutil.which("nvcc")
@@ -151,15 +154,7 @@ def choose_nvcc(torch: TorchInfo, explicit: Path | None) -> Nvcc:
     found = find_nvccs(explicit)
     # An nvcc the user named (setting nvcc, CUDA_HOME, CUDA_PATH) is binding: we never silently
     # swap it. One merely found on PATH or under /usr/local is skipped if its major is wrong.
-    named = (
-        [(str(explicit), "setting nvcc")]
-        if explicit
-        else [
-            (os.path.join(os.environ[v], "bin", "nvcc"), v)
-            for v in ("CUDA_HOME", "CUDA_PATH")
-            if os.environ.get(v)
-        ]
-    )
+    named = [c for c in nvcc_candidates(explicit) if c[1] in ("setting nvcc", *_NAMED_BY)]
     for path, origin in named[:1]:
         chosen = [n for n in found if n.origin == origin]
         if not chosen:
