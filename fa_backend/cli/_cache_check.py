@@ -1,16 +1,9 @@
 """Auditing a wheel cache (`python -m fa_backend cache ...`), so a team can trust a wheel it did
-not build:
-
-- `check DIR`: every entry is whole, its wheel has the sha256 its entry recorded, every member
-  matches RECORD, and the wheel passes verify against this environment's torch when it was
-  built for that torch (other entries are checked up to RECORD, and say so);
-- `check --rebuild DIR -C ...`: the entry of this environment's fingerprint (the same -C
-  settings as its build) is built again here, without a compiler cache and with the tu-parts it
-  recorded, and compared byte for byte: a wheel that differs is "not what its fingerprint
-  builds";
-- `check DIR` also lists writers' temporary `.fa-shim-*.part` names left in the cache;
-- `requirements DIR`: the requirement line, with its hash, of the wheel the cache's install.py
-  takes for this environment, for `pip install --require-hashes --find-links DIR -r ...`.
+not build: `check DIR` checks every entry (whole, its recorded sha256, RECORD, and verify where
+it was built for this environment's torch) and lists writers' leftover `.fa-shim-*.part` names;
+`check --rebuild DIR -C ...` builds this environment's entry again here (no compiler cache, the
+tu-parts it recorded) and compares the bytes; `requirements DIR` prints the requirement line,
+with its hash, of the wheel the cache's install.py takes here (docs/guides/fleet.md).
 """
 
 from __future__ import annotations

@@ -1,12 +1,9 @@
 """How one build's compile units run, decided once build.ninja is written: the order ninja
-starts them in (longest first, improved by a search over the cost model's times:
-schedule/_schedule) and how many of the heavy ones may run at once (a ninja pool over each
-unit's expected peak memory: schedule/_pools). The upstream driver writes both into build.ninja
-(resources/upstream_driver.schedule_ninja); an out-of-memory kill lowers the pool, else the
-jobs, and the build says which.
-
-Without a memory model the jobs are the toolchain step's (one memory figure per unit); without a
-cost model the flavour's name patterns order the units (its driver spec)."""
+starts them in (schedule/_schedule) and how many of the heavy ones may run at once (ninja pools
+over each unit's expected peak memory: schedule/_pools), both written into build.ninja by the
+upstream driver; an out-of-memory kill lowers the pool, else the jobs. Without a memory model
+the jobs are the toolchain step's; without a cost model the flavour's name patterns order the
+units (its driver spec)."""
 
 from __future__ import annotations
 

@@ -1,15 +1,12 @@
 """Ending the upstream build as a whole: every process of its session (standard library only:
 the upstream driver loads this file by path, the backend imports it).
 
-The build child starts a session of its own (setsid); `unshare` execs in place, so the driver is
-its leader and everything it starts stays in the session. A process group is not enough: ninja
-puts every compile command into a group of its own (so that Ctrl-C reaches ninja alone) and
-forwards a signal only while it lives, so a killed ninja would leave the compilers running.
-The session id survives reparenting to init, so /proc still finds those orphans.
-
-Run by path (`python process_session.py COMMAND...`), it runs COMMAND as the leader of such a
-session that ends whole when the backend goes: what the backend's compile probes run under, so
-that a frontend killed with SIGKILL leaves no probe (or a wrapper's child) behind.
+A process group is not enough: ninja puts every compile command into a group of its own and
+forwards a signal only while it lives, so a killed ninja would leave the compilers running. The
+build child starts a session of its own (setsid; `unshare` execs in place), and the session id
+survives reparenting to init, so /proc still finds the orphans. Run by path
+(`python process_session.py COMMAND...`), it runs COMMAND as the leader of such a session that
+ends whole when the backend goes: the backend's compile probes run under it.
 """
 
 from __future__ import annotations

@@ -1,17 +1,13 @@
 """Compile jobs planned from each unit's own expected peak memory: ninja pools cap the heavy
 units, so that they never run in a number that cannot fit, while light ones fill the cores.
 
-Planning from one memory figure per unit either wastes the cores (FA3 v2.8.3's full set: 5
-jobs, because its aggregates peak at 22 GiB) or risks the OOM killer. Here every unit has its
-expected peak (the flavour's memory model, measured per release). Units fall into memory
-classes (their peak rounded up to a GiB); a plan is the number of jobs and, per class, how many
-of its units may run at once (a ninja pool; a class no pool caps runs freely). A plan fits when
-the most memory any moment of it can hold -- each class's heaviest units up to its depth, the
-heaviest first, as many as there are jobs -- stays within the memory. Depths start at one unit
-per class and grow, one step at a time, where the simulated build (schedule/_schedule, longest
-first) ends soonest, while the plan fits, for each number of jobs above the most that fit
-with no pool (the one-figure plan, at the heaviest unit); of those plans and the one-figure
-plan, the one whose build ends first wins.
+One memory figure per unit either wastes the cores (FA3 v2.8.3's full set: 5 jobs, for its
+22 GiB aggregates) or risks the OOM killer. Units fall into memory classes (their peak rounded
+up to a GiB); a plan is the number of jobs and, per class, how many of its units may run at once
+(a ninja pool). A plan fits when the most memory any moment of it can hold -- each class's
+heaviest units up to its depth, heaviest first, as many as there are jobs -- stays within the
+memory. Depths grow one step at a time where the simulated build (schedule/_schedule) ends
+soonest, while the plan fits; the plan whose build ends first wins, the one-figure plan included.
 """
 
 from __future__ import annotations

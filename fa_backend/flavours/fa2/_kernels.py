@@ -1,13 +1,10 @@
-"""Tailored kernel sets: compile only the head dims, dtypes and passes a user needs.
+"""Tailored kernel sets: compile only the head dims, dtypes and passes a user needs
+(docs/kernel-sets.md).
 
-flash-attn 2.8.x compiles 72 kernel translation units (fwd, split-KV fwd and bwd for six head
-dims x two dtypes x causal/non-causal); a typical inference set (hdim128, bf16, forward only)
-needs 4 of them. A tailored build drops the others from the extension's sources (the driver's
+A tailored build drops the other kernel sources from the extension (the driver's
 `exclude_sources`) and defines macros that vendored_patches/<version>/20-kernel-set-dispatch.patch
 turns into a RuntimeError at dispatch ("flash-attn was built by fa-shim without head dim 64 ...")
 instead of a reference to a kernel nobody compiled. The wheel's local version label names the set.
-Which releases have a kernel space, and how they name their sources, is recorded in _releases.
-See docs/kernel-sets.md.
 """
 
 from __future__ import annotations

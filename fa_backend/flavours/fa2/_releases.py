@@ -1,12 +1,9 @@
-"""What fa-shim knows about each upstream flash-attn release, in one place per release.
-
-`vendored_patches/<version>/release.toml` describes the release: the sdist's file name and
-sha256, how its setup.py takes CUDA architectures, the kernel space tailored sets are cut from,
-whether its kernel sources compile in parts, and the patches applied to it (files in
-`vendored_patches/patches/`, in the order they apply). Facts many releases share (an arch
-mechanism, a kernel space, the source file naming) are defined once below and named in the toml.
-Adding a release is adding its directory (and any patch it needs that patches/ lacks); every
-other module asks `release(version)`.
+"""What fa-shim knows about each upstream flash-attn release, in one place per release:
+`vendored_patches/<version>/release.toml` (the sdist's name and sha256, how its setup.py takes
+CUDA architectures, its kernel space, whether its sources compile in parts, the patches from
+`vendored_patches/patches/` in the order they apply). Facts many releases share are defined once
+below and named in the toml. Adding a release is adding its directory; every other module asks
+`release(version)`.
 """
 
 from __future__ import annotations

@@ -4,15 +4,11 @@ finds build.ninja compiling (a difference is refused: fa-shim's reading of setup
 
 setup.py lists them as products of its switches (a `_split`, `_paged`, `_softcap`, `_packgqa`
 variant per feature left on; PackGQA is never compiled beside paged or split). Its forward units
-come in three forms (release.toml's `forward-units`): `aggregate` (v2.8.3's setup.py: `hdimall`,
-every head dim of a dtype and variant in one unit, and `hdimdiff`, the unequal Q/K and V head
-dims), `split` (those aggregates, but fa-shim compiles the per-head-dim files each `#include`s,
-issue 24: an aggregate peaked at 17-22 GiB and took over 15 minutes on the H100, the files it
-includes 6-7 GiB and 2.5-3 minutes each) and `per-head-dim` (upstream main's setup.py: one unit
-per head dim, plus `hdim64_256`, `hdim64_512` for bf16/fp16 and `hdim192_128`, each behind its
-HDIMDIFF switch). A split aggregate's file whose every line sits under
-`#ifndef FLASHATTENTION_DISABLE_X` for a switch the set turns on compiles to nothing and is left
-out: a tailored set keeps the files of its own head dims, as upstream's switches select them.
+come in three forms (release.toml's `forward-units`): `aggregate` (v2.8.3: `hdimall` and
+`hdimdiff`), `split` (those aggregates, but fa-shim compiles the per-head-dim files each
+`#include`s: an aggregate peaked at 17-22 GiB on the H100, issue 24) and `per-head-dim`
+(upstream main). A split aggregate's file whose every line sits under a switch the set turns on
+compiles to nothing and is left out. docs/fa3-design.md.
 """
 
 from __future__ import annotations
