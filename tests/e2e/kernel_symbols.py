@@ -1,8 +1,9 @@
 """The CUDA kernels an object file defines, by `nm`: nvcc gives every __global__ instance a host
 stub `__device_stub__<the kernel's mangled name>` (internal linkage since CUDA 13, so read from
 the length-prefixed local symbol and its statics); each kernel's machine code in a cubin (its
-`.text.<kernel>` section, by pyelftools); and compiling one build command with another source
-file, as the e2e symbol tests compare builds."""
+`.text.<kernel>` section, by pyelftools; `nvcc -keep` keeps the cubin it embeds in an object);
+and compiling one build command with another source file, as the e2e symbol tests compare
+builds."""
 
 from __future__ import annotations
 
@@ -62,6 +63,20 @@ def cubin_command(args: list[str], source: Path, cubin: Path) -> list[str]:
     an object file: the device code alone, as the GPU loads it."""
     command = command_for(args, source, cubin)
     return [a for a in command if a != "-c"] + ["-cubin"]
+
+
+def keeping_cubin(args: list[str], source: Path, obj: Path) -> list[str]:
+    """The build's compile command for `source` into `obj` that also keeps the device code nvcc
+    embeds in it (one real architecture): the cubin the GPU loads, `cubin_of(obj)`."""
+    keep = obj.with_suffix(".keep")
+    keep.mkdir()
+    return [*command_for(args, source, obj), "-keep", "-keep-dir", str(keep)]
+
+
+def cubin_of(obj: Path) -> Path:
+    """The cubin a `keeping_cubin` compile kept."""
+    (cubin,) = obj.with_suffix(".keep").glob("*.cubin")
+    return cubin
 
 
 def compile_all(commands: list[list[str]], jobs: int = 2) -> None:

@@ -11,7 +11,7 @@ The whole source is compiled with its part's command, and the kernels of the obj
 `nm`; the launchers part 0 calls are the ones the other parts define; each kernel's machine code
 in the parts' cubins is the whole source's, byte for byte (what lets a full build on many cores
 cut only its longest sources, issue 45); unsplit, the patched backward header preprocesses to
-upstream's. About 4 CPU-minutes, and 2-3 more for the cubins."""
+upstream's. About 4 CPU-minutes (the objects keep their cubins)."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 from conftest import SHARED_SDISTS, prepared_set, upstream_kernel_tree
-from kernel_symbols import command_for, compile_all, cubin_command, kernel_code, kernels
+from kernel_symbols import command_for, compile_all, cubin_of, keeping_cubin, kernel_code, kernels
 
 from fa_backend.flavours.fa2 import _tu_parts
 
@@ -54,14 +54,24 @@ def test_every_kernel_source_is_compiled_as_its_parts(prepared):
     assert LABEL in prepared["wheel"]  # the label names the set; parts change no kernel
 
 
-def test_the_backward_parts_have_the_whole_sources_kernels(prepared, tmp_path):
+@pytest.fixture(scope="module")
+def objects(prepared, tmp_path_factory) -> dict[str, Path]:
+    """The whole backward source and its parts compiled with the part's command, each keeping
+    the cubin nvcc embeds in its object (one compile serves the symbol and the machine code
+    tests)."""
+    tmp = tmp_path_factory.mktemp("bwd-objects")
     parts = _tu_parts.part_names(SOURCE, 2)
     commands = {Path(c["file"]).name: c["args"] for c in prepared["compile_commands"]}
     kernel_dir = Path(prepared["source"]) / _tu_parts.KERNEL_DIR
-    objects = {name: tmp_path / f"{name}.o" for name in (SOURCE, *parts)}
+    objects = {name: tmp / f"{name}.o" for name in (SOURCE, *parts)}
     compile_all(
-        [command_for(commands[parts[1]], kernel_dir / n, obj) for n, obj in objects.items()]
+        [keeping_cubin(commands[parts[1]], kernel_dir / n, obj) for n, obj in objects.items()]
     )
+    return objects
+
+
+def test_the_backward_parts_have_the_whole_sources_kernels(objects):
+    parts = _tu_parts.part_names(SOURCE, 2)
     whole = kernels(objects[SOURCE])
     split = [kernels(objects[p]) for p in parts]
     assert len(whole) == 5 and sum(map(len, split)) == len(whole)  # each kernel in one part
@@ -76,14 +86,9 @@ def test_the_backward_parts_have_the_whole_sources_kernels(prepared, tmp_path):
     assert len(launchers) == 2 and launchers <= defined
 
 
-def test_each_kernels_machine_code_in_the_parts_is_the_whole_sources(prepared, tmp_path):
-    parts = _tu_parts.part_names(SOURCE, 2)
-    commands = {Path(c["file"]).name: c["args"] for c in prepared["compile_commands"]}
-    kernel_dir = Path(prepared["source"]) / _tu_parts.KERNEL_DIR
-    cubins = {name: tmp_path / f"{name}.cubin" for name in (SOURCE, *parts)}
-    compile_all([cubin_command(commands[parts[1]], kernel_dir / n, c) for n, c in cubins.items()])
-    whole = kernel_code(cubins[SOURCE])
-    split = [kernel_code(cubins[part]) for part in parts]
+def test_each_kernels_machine_code_in_the_parts_is_the_whole_sources(objects):
+    whole = kernel_code(cubin_of(objects[SOURCE]))
+    split = [kernel_code(cubin_of(objects[part])) for part in _tu_parts.part_names(SOURCE, 2)]
     assert len(whole) >= 5, sorted(whole)  # dq_dk_dv x 2, dot_do_o x 2, convert_dq (by name)
     assert set().union(*split) == set(whole)
     for name, code in whole.items():  # a device function two parts call is in both: the same

@@ -20,7 +20,7 @@ from fa_backend.core._version import __version__
 from fa_backend.flavours._interface import Tools
 from fa_backend.flavours.fa2 import _releases
 from fa_backend.flavours.fa3._flavour import FLAVOUR as FA3
-from fa_backend.pipeline import _provenance
+from fa_backend.pipeline import _provenance, _seal
 from fa_backend.pipeline._prepared import Prepared
 from fa_backend.resources import GUARD
 from fa_backend.toolchain._archs import ArchChoice, Selection
@@ -125,7 +125,13 @@ def test_the_provenance_records_the_plan_torch_and_what_build_ninja_compiles(
     ]
     injected = [{"name": "flash_attn_2_cuda", "injected": {"cxx": ["-D_GLIBCXX_USE_CXX11_ABI=1"]}}]
     monkeypatch.setenv("_FA_SHIM_TEST_SEAL", "proxy")  # the seal a build without unshare gets
-    prov = _provenance.provenance(plan, _prepared(tmp_path, CPU_TOOLS, commands, injected))
+    # the seal is probed once per process: an earlier in-process build's probe is cached, and
+    # this test's must not stay cached for later ones
+    _seal.choose.cache_clear()
+    try:
+        prov = _provenance.provenance(plan, _prepared(tmp_path, CPU_TOOLS, commands, injected))
+    finally:
+        _seal.choose.cache_clear()
     assert prov["network_seal"] == "proxy to a closed port"
     assert prov["fa_shim_version"] == __version__
     assert prov["flash_attn_version"] == "0.1.0" and prov["distribution"] == "flash-attn"
