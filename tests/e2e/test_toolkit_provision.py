@@ -202,7 +202,7 @@ def test_no_compiler_wheel_on_the_index_names_the_index(monkeypatch, tmp_path, c
     killed.wait()
     toolkits = tmp_path / "cache" / "toolkits"
     toolkits.mkdir(parents=True)
-    holder = {"host": "here", "pid": killed.pid, "started": 0, **_hostlock._this_kernel()}
+    holder = {"host": "here", "pid": killed.pid, "started": 0, **_hostlock.this_kernel()}
     (toolkits / ".13.0.lock").write_text(json.dumps(holder))
     try:
         with pytest.raises(FaShimError) as raised:
