@@ -37,7 +37,7 @@ SET = {
     "compiler-cache": "none",
 }
 SOURCE = "flash_fwd_hdim32_bf16_sm80.cu"  # the set's, whose build command compiles both
-SOURCES = (SOURCE, "flash_bwd_hdim32_bf16_causal_sm80.cu")
+BACKWARD = "flash_bwd_hdim32_bf16_causal_sm80.cu"  # read with nvcc -M only
 TORCH_FREE = ("40-kernel-headers.patch", "50-torch-free-kernels.patch")
 
 
@@ -84,7 +84,7 @@ def test_the_kernel_sources_read_no_torch_or_python_header(prepared, kernel_dirs
     torch_dir = Path(prepared["provenance"]["torch"]["path"]).resolve()
     read = {}
     for name, kernel_dir in kernel_dirs.items():
-        args = command_for(_command(prepared), kernel_dir / SOURCES[1], tmp_path / "x.o")
+        args = command_for(_command(prepared), kernel_dir / BACKWARD, tmp_path / "x.o")
         i = args.index("-o")
         args = [a for a in args[:i] + args[i + 2 :] if a != "-c"] + ["-M"]
         out = subprocess.run(args, capture_output=True, text=True, check=True).stdout
