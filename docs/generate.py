@@ -395,8 +395,9 @@ def durations_page() -> str:
         f"Recorded {run['recorded']} on commit `{run['commit']}`: `{run['command']}`, "
         f"{len(tests)} tests run of the {run['collected']} collected ({run['deselected']} "
         f"deselected), exit status {run['exit_status']}, **{_s(run['wall_seconds'])} s** wall "
-        f"on {machine['cores']} "
-        f"core(s), load average {machine['load_average_before']} before and "
+        f"on {machine['cores']} core(s) with {run.get('workers', 1)} pytest-xdist worker(s) "
+        f"(the tests' seconds add up to {_s(total)}), load average "
+        f"{machine['load_average_before']} before and "
         f"{machine['load_average_after']} after (other work on the machine slows every test).",
         "",
         "## By tier",

@@ -386,11 +386,19 @@ def upstream_sdists(request) -> Path:
     """Every pinned upstream sdist in one directory: copied from the seed where it holds one
     (FA_SHIM_TEST_SDIST_SEED, default ../shared/sdists), the rest downloaded once by fa-shim's
     own downloader into pytest's cache (kept between runs), all checked against their pins."""
-    from fa_backend.flavours.fa2 import _releases, _sdist
-    from fa_backend.sources import _index
+    from filelock import FileLock
 
     directory = request.config.cache.mkdir("fa-shim-upstream-sdists")
     seed = sdist_seed()
+    with FileLock(str(directory) + ".lock"):  # one xdist worker fills it, the other waits
+        _fill_upstream_sdists(directory, seed)
+    return directory
+
+
+def _fill_upstream_sdists(directory: Path, seed: Path | None) -> None:
+    from fa_backend.flavours.fa2 import _releases, _sdist
+    from fa_backend.sources import _index
+
     for version in _releases.known():
         release = _releases.release(version)
         target = directory / release.sdist
@@ -401,7 +409,6 @@ def upstream_sdists(request) -> Path:
         else:
             _index.download(version, directory)
         assert _sdist.sha256_of(target) == release.sha256, f"{target.name} differs from its pin"
-    return directory
 
 
 # FlashAttention-3's two source trees as tarballs (see its README); tests seed from it only
@@ -467,6 +474,8 @@ def tier_of(path: Path) -> str | None:
 
 
 def pytest_configure(config):
+    # an xdist worker: the controller took FA_SHIM_TEST_* out of the environment it inherited
+    OVERRIDES.update(getattr(config, "workerinput", {}).get("fa_shim_test_overrides", {}))
     retired = [f"{old} is now {new}" for old, new in RETIRED_VARIABLES.items() if old in os.environ]
     if retired:
         raise pytest.UsageError(
@@ -487,13 +496,60 @@ def pytest_collection_modifyitems(config, items):
         for fixture in getattr(item, "fixturenames", ()):
             for marker in _MARKED_FIXTURES.get(fixture, ()):
                 item.add_marker(marker)
+        if item.get_closest_marker("realbuild") and not in_build_lane(item.nodeid):
+            misplaced.add(f"{item.nodeid}: a realbuild test outside BUILD_LANE (add its file)")
         wrong = [m for m in _NEVER_IN_UNIT if tier == "unit" and item.get_closest_marker(m)]
         if wrong:
             misplaced.add(f"{item.nodeid}: a unit test is never {'/'.join(wrong)}")
     if misplaced:
         raise pytest.UsageError("\n".join(sorted(misplaced)) + "\n(docs/development.md, Tiers)")
-    # the cheap tiers first: a broken unit fails the run in seconds, not after the builds
-    items.sort(key=lambda item: TIERS.index(tier_of(item.path)))
+    # the cheap tiers first: a broken unit fails the run in seconds, not after the builds; under
+    # xdist the build lane first, as it is the longest one (the other worker starts the units)
+    workers = hasattr(config, "workerinput")
+    lane = (lambda item: not in_build_lane(item.nodeid)) if workers else (lambda item: False)
+    items.sort(key=lambda item: (lane(item), TIERS.index(tier_of(item.path))))
+
+
+# ------------------------------------------------------------------------------ two lanes
+# The suite runs on two pytest-xdist workers (pyproject's `-n 2`), in two lanes. The files that
+# compile real kernels (every `realbuild` test's file) run one after another on one worker: each
+# build already uses every core (max-jobs) and several GB, and three of them share the quick
+# start's build (a session fixture, made once per worker). Every other file is a work unit of its
+# own, for whichever worker is free: most of their time is one process (pip, a torch import), so
+# two of them, or one beside a build, share the 2 cores of the CI box.
+BUILD_LANE = frozenset(
+    f"tests/e2e/test_{name}.py"
+    for name in (
+        "quickstart", "real_build", "object_cache_torch", "toolkit_build", "cuda12_builds",
+        "fa2_kernel_headers", "fa2_backward_parts", "fa3_build", "fa3_unit_symbols",
+        "fleet_dist",
+    )
+)  # fmt: skip
+
+
+def in_build_lane(nodeid: str) -> bool:
+    return nodeid.split("::", 1)[0] in BUILD_LANE
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    if config.getvalue("dist") != "loadscope":  # pyproject's; another --dist is the caller's
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class Lanes(LoadScopeScheduling):
+        """xdist's per-file scheduling, in collection order, with the build lane as one unit."""
+
+        def _split_scope(self, nodeid: str) -> str:
+            return "build lane" if in_build_lane(nodeid) else nodeid.split("::", 1)[0]
+
+    config.option.loadscopereorder = False  # the order conftest sorted: the build lane first
+    return Lanes(config, log)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node):
+    node.workerinput["fa_shim_test_overrides"] = OVERRIDES
 
 
 # A unit test that starts a process or connects off this machine fails, naming what it did:
@@ -598,8 +654,24 @@ def pytest_deselected(items):
     _DURATIONS["deselected"] = _DURATIONS.get("deselected", 0) + len(items)
 
 
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):  # an xdist worker's deselections (each collects all)
+    _DURATIONS["deselected"] = node.workeroutput.get("deselected", 0)
+
+
+_MARKERS = ("slow", "realbuild", "cuda_torch", "network")
+
+
 def pytest_runtest_logreport(report):
-    entry = _DURATIONS["tests"].setdefault(report.nodeid, {"outcome": "passed"})
+    """Every report reaches the process that writes the file, the xdist controller included."""
+    entry = _DURATIONS["tests"].setdefault(
+        report.nodeid,
+        {
+            "tier": tier_of(REPO / report.nodeid.split("::", 1)[0]),
+            "markers": [m for m in _MARKERS if m in report.keywords],
+            "outcome": "passed",
+        },
+    )
     entry[report.when] = round(report.duration, 3)
     if report.failed or (report.skipped and entry["outcome"] == "passed"):
         entry["outcome"] = report.outcome
@@ -623,7 +695,10 @@ def _basetemp(tmp_path_factory):
 def pytest_sessionfinish(session, exitstatus):
     if exitstatus == 0 and _BASETEMP and session.config.option.basetemp is None:
         atexit.register(_remove_basetemp, _BASETEMP[0])
-    _write_durations(session, exitstatus)
+    if hasattr(session.config, "workerinput"):  # an xdist worker: the controller writes the file
+        session.config.workeroutput["deselected"] = _DURATIONS.get("deselected", 0)
+    else:
+        _write_durations(session, exitstatus)
 
 
 def _remove_basetemp(path: Path) -> None:
@@ -638,14 +713,7 @@ def _write_durations(session, exitstatus):
     if not target or "start" not in _DURATIONS:
         return
     started, monotonic, load = _DURATIONS["start"]
-    markers = ("slow", "realbuild", "cuda_torch", "network")
-    tests = []
-    for item in session.items:
-        entry = _DURATIONS["tests"].get(item.nodeid)
-        if entry:  # deselected or not run (-x): no entry
-            tier = tier_of(item.path)
-            marks = [m for m in markers if item.get_closest_marker(m)]
-            tests.append({"id": item.nodeid, "tier": tier, "markers": marks, **entry})
+    tests = [{"id": nodeid, **entry} for nodeid, entry in _DURATIONS["tests"].items()]
     record = {
         "recorded": time.strftime("%Y-%m-%d %H:%M", time.gmtime(started)) + " UTC",
         "commit": _DURATIONS.get("commit") or None,  # what ran: HEAD when the run started
@@ -654,6 +722,7 @@ def _write_durations(session, exitstatus):
         "deselected": _DURATIONS.get("deselected", 0),
         "exit_status": int(exitstatus),
         "wall_seconds": round(time.monotonic() - monotonic, 1),
+        "workers": session.config.getoption("numprocesses", None) or 1,  # pytest-xdist's -n
         "machine": {
             "cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
             "load_average_before": load,
