@@ -388,27 +388,23 @@ def upstream_sdists(request) -> Path:
     own downloader into pytest's cache (kept between runs), all checked against their pins."""
     from filelock import FileLock
 
-    directory = request.config.cache.mkdir("fa-shim-upstream-sdists")
-    seed = sdist_seed()
-    with FileLock(str(directory) + ".lock"):  # one xdist worker fills it, the other waits
-        _fill_upstream_sdists(directory, seed)
-    return directory
-
-
-def _fill_upstream_sdists(directory: Path, seed: Path | None) -> None:
     from fa_backend.flavours.fa2 import _releases, _sdist
     from fa_backend.sources import _index
 
-    for version in _releases.known():
-        release = _releases.release(version)
-        target = directory / release.sdist
-        if target.is_file() and _sdist.sha256_of(target) == release.sha256:
-            continue
-        if seed and (seed / release.sdist).is_file():
-            shutil.copyfile(seed / release.sdist, target)
-        else:
-            _index.download(version, directory)
-        assert _sdist.sha256_of(target) == release.sha256, f"{target.name} differs from its pin"
+    directory = request.config.cache.mkdir("fa-shim-upstream-sdists")
+    seed = sdist_seed()
+    with FileLock(str(directory) + ".lock"):  # one xdist worker fills it, the other waits
+        for version in _releases.known():
+            release = _releases.release(version)
+            target = directory / release.sdist
+            if target.is_file() and _sdist.sha256_of(target) == release.sha256:
+                continue
+            if seed and (seed / release.sdist).is_file():
+                shutil.copyfile(seed / release.sdist, target)
+            else:
+                _index.download(version, directory)
+            assert _sdist.sha256_of(target) == release.sha256, f"{target.name} differs from its pin"
+    return directory
 
 
 # FlashAttention-3's two source trees as tarballs (see its README); tests seed from it only
@@ -465,7 +461,8 @@ _MARKED_FIXTURES = {
     "torch26_python": ["cuda_torch", "slow"],
     "torch291_python": ["cuda_torch", "slow"],
 }
-_NEVER_IN_UNIT = ("slow", "realbuild", "cuda_torch", "network")
+# what a test needs: never a unit test's, and recorded beside each test's durations
+_NEEDS = ("slow", "realbuild", "cuda_torch", "network")
 
 
 def tier_of(path: Path) -> str | None:
@@ -498,7 +495,7 @@ def pytest_collection_modifyitems(config, items):
                 item.add_marker(marker)
         if item.get_closest_marker("realbuild") and not in_build_lane(item.nodeid):
             misplaced.add(f"{item.nodeid}: a realbuild test outside BUILD_LANE (add its file)")
-        wrong = [m for m in _NEVER_IN_UNIT if tier == "unit" and item.get_closest_marker(m)]
+        wrong = [m for m in _NEEDS if tier == "unit" and item.get_closest_marker(m)]
         if wrong:
             misplaced.add(f"{item.nodeid}: a unit test is never {'/'.join(wrong)}")
     if misplaced:
@@ -506,8 +503,12 @@ def pytest_collection_modifyitems(config, items):
     # the cheap tiers first: a broken unit fails the run in seconds, not after the builds; under
     # xdist the build lane first, as it is the longest one (the other worker starts the units)
     workers = hasattr(config, "workerinput")
-    lane = (lambda item: not in_build_lane(item.nodeid)) if workers else (lambda item: False)
-    items.sort(key=lambda item: (lane(item), TIERS.index(tier_of(item.path))))
+    items.sort(
+        key=lambda item: (
+            workers and not in_build_lane(item.nodeid),
+            TIERS.index(tier_of(item.path)),
+        )
+    )
 
 
 # ------------------------------------------------------------------------------ two lanes
@@ -659,16 +660,13 @@ def pytest_testnodedown(node, error):  # an xdist worker's deselections (each co
     _DURATIONS["deselected"] = node.workeroutput.get("deselected", 0)
 
 
-_MARKERS = ("slow", "realbuild", "cuda_torch", "network")
-
-
 def pytest_runtest_logreport(report):
     """Every report reaches the process that writes the file, the xdist controller included."""
     entry = _DURATIONS["tests"].setdefault(
         report.nodeid,
         {
             "tier": tier_of(REPO / report.nodeid.split("::", 1)[0]),
-            "markers": [m for m in _MARKERS if m in report.keywords],
+            "markers": [m for m in _NEEDS if m in report.keywords],
             "outcome": "passed",
         },
     )
