@@ -20,6 +20,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+import tomllib
 from conftest import (
     HOST_LABEL,
     PY,
@@ -197,3 +198,78 @@ def test_in_another_torchs_venv_both_resolve_its_own_wheel(team_cache, torch211_
     assert [(n, Version(v)) for n, v in would] == [
         ("flash-attn", Version(f"{SAMPLE_VERSION}+{T211_LABEL}"))
     ], uv.stderr
+
+
+def guide_block(start: str, fence: str = "```toml") -> str:
+    """The guide's fenced block (of `fence`) whose first line starts with `start`."""
+    blocks = [b.split("```")[0] for b in FLEET.read_text().split(fence + "\n")[1:]]
+    (block,) = [b for b in blocks if b.startswith(start)]
+    return block
+
+
+def consumer_project(path: Path, team_index: Path, torch_links: str) -> Path:
+    """The guide's consumer pyproject.toml, its team index this cache's, its torch index the
+    directory this machine's torch 2.13.0+cpu came from (PIP_FIND_LINKS, as uv_venv's)."""
+    doc = tomllib.loads(guide_block("[project]"))
+    team, torch = doc["tool"]["uv"]["index"]
+    assert team["explicit"] and torch["explicit"] and team["url"].startswith("file://" + DOCS_ROOT)
+    assert doc["tool"]["uv"]["sources"] == {
+        "flash-attn": {"index": team["name"]}, "torch": {"index": torch["name"]}
+    }  # fmt: skip
+    path.mkdir()
+    (path / "pyproject.toml").write_text(
+        f"""[project]
+name = "consumer"
+version = "0.1"
+requires-python = "==3.11.*"
+dependencies = {json.dumps(doc["project"]["dependencies"])}
+
+[build-system]
+requires = ["setuptools>=61"]
+build-backend = "setuptools.build_meta"
+
+[tool.setuptools]
+py-modules = []
+
+[[tool.uv.index]]
+name = "{team["name"]}"
+url = "{team_index.as_uri()}"
+explicit = true
+
+[[tool.uv.index]]
+name = "{torch["name"]}"
+url = "{torch_links}"
+format = "flat"
+explicit = true
+
+[tool.uv.sources]
+flash-attn = {{ index = "{team["name"]}" }}
+torch = {{ index = "{torch["name"]}" }}
+"""
+    )
+    return path
+
+
+def test_a_project_syncs_and_pip_installs_the_teams_wheel_and_keeps_it(
+    team_cache, t213, uv_cache, tmp_path
+):
+    """The guide's consumer project in torch 2.13.0+cpu's venv, the index reachable: `uv sync
+    --inexact`, then `pip install .` with the guide's line, each installs the team's wheel (no
+    setup.py, torch and every other package unchanged), and a later `pip install --upgrade` from
+    the torch's directory with --only-binary keeps it."""
+    links = next(d for d in os.environ.get("PIP_FIND_LINKS", "").split() if Path(d, ".").is_dir())
+    project = consumer_project(tmp_path / "consumer", team_cache / "index/torch-2.13.0+cpu", links)
+    env = venv_env(t213, uv_cache)
+    env.update(UV_PROJECT_ENVIRONMENT=str(t213.parent.parent), UV_PYTHON_DOWNLOADS="never")
+    freeze = set(run(["uv", "pip", "freeze", "--python", t213], env=env).stdout.splitlines())
+    pip_line = guide_block("pip install --index-url", "```bash").strip()
+    upgrade = [t213, "-m", "pip", "install", "--upgrade", "--only-binary", "flash-attn",
+               "--find-links", team_cache / "torch-2.13.0+cpu", "flash-attn"]  # fmt: skip
+    for how in (["uv", "sync", "--inexact"], in_venv(pip_line, team_cache), upgrade):
+        proc = run(how, cwd=project, env=env)
+        assert "setup.py" not in proc.stdout + proc.stderr, how
+        assert Version(run_sample(t213)["version"]) == Version(f"{SAMPLE_VERSION}+{HOST_LABEL}")
+        after = set(run(["uv", "pip", "freeze", "--python", t213], env=env).stdout.splitlines())
+        moved = {ln for ln in freeze ^ after if not re.search("flash|consumer", ln)}
+        assert not moved, f"{how} changed what was installed: {moved}"
+    run([t213, "-m", "pip", "uninstall", "-y", "-q", "flash-attn", "consumer"], env=env)
