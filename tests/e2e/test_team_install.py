@@ -273,3 +273,42 @@ def test_a_project_syncs_and_pip_installs_the_teams_wheel_and_keeps_it(
         moved = {ln for ln in freeze ^ after if not re.search("flash|consumer", ln)}
         assert not moved, f"{how} changed what was installed: {moved}"
     run([t213, "-m", "pip", "uninstall", "-y", "-q", "flash-attn", "consumer"], env=env)
+
+
+def test_what_teammates_type_around_the_line_takes_their_wheel_or_fails(
+    team_cache, t213, torch211_python, uv_cache, tmp_path
+):
+    """The issue's rows whose outcome the cache's layout decides, in torch 2.13.0+cpu's venv,
+    --dry-run, the index reachable: the cache's top level (unpinned, or pinned to torch 2.11's
+    wheel, which swapped torch when the top level held wheels) and a hashed requirement line
+    written in torch 2.11's venv (with either torch's directory) fail on flash-attn's (or torch's)
+    own line; the line install.py writes here takes this torch's wheel. None runs setup.py or
+    moves torch."""
+    env = venv_env(t213, uv_cache)
+    elsewhere, here = tmp_path / "elsewhere.txt", tmp_path / "here.txt"
+    elsewhere.write_text(install_py(torch211_python, team_cache, "--requirement", env=env).stdout)
+    here.write_text(install_py(t213, team_cache, "--requirement", env=env).stdout)
+    other = f"flash-attn=={SAMPLE_VERSION}+{T211_LABEL}"
+    pip = [t213, "-m", "pip", "install", "--dry-run"]
+    hashed = [*pip, "--require-hashes", "--find-links"]
+    rows = {
+        "top level": ([*pip, "--only-binary", "flash-attn", "--find-links", team_cache,
+                       "flash-attn"], "No matching distribution found for flash-attn"),
+        "top level, pinned": ([*pip, "--find-links", team_cache, other],
+                              f"No matching distribution found for {other}"),
+        "uv, top level, pinned": (["uv", "pip", "install", "--dry-run", "--find-links", team_cache,
+                                   other], "no version of " + other.lower()),
+        "written on 2.11, its directory": ([*hashed, team_cache / "torch-2.11.0+cu130", "-r",
+                                            elsewhere], "torch==2.11.0 --hash"),
+        "written on 2.11, this one's": ([*hashed, team_cache / "torch-2.13.0+cpu", "-r",
+                                         elsewhere], f"No matching distribution found for {other}"),
+    }  # fmt: skip
+    for row, (cmd, says) in rows.items():
+        proc = run(cmd, env=env, check=False)
+        out = proc.stdout + proc.stderr
+        assert proc.returncode != 0 and says in out and "setup.py" not in out, (row, out)
+        assert "Would install" not in out, row
+    report = run([*hashed, team_cache / "torch-2.13.0+cpu", "-r", here, "-q", "--report", "-"],
+                 env=env)  # fmt: skip
+    chosen = [i["metadata"]["version"] for i in json.loads(report.stdout)["install"]]
+    assert [Version(v) for v in chosen] == [Version(f"{SAMPLE_VERSION}+{HOST_LABEL}")]
