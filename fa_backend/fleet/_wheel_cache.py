@@ -4,8 +4,9 @@ everywhere"): <root>/<key>/ the entry (_entries), <root>/install.py a teammate's
 tailored kernel set) for --find-links, <root>/index/torch-<v>/ a PEP 503 index of it, and
 <root>/.locks/<key>.lock one builder per key on any host (docs/guides/fleet.md).
 
-A wheel's name does not say its GPU archs: a view keeps the first arch set's file of a name, and
-a build for others is only in its entry (install.py tells them apart).
+A wheel's name does not say its GPU archs: a view keeps the first arch set's file of a name (a
+later superset replaces it), and a build for others is only in its entry (install.py tells them
+apart).
 """
 
 from __future__ import annotations
@@ -104,14 +105,15 @@ def _recorded(wheel: Path) -> dict:
 def link_for_torch(root: Path, wheel: Path, torch_version: str) -> Path:
     """The wheel in its torch's view (the module docstring): a hard link made under a temporary
     name and renamed into place (the same bytes, no second copy); a copy where the file system
-    links nothing. A file of that name built for other GPUs stays (a warning says so)."""
+    links nothing. A file of that name built for other GPUs stays (a warning says so), unless
+    this build's GPU code covers its: the view holds the most complete arch set built."""
     recorded = _recorded(wheel)
     kernel_set = recorded.get("kernel_set_name") or "full"
     view = torch_dir(root, torch_version) / ("" if kernel_set == "full" else kernel_set)
     target = view / wheel.name
     if target.is_file() and not os.path.samefile(target, wheel):
         theirs, ours = _recorded(target).get("cuda_archs"), recorded.get("cuda_archs")
-        if theirs != ours:
+        if theirs != ours and not set(theirs or ()) < set(ours or ()):  # a superset replaces it
             _log.warn(
                 f"{target} is the build for sm_{',sm_'.join(theirs or [])}, and stays: this one "
                 f"(sm_{',sm_'.join(ours or [])}) is only in {wheel.parent}, and "

@@ -125,3 +125,26 @@ def test_views_keep_each_arch_set_and_kernel_set_apart(tmp_path, capfd):
     digest = hashlib.sha256(entry_80.read_bytes()).hexdigest()
     href = f"../../../torch-2.11.0+cu130/{quote(name)}#sha256={digest}"
     assert f'<a href="{href}">{name}</a>' in page and tailored not in page
+
+
+def test_the_torchs_view_and_index_keep_the_build_whose_archs_cover_the_others(tmp_path, capfd):
+    """Arch-complete: builds of one name for sm_80, then sm_90 (disjoint: the sm_80 file stays,
+    with the warning), then sm_80,sm_90: the last covers both, so the torch's directory and its
+    index serve it (its entry's inode and hash); a later sm_90-only build does not replace it."""
+    root, name = tmp_path / "cache", "demo-1.0+cu130torch2.11-cp311-cp311-linux_x86_64.whl"
+    for n, archs in enumerate((["80"], ["90"], ["80", "90"], ["90"])):
+        (tmp_path / str(n)).mkdir()
+        wheel = _wheel(tmp_path / str(n) / name, archs, "full")
+        _wheel_cache.obtain(
+            root, {"archs": archs, "n": n}, name, tmp_path / "out", lambda w: None,
+            lambda w=wheel: w, 600, 15, torch_version="2.11.0+cu130",
+        )  # fmt: skip
+    both = root / _wheel_cache.key({"archs": ["80", "90"], "n": 2}) / name
+    view = root / "torch-2.11.0+cu130"
+    assert (view / name).stat().st_ino == both.stat().st_ino
+    page = (_wheel_cache.index_dir(root, "2.11.0+cu130") / "demo" / "index.html").read_text()
+    assert f"#sha256={hashlib.sha256(both.read_bytes()).hexdigest()}" in page
+    assert page.count("<a href") == 1
+    err = capfd.readouterr().err
+    assert f"{view / name} is the build for sm_80, and stays: this one (sm_90)" in err
+    assert f"{view / name} is the build for sm_80,sm_90, and stays: this one (sm_90)" in err
