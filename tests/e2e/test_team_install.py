@@ -13,10 +13,12 @@ no test installs into."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
 import shutil
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -312,3 +314,42 @@ def test_what_teammates_type_around_the_line_takes_their_wheel_or_fails(
                  env=env)  # fmt: skip
     chosen = [i["metadata"]["version"] for i in json.loads(report.stdout)["install"]]
     assert [Version(v) for v in chosen] == [Version(f"{SAMPLE_VERSION}+{HOST_LABEL}")]
+
+
+def _arch_entry(root: Path, wheel: Path, archs: list[str]) -> None:
+    """An entry of torch 2.11's real wheel whose provenance says it holds code for `archs` (the
+    sample compiles no CUDA: its builds record none), with the sha256 of these bytes."""
+    entry = root / f"archs-{'-'.join(archs)}"
+    entry.mkdir()
+    with zipfile.ZipFile(wheel) as zin, zipfile.ZipFile(entry / wheel.name, "w") as zout:
+        for info in zin.infolist():
+            data = zin.read(info)
+            if info.filename.endswith("/fa_shim_provenance.json"):
+                data = json.dumps({**json.loads(data), "cuda_archs": archs}).encode()
+            zout.writestr(info, data)
+    record = {"wheel": wheel.name, "sha256": hashlib.sha256((entry / wheel.name).read_bytes())}
+    record["sha256"] = record["sha256"].hexdigest()
+    (entry / "entry.json").write_text(json.dumps(record))
+
+
+def test_the_install_command_takes_the_entry_whose_archs_cover_the_gpus(
+    team_cache, torch211_python, uv_cache, tmp_path
+):
+    """Two builds of one name for torch 2.11.0+cu130, sm_80 and sm_90,100, in torch 2.11's venv
+    (--dry-run, GPUs named with --archs): an 8.6 GPU gets the sm_80 build, a 9.0 one the other,
+    and both at once are a miss that names them and the line building the union."""
+    root = tmp_path / "fa"
+    root.mkdir()
+    shutil.copy(team_cache / "install.py", root)
+    (wheel,) = (team_cache / "torch-2.11.0+cu130").glob("*.whl")
+    for archs in (["80"], ["90", "100"]):
+        _arch_entry(root, wheel, archs)
+    env = venv_env(torch211_python, uv_cache)
+    for gpus, entry in (("86", "archs-80"), ("9.0", "archs-90-100")):
+        dry = install_py(torch211_python, root, "--dry-run", "--archs", gpus, env=env)
+        assert dry.stdout.split()[-1] == str(root / entry / wheel.name), (gpus, dry.stdout)
+    miss = install_py(torch211_python, root, "--archs", "80,90", env=env, check=False)
+    assert miss.returncode == 1 and "Traceback" not in miss.stderr
+    assert "cp311, sm_80, sm_90, kernel set full" in miss.stderr
+    assert "-C cuda-archs=80,90" in miss.stderr
+    assert "(no code for sm_90)" in miss.stderr and "(no code for sm_80)" in miss.stderr
