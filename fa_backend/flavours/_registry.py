@@ -9,7 +9,6 @@ naming its project.
 
 from __future__ import annotations
 
-import difflib
 import functools
 import importlib
 from collections.abc import Mapping
@@ -19,6 +18,7 @@ from pathlib import Path
 from ..core._errors import FaShimError
 from ..settings import _settings
 from ._interface import Flavour
+from ._vocabulary import did_you_mean
 
 ENTRY_POINTS = "fa_shim.flavours"
 BUILT_IN = {"fa2": "fa_backend.flavours.fa2._flavour", "fa3": "fa_backend.flavours.fa3._flavour"}
@@ -34,10 +34,9 @@ def known() -> list[str]:
 
 
 def _unknown(name: str, pyproject: str) -> FaShimError:
-    close = difflib.get_close_matches(str(name), known(), n=1)
     return FaShimError(
         f"{_settings.FLAVOUR_KEY} = {name!r} in [tool.fa-shim] of {pyproject} is not one "
-        f"of {', '.join(known())}." + (f" Did you mean {close[0]!r}?" if close else ""),
+        f"of {', '.join(known())}." + did_you_mean(str(name), known(), cutoff=0.6),
         fix=f"correct {pyproject} (fa2: flash-attn, fa3: flash-attn-3), or install the "
         f"package that provides flavour {name!r}.",
     )

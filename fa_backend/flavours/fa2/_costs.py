@@ -109,6 +109,10 @@ def memory_model(version: str, pinned: bool) -> Callable[[str], int] | None:
 # --------------------------------------------------------------- sets a long build could take
 SUGGEST_ABOVE_SECONDS = 30 * 60
 INFERENCE_SET = {"head_dims": ("128",), "dtypes": ("bf16",), "forward_only": True}
+INFERENCE_OPTIONS = (
+    "-C head-dims=128 -C dtypes=bf16 -C forward-only=true (a tailored set: "
+    "docs/guides/build-speed.md#tailored-kernel-sets)"
+)
 ALL_SWITCHES = "dropout,alibi,softcap,local,uneven_k"
 
 
@@ -202,10 +206,9 @@ def planned_sources(source, tu_parts: int, whole: int = 0) -> list[str] | None:
     """The sources a build of this FA2 source would compile, before anything is extracted: the
     kernel set's sources cut into parts as the build would (all but the `whole` shortest), plus
     flash_api.cpp; None for a version whose kernel layout fa-shim does not know."""
-    release = _releases.release(source.sdist.version)
-    if not release.kernels:
+    kernels = source.kernels
+    if kernels is None:
         return None
-    kernels = sorted(_kernels.expected_kernels(source.tailoring, source.sdist.version))
     cut = cut_sources(kernels, whole)
     return [*_tu_parts.split_names(kernels, tu_parts, cut), "flash_api.cpp"]
 
@@ -229,40 +232,28 @@ def faster_options(
     options = []
     if tools.archs and len(tools.archs.targets) > 1:
         one = "90" if "90" in tools.archs.targets else tools.archs.targets[-1]
-        options.append(
-            (
-                _schedule.predict(sources, _one_arch(plan, machine, len(sources)), cost),
-                f"-C cuda-archs={one} (only the GPU you run on: 80 A100/RTX 30-40, 90 H100)",
-            )
-        )
-    release = _releases.release(source.sdist.version)
+        seconds = _schedule.predict(sources, _one_arch(plan, machine, len(sources)), cost)
+        why = "only the GPU you run on: 80 A100/RTX 30-40, 90 H100"
+        options.append((seconds, f"-C cuda-archs={one} ({why})"))
+    release = source.release
     if release.kernels:
         if source.tailoring.full:
             settings = dataclasses.replace(plan.settings, **INFERENCE_SET)
-            tailored = _kernels.tailoring(settings, source.sdist.version)
-            kernels = sorted(_kernels.expected_kernels(tailored, source.sdist.version))
+            alt = dataclasses.replace(
+                source, tailoring=_kernels.tailoring(settings, source.sdist.version)
+            )
             # another set: the parts the model finds fastest for its idle jobs
             parts, whole = best_split(
                 settings.tu_parts,
                 tools.jobs,
                 machine.cores,
-                kernels,
+                alt.kernels,
                 release.tu_parts,
-                len(tailored.disabled),
+                len(alt.tailoring.disabled),
             )
-            alt = planned_sources(dataclasses.replace(source, tailoring=tailored), parts, whole)
-            options.append(
-                (
-                    _schedule.predict(alt or sources, machine, cost),
-                    "-C head-dims=128 -C dtypes=bf16 -C forward-only=true (a tailored set: "
-                    "docs/guides/build-speed.md#tailored-kernel-sets)",
-                )
-            )
+            seconds = _schedule.predict(planned_sources(alt, parts, whole), machine, cost)
+            options.append((seconds, INFERENCE_OPTIONS))
         if disabled < N_SWITCHES:
-            options.append(
-                (
-                    _schedule.predict(sources, machine, model(N_SWITCHES)),
-                    f"-C disable={ALL_SWITCHES}",
-                )
-            )
+            seconds = _schedule.predict(sources, machine, model(N_SWITCHES))
+            options.append((seconds, f"-C disable={ALL_SWITCHES}"))
     return sorted(options)[:3]

@@ -29,6 +29,13 @@ class Fa2Source:
     def release(self) -> _releases.Release:
         return _releases.release(self.sdist.version)
 
+    @property
+    def kernels(self) -> list[str] | None:
+        """The set's kernel sources, sorted (None: a release whose layout fa-shim does not know)."""
+        if not self.release.kernels:
+            return None
+        return sorted(_kernels.expected_kernels(self.tailoring, self.sdist.version))
+
 
 # Sizing.shape: the kernel sources compiled as this many parts each (_tu_parts), but for this
 # many of the shortest (by the cost model), kept whole: 0 where a tailored set splits them all
@@ -85,17 +92,12 @@ class Fa2(Flavour):
     def sizing(self, plan: Plan, archs, cores: int, memory: int) -> Sizing:
         s, source = plan.settings, plan.source
         n_archs = len(archs.targets) if archs else 1
-        release = source.release
-        kernels = (
-            sorted(_kernels.expected_kernels(source.tailoring, source.sdist.version))
-            if release.kernels
-            else None
-        )
+        kernels = source.kernels
         # idle job slots become parts of the kernel sources, and the parts more jobs
         idle = _jobs.plan_jobs(cores, memory, n_archs, s.max_jobs, s.nvcc_threads)[0]
         disabled = len(source.tailoring.disabled)
         parts, whole = _costs.best_split(
-            s.tu_parts, idle, cores, kernels, release.tu_parts, disabled
+            s.tu_parts, idle, cores, kernels, source.release.tu_parts, disabled
         )
         # the kernel TUs and flash_api.cpp, all compiled at once when cores and memory allow
         cut = _costs.cut_sources(kernels, whole) if kernels else None
@@ -113,9 +115,7 @@ class Fa2(Flavour):
         parts, whole = tools.shape.get(PARTS, 1), tools.shape.get(WHOLE, 0)
         if parts < 2 or not whole:
             return parts, None
-        source = plan.source
-        kernels = sorted(_kernels.expected_kernels(source.tailoring, source.sdist.version))
-        return parts, _costs.cut_sources(kernels, whole)
+        return parts, _costs.cut_sources(plan.source.kernels, whole)
 
     # ------------------------------------------------------------------------------ prepare
 
@@ -165,7 +165,7 @@ class Fa2(Flavour):
         source = plan.source
         archs = len(tools.archs.targets) if tools.archs else 1
         if source.release.kernels:
-            kernels = len(_kernels.expected_kernels(source.tailoring, source.sdist.version))
+            kernels = len(source.kernels)
         else:
             kernels = _space.FULL_KERNELS if source.sdist.pinned else None
         return _space.compile_needs(kernels, archs, source.sdist.path.stat().st_size)

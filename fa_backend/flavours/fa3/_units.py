@@ -55,7 +55,7 @@ def _forward(hdims, dtypes, on) -> list[str]:
 def planned(release: Fa3Release, tailoring: Fa3Tailoring) -> list[str]:
     """Every unit setup.py compiles for this set, sm_90a only (fa-shim turns SM80 off), by
     basename: the API unit, the forward kernels, the backward kernels, the helpers."""
-    off = {name.removeprefix(ENV_PREFIX) for name, value in tailoring.env if value == "TRUE"}
+    off = switches_on(tailoring.env, ENV_PREFIX)
 
     def on(switch: str) -> bool:
         return switch not in off
