@@ -1,9 +1,6 @@
 """The flavour interface: what a distribution fa-shim builds must say, and the plan it makes.
-
-The pipeline (plan -> toolchain -> prepare -> compile -> repack -> verify -> publish) calls these
-methods and nothing else of a flavour; it never asks which flavour it runs. A flavour keeps
-what it compiles (its sources, pins, kernel set) in `Plan.source`, a value only it reads.
-Adding a flavour is writing one subclass and registering it (_registry).
+The pipeline calls these methods and never asks which flavour it runs; a flavour keeps what it
+compiles in `Plan.source`, a value only it reads. A new one is a subclass, registered (_registry).
 """
 
 from __future__ import annotations
@@ -69,10 +66,9 @@ class Plan:
 
 @dataclasses.dataclass(frozen=True)
 class Sizing:
-    """How a flavour sizes its compile: jobs, nvcc threads, how it cuts its sources into units
-    (`shape`, its own knobs by name: the pipeline passes them on to lay_out() in Tools and
-    records them in the provenance, never reads them), and why the jobs are fewer than the
-    machine's plan ("not 16: ..."; None: they are not)."""
+    """Jobs, nvcc threads, how the flavour cuts its sources into units (`shape`: its own knobs,
+    passed on in Tools and recorded, never read) and why the jobs are fewer than the machine's
+    plan ("not 16: ..."; None: they are not)."""
 
     jobs: int
     threads: int
@@ -83,9 +79,8 @@ class Sizing:
 @dataclasses.dataclass(frozen=True)
 class Costs:
     """A flavour's cost model of its sources (basenames), one core and one architecture each:
-    seconds (the estimate, the schedule), peak bytes (the jobs) and the settings that would make
-    a long build shorter, each with its predicted seconds. None: not modelled (no estimate; one
-    memory figure per unit; no suggestions)."""
+    seconds, peak bytes and the settings that would shorten a long build, each with its seconds.
+    None: not modelled (no estimate; one memory figure per unit; no suggestions)."""
 
     seconds: Callable[[str], float] | None
     peak_bytes: Callable[[str], int] | None = None
@@ -94,8 +89,7 @@ class Costs:
 
 @dataclasses.dataclass(frozen=True)
 class Tools:
-    """The toolchain decisions of one build, made once: they feed the child's environment, the
-    wheel-cache fingerprint and the provenance."""
+    """The toolchain decisions of one build, made once (environment, fingerprint, provenance)."""
 
     nvcc: Nvcc | None
     archs: ArchChoice | None
@@ -106,14 +100,13 @@ class Tools:
 
 
 class Flavour(abc.ABC):
-    """One distribution fa-shim builds. Subclasses set `names` and `own_settings` and implement
-    the abstract methods; the others have the defaults most flavours want."""
+    """One distribution fa-shim builds: subclasses set `names` and `own_settings` and implement
+    the abstract methods."""
 
     names: Names
     own_settings: tuple[Setting, ...] = ()  # the settings it takes and no other flavour does
     sources_key = "sources"  # the provenance entry `sources()` fills
-    # the keys in it, or in the dicts it holds, that say where the sources were found, not what
-    # they are: recorded with the wheel-cache entry, kept out of the wheel's provenance
+    # its keys that say where the sources were found, not what they are (kept out of provenance)
     sources_how: tuple[str, ...] = ("origin",)
 
     # ------------------------------------------------------------------------------- plan
@@ -124,8 +117,7 @@ class Flavour(abc.ABC):
 
     @abc.abstractmethod
     def sources(self, plan: Plan, with_origin: bool) -> dict:
-        """What is compiled, by its pins (the fingerprint's; with where each came from for the
-        provenance)."""
+        """What is compiled, by its pins (with where each came from, for the provenance)."""
 
     @abc.abstractmethod
     def upstream_version(self, plan: Plan) -> str:
@@ -162,8 +154,8 @@ class Flavour(abc.ABC):
         return {}
 
     def torch_free_kernels(self, plan: Plan) -> bool:
-        """Whether the CUDA sources include no torch or Python header: their objects then serve
-        every torch, Python and C++ ABI of a toolkit (fleet/_objects; checked when stored)."""
+        """Whether the CUDA sources include no torch or Python header (their objects then serve
+        every torch of a toolkit: fleet/_objects)."""
         return False
 
     def driver_spec(self, plan: Plan, tools: Tools, source: Path) -> dict:
@@ -196,15 +188,13 @@ class Flavour(abc.ABC):
     # ------------------------------------------------------------------------------- sdist
 
     def sdist_contents(self, settings: Settings) -> SdistSpec:
-        """What an sdist of this flavour's project packs (the build_sdist hook): by default the
-        project alone, at fa-shim's version."""
+        """What an sdist of this flavour's project packs: by default the project alone."""
         return SdistSpec(__version__, {}, ("LICENSE",))
 
     # ------------------------------------------------------------------------------ advice
 
     def rebuild_command(self) -> str:
-        """What rebuilds this distribution against the running torch: pip on its project in
-        the fa-shim checkout fa_backend runs from (a placeholder where it runs from a wheel)."""
+        """pip on this project in the checkout fa_backend runs from (else a placeholder path)."""
         pyproject = CHECKOUT / "pyproject.toml"
         ours = pyproject.is_file() and 'build-backend = "fa_backend"' in pyproject.read_text()
         root = CHECKOUT if ours else Path("/path/to/fa-shim")
@@ -214,8 +204,7 @@ class Flavour(abc.ABC):
         )
 
     def unsupported_gpu(self, sm: int) -> tuple[str, str] | None:
-        """(why, fix) where this flavour's kernels cannot run on a GPU of compute capability
-        sm / 10 whatever it is compiled for (None: some build of it can)."""
+        """(why, fix) where no build of this flavour runs on compute capability sm / 10."""
         return None
 
     def arch_advice(self, gpus_sm: Sequence[int]) -> str:

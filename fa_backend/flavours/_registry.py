@@ -1,10 +1,6 @@
-"""Which flavours exist and which one a project builds: the one list of them.
-
-fa2 and fa3 are built in; another package adds one through the `fa_shim.flavours` entry point
-group (name = the flavour's name, value = its Flavour instance), which a project then names in
-[tool.fa-shim] `flavour`. The settings model knows the shared settings and, from here, those
-each flavour declares (Flavour.own_settings); one given to another flavour's build is refused,
-naming its project.
+"""Which flavours exist and which one a project builds: fa2 and fa3, and any a package adds
+through the `fa_shim.flavours` entry point group (name: the flavour's; value: its Flavour). Each
+flavour's own settings reach the settings model from here; one given to another's build is refused.
 """
 
 from __future__ import annotations

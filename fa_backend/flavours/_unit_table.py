@@ -1,15 +1,8 @@
-"""Each compile unit's measured peak memory and time, per release: `units.json` beside the
-release's release.toml (vendored_patches/<version>/ for FA2, vendored_patches/fa3/<version>/ for
-FA3). The compiler launcher records every unit of a real build (pipeline/_stats);
-`bench/unit_table.py RELEASE_DIR STATS.jsonl...` folds such records into the table, so the
-figures a build plans its jobs by are the ones its compilers showed (issue 24).
+"""Each compile unit's measured peak memory and time (one architecture per job), per release:
+`units.json` beside its release.toml, folded by `bench/unit_table.py` from a real build's records
+(pipeline/_stats), so that a build plans its jobs by what its compilers showed (issue 24):
 
-    {"about": "...", "measured": ["<where each refresh came from>", ...],
-     "units": {"<unit basename>": {"peak_mib": 6717, "seconds": 303.9}, ...}}
-
-Figures are for one architecture per job (the launcher's peak is the largest compiler process
-of the unit). A unit the table lacks is looked up by the names a flavour says stand for it
-(FA2: a part's whole source), else it has no figure.
+    {"about": "...", "measured": [...], "units": {"<unit>": {"peak_mib": 6717, "seconds": 303.9}}}
 """
 
 from __future__ import annotations

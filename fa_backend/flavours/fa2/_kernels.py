@@ -1,11 +1,6 @@
-"""Tailored kernel sets: compile only the head dims, dtypes and passes a user needs
-(docs/kernel-sets.md).
-
-A tailored build drops the other kernel sources from the extension (the driver's
-`exclude_sources`) and defines macros that vendored_patches/<version>/20-kernel-set-dispatch.patch
-turns into a RuntimeError at dispatch ("flash-attn was built by fa-shim without head dim 64 ...")
-instead of a reference to a kernel nobody compiled. The wheel's local version label names the set.
-"""
+"""Tailored kernel sets: only the head dims, dtypes and passes a user needs (docs/kernel-sets.md).
+The other kernel sources are excluded, and macros make the dispatch patch raise for them instead of
+referencing a kernel nobody compiled; the wheel's local version label names the set."""
 
 from __future__ import annotations
 

@@ -1,9 +1,6 @@
-"""What fa-shim knows about each upstream flash-attn release, in one place per release:
-`vendored_patches/<version>/release.toml` (the sdist's name and sha256, how its setup.py takes
-CUDA architectures, its kernel space, whether its sources compile in parts, the patches from
-`vendored_patches/patches/` in the order they apply). Facts many releases share are defined once
-below and named in the toml. Adding a release is adding its directory; every other module asks
-`release(version)`.
+"""What fa-shim knows about each upstream flash-attn release: `vendored_patches/<version>/
+release.toml` (sdist and sha256, CUDA-arch mechanism, kernel space, parts, patches), naming the
+facts many releases share, defined once below. Every other module asks `release(version)`.
 """
 
 from __future__ import annotations

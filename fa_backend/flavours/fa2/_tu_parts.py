@@ -1,16 +1,11 @@
-"""Kernel sources compiled as several translation units (vendored 30-tu-parts.patch).
+"""Kernel sources compiled as several translation units (vendored 30-tu-parts.patch): a build's
+wall time is its slowest sources, so a tailored set (idle cores) splits them all, a full set on
+more cores than it keeps busy its longest few (_costs.best_split).
 
-A tailored build has a handful of kernel sources and many idle cores; its wall time is its
-slowest source (an hdim128 split-KV source instantiates ~50 kernels and takes minutes alone; in
-a forward + backward set the backward sources are the slowest); a full build on more cores than
-its work keeps busy waits for its longest few sources, and only those are split
-(_costs.best_split). Each forward and backward source
-`X.cu` is replaced by `X.part0ofN.cu` ... `X.partNofN.cu`, small files that set
-FA_SHIM_TU_PARTS/FA_SHIM_TU_PART and include X.cu: part 0 keeps the runtime dispatch (and the
-small split-KV combine or backward pre/post-processing kernels), parts 1..N each compile a share
-of the kernels (the patch assigns them by a hash of their template arguments). The objects link
-into the same module; nothing changes at run time. Parts other than 0 rename the source's entry
-point so that each part's copy is a distinct symbol.
+`X.cu` is compiled as `X.part0ofN.cu` ... `X.partNofN.cu`, files that set FA_SHIM_TU_PARTS/
+FA_SHIM_TU_PART and include X.cu: part 0 keeps the runtime dispatch (and the small combine or
+pre/post-processing kernels), parts 1..N a share of the kernels each (by a hash of their template
+arguments), with the entry point renamed so that each copy is a distinct symbol.
 """
 
 from __future__ import annotations

@@ -1,16 +1,9 @@
 """Forward variants compiled together: the per-head-dim forward files of one head dim and dtype
-(`_split`, `_paged`, `_softcap`, `_packgqa` and their products) as fewer units, each a file
-fa-shim writes beside them that `#include`s its members, as upstream's own aggregates do.
-
-Why: most of a forward unit's compile is the CUTLASS templates of its head dim and dtype, which
-its feature variants share (their tiles are the same); two variants in one unit cost 1.25-1.45 x
-one, four 2.1 x (2-core box, docs/benchmarks.md#build-time), at
-0.3-0.4 GiB more per variant. Head dims share little, which is why upstream's `hdimall`
-aggregates were as slow as their files apart. The set's units and kernels stay the same; only
-how they are cut into translation units changes (the fingerprint ignores it, as FA2's parts).
-
-A group's name says where it sits and what it holds: `flash_fwd_hdim128_bf16_group2of3x4_sm90.cu`
-is the second of three groups of head dim 128 bf16, four variants in it.
+(`_split`, `_paged`, `_softcap`, `_packgqa` and their products) as fewer units, each a file that
+`#include`s its members. They share their head dim's CUTLASS templates: two in one unit cost
+1.25-1.45 x one, four 2.1 x, at 0.3-0.4 GiB more each (docs/benchmarks.md#build-time); head dims
+share little. `flash_fwd_hdim128_bf16_group2of3x4_sm90.cu`: the second of three groups of head
+dim 128 bf16, four variants in it.
 """
 
 from __future__ import annotations

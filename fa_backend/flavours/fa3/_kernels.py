@@ -1,13 +1,8 @@
-"""Tailored FlashAttention-3 builds: fa-shim's settings as upstream's FLASH_ATTENTION_DISABLE_*.
-
-hopper/setup.py reads `FLASH_ATTENTION_DISABLE_<NAME>` from its environment: a switch picks its
-sources and becomes `-DFLASHATTENTION_DISABLE_<NAME>`. So a set is an environment for the
-setup.py child, with every switch said (TRUE or FALSE: a stray variable of the user's cannot
-change the build behind its label). The switches a version knows are parsed from its setup.py,
-the one place that says so. `head-dims`, `dtypes` and `forward-only` own the HDIM<n> (and
-HDIMDIFF<n>), FP16 and BACKWARD switches, the arch choice owns SM80; `disable` takes the rest.
-See docs/fa3-design.md.
-"""
+"""Tailored FlashAttention-3 builds: fa-shim's settings as upstream's FLASH_ATTENTION_DISABLE_*,
+which hopper/setup.py reads from its environment (the switches a version knows are parsed from it).
+A set is that environment, every switch said TRUE or FALSE. `head-dims`, `dtypes` and
+`forward-only` own the HDIM<n>/HDIMDIFF<n>, FP16 and BACKWARD switches, the arch choice owns
+SM80; `disable` takes the rest (docs/fa3-design.md)."""
 
 from __future__ import annotations
 

@@ -1,10 +1,6 @@
-"""What fa-shim knows about each FlashAttention-3 source state ("line"), one directory per line:
-`vendored_patches/fa3/<line>/release.toml` (a tag such as `2.8.3`, or a branch's commit such as
-`main-0251105a`), with the patches applied to `hopper/`, the commits and content pins of both
-trees, the date lines are ordered by, how the module binds to torch (`torch-abi`) and how
-setup.py cuts the forward kernels into units (`forward-units`); docs/fa3-design.md. The
-`fa3-release` setting picks a line: `auto` (the newest stable-ABI line the installed torch
-meets, else the newest tagged one), a line's name, its tag or a commit prefix.
+"""What fa-shim knows about each FlashAttention-3 source state ("line": a tag such as `2.8.3` or a
+branch's commit such as `main-0251105a`): `vendored_patches/fa3/<line>/release.toml`, its keys
+below (docs/fa3-design.md). The `fa3-release` setting picks a line: choose().
 """
 
 from __future__ import annotations

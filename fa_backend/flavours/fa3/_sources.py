@@ -1,15 +1,8 @@
-"""Find FlashAttention-3's two source trees, check them against their content pins, lay them out.
-
-The hopper tree is flash-attention's `LICENSE` + `hopper/**`, the cutlass tree CUTLASS's
-`LICENSE.txt` + `include/**` (the `csrc/cutlass` submodule). Each comes from a flash-attention
-checkout with its submodule, a directory, a `.tar.gz` with one top directory, a shared directory
-or fa-shim's cache (as `archive_name` names them), first found wins; last, when `locate` is
-told it may, GitHub's archive of each repository at the pinned commit is downloaded, the tree cut
-out of it, pinned and only then published in the cache under its `archive_name`.
-
-`FA_SHIM_FA3_DOWNLOAD_URL` replaces `https://github.com` as the base of those downloads: a hook
-for tests and for mirrors with GitHub's layout (`<base>/<owner>/<repo>/archive/<commit>.tar.gz`).
-The trees themselves (reading, pins, lay-out) are _trees'. See docs/fa3-design.md.
+"""Find FlashAttention-3's two source trees (flash-attention's `LICENSE` + `hopper/**`, CUTLASS's
+`LICENSE.txt` + `include/**`) and check them against their content pins: from a checkout, a
+directory, a `.tar.gz`, a shared directory or fa-shim's cache, first found wins; last, when
+allowed, cut from GitHub's archive at the pinned commit (or `FA_SHIM_FA3_DOWNLOAD_URL`'s mirror
+of it), pinned, and only then published in the cache. Reading and pinning a tree: _trees.
 """
 
 from __future__ import annotations

@@ -1,10 +1,7 @@
-"""FlashAttention-3's two source trees as fa-shim reads them: their files (from a directory or a
-.tar.gz, links refused, build outputs ignored), their content pins, and laying them out as a
-flash-attention checkout has them.
-
-The pin is by content, never by archive bytes: sha256 of the manifest `sha256sum` prints for the
-tree's files (paths relative to the tree root, sorted bytewise), so a tarball, its extraction and
-a checkout pin alike: `find LICENSE hopper -type f | LC_ALL=C sort | xargs sha256sum | sha256sum`.
+"""FlashAttention-3's two source trees: their files (from a directory or a .tar.gz, links refused,
+build outputs ignored), their content pins and their lay-out as a checkout has them. A pin is the
+sha256 of what `sha256sum` prints for the sorted files, so a tarball and a checkout pin alike:
+`find LICENSE hopper -type f | LC_ALL=C sort | xargs sha256sum | sha256sum`.
 """
 
 from __future__ import annotations

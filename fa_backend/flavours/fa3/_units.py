@@ -1,14 +1,8 @@
-"""The units (translation units) hopper/setup.py compiles for a set, known before anything is
-extracted: what the estimate, the memory plan and the disk check count, and what check() then
-finds build.ninja compiling (a difference is refused: fa-shim's reading of setup.py is stale).
-
-setup.py lists them as products of its switches (a `_split`, `_paged`, `_softcap`, `_packgqa`
-variant per feature left on; PackGQA is never compiled beside paged or split). Its forward units
-come in three forms (release.toml's `forward-units`): `aggregate` (v2.8.3: `hdimall` and
-`hdimdiff`), `split` (those aggregates, but fa-shim compiles the per-head-dim files each
-`#include`s: an aggregate peaked at 17-22 GiB on the H100, issue 24) and `per-head-dim`
-(upstream main). A split aggregate's file whose every line sits under a switch the set turns on
-compiles to nothing and is left out. docs/fa3-design.md.
+"""The translation units hopper/setup.py compiles for a set, known before anything is extracted
+(check() refuses a build.ninja that differs). Forward units come in three forms (release.toml's
+`forward-units`): `aggregate` (v2.8.3's `hdimall`, `hdimdiff`), `split` (the per-head-dim files
+those include, each a unit: an aggregate peaked at 17-22 GiB, issue 24; one compiled away by
+the set's switches is left out) and `per-head-dim` (upstream main). docs/fa3-design.md.
 """
 
 from __future__ import annotations
