@@ -1,9 +1,6 @@
-"""FlashAttention-2's cost model: what each kernel source costs to compile, measured.
-
-Each source costs what one core took to compile it on the H100 machine of docs/benchmarks.md
-(run3: fa-shim's full sm_90 build, 16 jobs on 16 cores, every core busy), averaged over fp16 and
-bf16; `bench/estimate_check.py` derives the table from that run's records and compares the
-model's predictions with every recorded build (schedule/_schedule schedules the costs).
+"""FlashAttention-2's cost model: what one core took to compile each kernel source on the H100 of
+docs/benchmarks.md (run3: the full sm_90 build, 16 jobs on 16 cores), fp16/bf16 averaged;
+`bench/estimate_check.py` derives the table and checks the model against every recorded build.
 """
 
 from __future__ import annotations
@@ -90,10 +87,8 @@ def model(disabled: int) -> _schedule.Cost:
 
 
 def memory_model(version: str, pinned: bool) -> Callable[[str], int] | None:
-    """Each source's peak bytes (one arch) from the release's measured table (flavours/
-    _unit_table: vendored_patches/<version>/units.json, or its release.toml's unit-table's); a
-    part as its whole source where the table lacks it (a part never holds more), a source it
-    lacks as the one figure per unit of toolchain/_jobs. None: no table for this release."""
+    """Each source's peak bytes (one arch) from the release's units.json (or its unit-table's); a
+    part as its whole source (it never holds more), else toolchain/_jobs' figure. None: no table."""
     shared = _releases.release(version).unit_table if pinned else None
     table = _unit_table.load(VENDORED / (shared or version)) if pinned else None
     if table is None:
@@ -122,11 +117,9 @@ NEAR_TIE = 1.03  # model differences this small are noise: keep the idle-jobs ru
 def best_parts(
     setting: int | None, jobs: int, cores: int, kernels, patched: bool, disabled: int
 ) -> int:
-    """Parts per kernel source: the setting, else the count (1.._tu_parts.MAX_PARTS) whose
-    modelled build on `jobs` jobs ends first; within NEAR_TIE of the idle-jobs rule's count
-    (as many parts as idle jobs allow), that count. Each part re-parses the source's headers,
-    so more parts are not always faster: a forward + backward set on 16 jobs is fastest in 4
-    parts by the model, where the rule gives 2 (6 sources)."""
+    """Parts per kernel source: the setting, else the count whose modelled build on `jobs` jobs
+    ends first, or the idle-jobs rule's count within NEAR_TIE of it (each part re-parses the
+    headers: a forward + backward set on 16 jobs is fastest in 4 parts, the rule gives 2)."""
     rule = _tu_parts.choose(setting, jobs, kernels, patched)
     if setting is not None or not patched or not kernels:
         return rule
@@ -145,9 +138,8 @@ def best_parts(
 
 
 def cut_sources(kernels: Sequence[str], whole: int) -> frozenset[str]:
-    """The splittable sources of these that are compiled in parts: all but the `whole` the
-    model says take least time (ties by name). The DISABLE switches scale every source alike,
-    so the ranking is the same for every set of switches."""
+    """The splittable sources compiled in parts: all but the `whole` the model says take least
+    time (ties by name; the DISABLE switches scale every source alike)."""
     ranked = sorted(
         (k for k in kernels if _tu_parts.splittable(k)), key=lambda k: (-source_seconds(k), k)
     )
@@ -157,11 +149,10 @@ def cut_sources(kernels: Sequence[str], whole: int) -> frozenset[str]:
 def best_split(
     setting: int | None, jobs: int, cores: int, kernels, patched: bool, disabled: int
 ) -> tuple[int, int]:
-    """(parts, how many splittable sources stay whole, the shortest). A set with idle jobs for
-    every source (tailored) takes best_parts' count for each. A larger one whose longest unit
-    outlasts the work per job (more cores than the work keeps busy: the full set on 64 cores)
-    cuts its longest sources: the parts and the number of them the model finds fastest, where
-    that gains more than NEAR_TIE over best_parts' count."""
+    """(parts, how many splittable sources stay whole, the shortest). A tailored set takes
+    best_parts' count for each; a larger one whose longest unit outlasts the work per job (the
+    full set on 64 cores) cuts its longest sources as the model finds fastest, where that gains
+    more than NEAR_TIE."""
     parts = best_parts(setting, jobs, cores, kernels, patched, disabled)
     if setting is not None or not patched or not kernels:
         return parts, 0
@@ -203,9 +194,8 @@ def best_split(
 
 
 def planned_sources(source, tu_parts: int, whole: int = 0) -> list[str] | None:
-    """The sources a build of this FA2 source would compile, before anything is extracted: the
-    kernel set's sources cut into parts as the build would (all but the `whole` shortest), plus
-    flash_api.cpp; None for a version whose kernel layout fa-shim does not know."""
+    """The sources a build would compile, before anything is extracted: the set's, cut into parts
+    (all but the `whole` shortest), and flash_api.cpp; None: a layout fa-shim does not know."""
     kernels = source.kernels
     if kernels is None:
         return None

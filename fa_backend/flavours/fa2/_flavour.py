@@ -1,5 +1,5 @@
-"""FlashAttention-2 (flash-attn) as a flavour: the upstream sdist, pinned by sha256 in the release
-registry, patched, cut to a kernel set and compiled by its own setup.py."""
+"""FlashAttention-2 (flash-attn) as a flavour: the upstream sdist, pinned, patched, cut to a
+kernel set and compiled by its own setup.py."""
 
 from __future__ import annotations
 

@@ -50,9 +50,8 @@ def _in_dir(directory: Path, version: str) -> Path | None:
 
 
 def of_the_given_sdist(settings: Settings) -> Settings:
-    """A given sdist (-C sdist) of a known release builds that release, its sha256 says which,
-    unless flash-attn-version is given to the build too (then locate refuses a mismatch): a
-    config written for 2.8.3 keeps building 2.8.3 when the default release moves on."""
+    """A given sdist of a known release builds that release (its sha256 says which), unless
+    flash-attn-version is given to the build too (then locate refuses a mismatch)."""
     path = settings.sdist
     if not path or given_to_the_build(settings, "flash-attn-version") or not path.is_file():
         return settings
@@ -179,8 +178,7 @@ def check_version(sdist: Sdist, pkg_info: str) -> None:
 
 
 def extract(sdist: Sdist, dest: Path) -> Path:
-    """Unpack safely (regular files and directories only, inside the archive) into dest, which
-    this makes: a failure removes dest and nothing else. Returns the source root."""
+    """Unpack safely into dest, which this makes (a failure removes it); the source root."""
     try:
         _archives.extract(sdist.path, dest, "extracting the sdist")
     except _archives.UnsafeMember as exc:
@@ -231,10 +229,8 @@ def _corrupt(sdist: Sdist, exc: BaseException) -> FaShimError:
 
 
 def has_cuda_sources(sdist: Sdist, memo: Path | None = None) -> bool:
-    """Whether the package compiles CUDA (decides if nvcc is needed), read from the archive up
-    to its first CUDA source and remembered under its sha256 in `memo` (a directory): asked on
-    every build, wheel-cache hits included, where listing all 7,533 members of 2.8.3 cost
-    about a second."""
+    """Whether the package compiles CUDA (needs nvcc), remembered under its sha256 in `memo`:
+    asked on every build, where listing 2.8.3's 7,533 members costs about a second."""
     known = memo / f"{sdist.sha256}.json" if memo and sdist.sha256 else None
     if known:
         with contextlib.suppress(OSError, ValueError, KeyError, TypeError):

@@ -50,8 +50,7 @@ def cut(name: str, parts: int, only: Collection[str] | None) -> bool:
 def split_names(
     kernels: Sequence[str], parts: int, only: Collection[str] | None = None
 ) -> list[str]:
-    """The translation units of these kernel sources, those `only` names (None: every one)
-    compiled in `parts` parts each."""
+    """The translation units of these sources, `only`'s (None: all) in `parts` parts each."""
     names = []
     for kernel in kernels:
         names += part_names(kernel, parts) if cut(kernel, parts, only) else [kernel]
@@ -77,8 +76,7 @@ def _wrapper(name: str, k: int, parts: int) -> str:
 def layout(
     kernel_dir: Path, parts: int, only: Collection[str] | None = None
 ) -> dict[str, list[str]]:
-    """{kernel source name: its part names} for this source tree, the sources `only` names
-    (None: every splittable one); {} when not splitting."""
+    """{kernel source: its part names} for this tree's sources of `only` (None: all)."""
     return {
         source.name: part_names(source.name, parts)
         for source in sorted(kernel_dir.glob("flash_*.cu"))

@@ -81,8 +81,7 @@ _UNIT = re.compile(r"flash_(?P<kind>fwd|bwd)_hdim(?P<hdim>\d+(?:_\d+)?|all|diff)
 
 
 def _aggregate_width(hdim: str, tailoring: Fa3Tailoring) -> int:
-    """How many head dims (hdimall) or head-dim pairs (hdimdiff) a v2.8.3 unit compiles: each
-    is an #include behind its head dim's DISABLE switch."""
+    """How many head dims (hdimall) or head-dim pairs (hdimdiff) a v2.8.3 unit compiles."""
     if hdim == "all":
         return len(tailoring.head_dims)
     pairs = [*DIFF64, *DIFF192]
@@ -134,11 +133,9 @@ def memory_model(
     table: _unit_table.UnitTable | None = None,
     units: Sequence[str] = (),
 ) -> Callable[[str], int]:
-    """Each unit's peak: its line's measured figure (units.json beside its release.toml, from
-    full-set builds: a unit with switches turned off holds no more; the groups of five held
-    6.4-8.9 GiB, where the rule below says up to 9.5), else unit_peak's; a group of setup.py's
-    `units` (_groups) the table lacks as its heaviest member and GROUP_PEAK_PER_VARIANT for
-    each other."""
+    """Each unit's peak: its line's units.json figure (full-set builds: switches turned off hold
+    no more), else unit_peak's; a group the table lacks as its heaviest member of `units` and
+    GROUP_PEAK_PER_VARIANT for each other."""
 
     def peak(name: str) -> int:
         measured = table.peak_bytes(name) if table else None
@@ -167,8 +164,7 @@ TRAINING_OPTIONS = (
 def faster_options(
     plan: Plan, sources: Sequence[str], machine: _schedule.Machine
 ) -> list[tuple[float, str]]:
-    """The tailored training set (bf16, head dim 128, forward + backward, varlen kept) with its
-    predicted seconds, for a set larger than it."""
+    """The tailored training set with its predicted seconds, for a set larger than it."""
     settings = dataclasses.replace(plan.settings, **TRAINING_SET)
     known = tuple(n.removeprefix(_kernels.ENV_PREFIX) for n, _ in plan.source.tailoring.env)
     try:

@@ -1,8 +1,6 @@
-"""FlashAttention-3 (flash-attn-3) as a flavour: upstream's hopper/ tree and the CUTLASS tree it
-pins, both content-pinned, of the line the fa3-release setting picks (docs/fa3-design.md); the
-set as upstream's FLASH_ATTENTION_DISABLE_* switches; sm_90a only (upstream hard-codes it; its
-sm80 path stays off); abi3 wheels. A line built against torch's stable ABI gives one wheel for
-every torch from its floor on (Plan.stable_abi), the others one per torch release."""
+"""FlashAttention-3 (flash-attn-3) as a flavour: upstream's hopper/ and CUTLASS trees of the line
+fa3-release picks, content-pinned (docs/fa3-design.md); sm_90a only; abi3 wheels, one per torch
+release or, for a stable-ABI line, one for every torch from its floor on (Plan.stable_abi)."""
 
 from __future__ import annotations
 
@@ -56,8 +54,7 @@ _LIBRARY_HEADERS = ("cusparse.h", "cublas_v2.h", "cublasLt.h", "cusolverDn.h")
 
 
 def library_includes(torch: TorchInfo, cuda_home: Path) -> list[str]:
-    """Where the CUDA library headers the toolkit lacks are: in the nvidia-* wheels torch itself
-    runs with (the same CUDA release as its libraries), found next to torch."""
+    """Where the CUDA library headers the toolkit lacks are: in the nvidia-* wheels beside torch."""
     site = Path(torch.package_dir).parent / "nvidia"
     dirs = []
     for header in _LIBRARY_HEADERS:
@@ -200,10 +197,9 @@ class Fa3(Flavour):
         return _archs.ArchChoice(_archs.Selection((ARCH,), source), (ARCH,), (), env)
 
     def sizing(self, plan: Plan, archs, cores: int, memory: int) -> Sizing:
-        """FA2's plan of jobs, cut to what the set's heaviest unit fits in memory (v2.8.3's
-        full set on 16 cores and 128 GiB: 5 hdimall units of 22 GiB, not 16; the kernel would
-        kill the rest), over the forward variants grouped as the model finds fastest for
-        those jobs and that memory (_groups). The per-unit peaks are costs().peak_bytes'."""
+        """FA2's plan of jobs, cut to what the set's heaviest unit fits in memory (v2.8.3's full
+        set on 128 GiB: 5 hdimall units of 22 GiB), over the forward variants grouped as the
+        model finds fastest (_groups)."""
         s = plan.settings
         planned, threads = _jobs.plan_jobs(cores, memory, 1, s.max_jobs, s.nvcc_threads)
         units = self._setup_units(plan)
@@ -240,10 +236,8 @@ class Fa3(Flavour):
         return hopper
 
     def environment(self, plan: Plan, tools: Tools) -> dict[str, str]:
-        """Every switch said, TRUE or FALSE: a stray variable of the user's cannot change the set;
-        upstream's own variables that would change the build behind the label set to their
-        defaults; and the CUDA library headers the toolkit lacks, from torch's own nvidia
-        wheels."""
+        """Every switch said, TRUE or FALSE; upstream's other variables at their defaults; the
+        CUDA library headers the toolkit lacks."""
         env = dict(plan.source.tailoring.env)
         for name, value in _NEUTRAL_ENV.items():
             if os.environ.get(name, value) != value:
@@ -272,9 +266,7 @@ class Fa3(Flavour):
         return spec
 
     def check(self, plan: Plan, tools: Tools, commands: Sequence) -> None:
-        """build.ninja compiles what the set says: exactly the planned units (the API unit of
-        the line's ABI among them), no left-out head dim, dtype or backward kernel, and every
-        kernel for sm_90a."""
+        """build.ninja compiles exactly the planned units, nothing left out, for sm_90a."""
         t = plan.source.tailoring
         wrong = []
         for c in commands:
@@ -345,8 +337,7 @@ class Fa3(Flavour):
     # ------------------------------------------------------------------------------- sdist
 
     def sdist_contents(self, settings) -> SdistSpec:
-        # fa-shim's version: which line, hence which upstream version, `auto` builds depends on
-        # the torch the wheel is built against
+        # fa-shim's version: the line `auto` builds depends on the torch
         pins = {"fa3-release": settings.fa3_release}
         return SdistSpec(__version__, pins, ("LICENSE", _releases.FA3_DIR.relative_to(CHECKOUT)))
 

@@ -51,8 +51,7 @@ def members(name: str, units: Sequence[str]) -> list[str]:
 
 def layout(units: Sequence[str], size: int) -> dict[str, list[str]]:
     """{unit compiled: the files it holds}, in the units' order: each head dim and dtype's
-    forward variants cut into balanced groups of at most `size`; every other unit (and a
-    head dim with one variant) as itself."""
+    forward variants in balanced groups of at most `size`, every other unit as itself."""
     keys: dict[tuple[str, str], list[str]] = {}
     for name in units:
         m = _MEMBER.fullmatch(name)
@@ -84,8 +83,7 @@ def best_size(
     jobs: int,
     memory: int,
 ) -> int:
-    """Variants per unit whose build, by the model (its memory plan included), ends first;
-    the smaller size where two tie, so a set with cores to spare keeps upstream's units."""
+    """Variants per unit whose modelled build ends first (the smaller where two tie)."""
 
     def end(size: int) -> float:
         names = list(layout(units, size))
@@ -110,8 +108,8 @@ def write(instantiations: Path, grouped: Mapping[str, Sequence[str]]) -> None:
 
 
 def replacing(grouped: Mapping[str, Sequence[str]]) -> dict[str, list[str]]:
-    """What upstream's source list becomes (the driver's split_sources): a group's first
-    member stands for the group, its others for nothing."""
+    """Upstream's source list's replacements: a group's first member for the group, the others
+    for nothing."""
     out: dict[str, list[str]] = {}
     for name, members in _only_groups(grouped):
         out[members[0]] = [name]

@@ -173,8 +173,7 @@ def locate(
     download: bool = False,
 ) -> Sources:
     """Both trees, each checked against its pin: an explicit tree > the checkout > the shared
-    directory > fa-shim's cache (cache_root: the cache-dir setting's directory) > when download
-    is true, GitHub's archive (download_url), cut to the tree and published in the cache."""
+    directory > fa-shim's cache under cache_root > a download, where allowed."""
     return Sources(
         release,
         _find(HOPPER, release, hopper, checkout, shared_dir, cache_root, download),
@@ -201,8 +200,7 @@ def _reason(exc: BaseException) -> str:
 
 
 def _fetch(url: str, out: IO[bytes], release: Fa3Release, kind: Kind) -> int:
-    """Stream url's body into out; the number of bytes. Network failures are the one error,
-    a failed write to out (a full disk) stays an OSError."""
+    """Stream url's body into out; its size. A failed write (a full disk) stays an OSError."""
     request = urllib.request.Request(url, headers={"User-Agent": "fa-shim"})
     try:  # build_opener: proxies from the environment (https_proxy, no_proxy), as pip
         response = urllib.request.build_opener().open(request, timeout=TIMEOUT)
@@ -228,9 +226,8 @@ def _fetch(url: str, out: IO[bytes], release: Fa3Release, kind: Kind) -> int:
 
 
 def _cut(archive: IO[bytes], out: IO[bytes], release: Fa3Release, kind: Kind) -> _Manifest:
-    """Write the tree's entries of a GitHub archive (one top directory, the whole repository)
-    to out as a .tar.gz under archive_top, as `git archive --prefix` makes it; the manifest of
-    what was written."""
+    """Write the tree's entries of a GitHub archive to out as `git archive --prefix` would (under
+    archive_top); the manifest of what was written."""
     top = archive_top(release, kind)
     manifest = _Manifest()
     with (
@@ -267,8 +264,7 @@ def _cut(archive: IO[bytes], out: IO[bytes], release: Fa3Release, kind: Kind) ->
 
 
 def _download(kind: Kind, release: Fa3Release, cache: Path) -> Tree:
-    """GitHub's archive streamed to an unnamed temporary file in the cache, the tree cut out
-    of it into a tarball beside its final name, pinned, then renamed into place."""
+    """GitHub's archive streamed to a temporary file, the tree cut out, pinned, then published."""
     url = download_url(release, kind)
     shown = _index.redact(url)
     target = cache / archive_name(release, kind)

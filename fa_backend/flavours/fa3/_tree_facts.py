@@ -1,6 +1,5 @@
-"""What FlashAttention-3's pinned hopper tree says of itself, read before anything is built:
-its files, `__version__`, the PKG-INFO its setup() would write (FA3 has no sdist), and whether
-its setup.py builds what the registry claims (a stable line's flash_api_stable.cpp)."""
+"""What FlashAttention-3's pinned hopper tree says of itself, read before anything is built: its
+`__version__`, its PKG-INFO, and whether its setup.py builds what the registry claims."""
 
 from __future__ import annotations
 
@@ -37,8 +36,7 @@ def upstream_version(init_py: str) -> str:
 
 
 def pkg_info(release: _releases.Fa3Release, python: str) -> str:
-    """FlashAttention-3 has no sdist, so no PKG-INFO: what hopper/setup.py's setup() says of
-    itself (name, its install_requires but torch, which core_metadata pins), written here."""
+    """The PKG-INFO hopper/setup.py's setup() would write (FA3 has no sdist), torch left out."""
     return (
         "Metadata-Version: 2.1\n"
         "Name: flash-attn-3\n"
@@ -55,8 +53,7 @@ def pkg_info(release: _releases.Fa3Release, python: str) -> str:
 
 
 def check_stable_claim(release: _releases.Fa3Release, setup_py: str) -> None:
-    """A stable line's setup.py builds flash_api_stable.cpp for the release's target: the
-    registry's claim, read off the pinned file before anything is built."""
+    """A stable line's setup.py builds flash_api_stable.cpp for the release's target."""
     targets = {_compile_commands.target_version(v) for v in _TARGET.findall(setup_py)}
     if _units.api_source(release) not in setup_py or targets != {release.torch_target}:
         raise FaShimError(

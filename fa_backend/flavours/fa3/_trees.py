@@ -112,8 +112,7 @@ def unsafe(path: Path, exc: _archives.UnsafeMember) -> FaShimError:
 
 
 def _tar_files(path: Path, kind: Kind) -> Iterator[tuple[str, Iterator[bytes]]]:
-    """The same for a .tar.gz with one top directory, streamed in archive order; every member
-    must be safe (sources/_archives), the tree's and the rest alike."""
+    """The same for a .tar.gz with one top directory, streamed; every member must be safe."""
     try:
         with tarfile.open(path, "r:gz") as tar:
             top = None
@@ -171,8 +170,7 @@ def pin_of(path: Path, kind: Kind) -> str:
 
 
 def tree_root(path: Path, kind: Kind) -> Path:
-    """A directory holding the tree (`hopper/` or `include/`), or holding one directory that
-    does (an extracted tarball)."""
+    """A directory holding the tree (`hopper/` or `include/`), or one directory that does."""
     if (path / kind.marker).is_dir():
         return path
     inner = [p for p in path.iterdir() if (p / kind.marker).is_dir()] if path.is_dir() else []
@@ -189,10 +187,8 @@ def tree_root(path: Path, kind: Kind) -> Path:
 
 
 def lay_out(trees: Iterable[Tree], dest: Path) -> Path:
-    """Copy both trees to dest as a flash-attention checkout has them (`hopper/`, `LICENSE`,
-    `csrc/cutlass/include`, `csrc/cutlass/LICENSE.txt`) and return dest/hopper. What is copied
-    is pinned again as it is written: a tree changed since `locate` is refused, not built.
-    dest must not exist: it is made here, so a failure removes only what this wrote."""
+    """Copy both trees to dest (made here) as a checkout has them and return dest/hopper; what
+    is copied is pinned again, so a tree changed since `locate` is refused, not built."""
     dest.mkdir(parents=True)
     try:
         for tree in trees:
