@@ -45,16 +45,12 @@ PART0_SECONDS = {"fwd_split": 26}
 PART0_OTHER_SECONDS = 20
 PART_OVERHEAD_SECONDS = 50
 # All five FLASHATTENTION_DISABLE_* switches: a source's time x 0.25 (whole sources on the H100,
-# 2026-11-25: 60-87 s with four switches against run3's 172-364 s, x 0.34; run3's 0.45 had been
-# taken from parts, which the switches shrink less); fewer switches are interpolated
-# geometrically (not measured).
+# 2026-11-25: 60-87 s with four against run3's 172-364 s); fewer: geometrically (not measured).
 DISABLE_ALL_FACTOR = 0.25
 N_SWITCHES = 5
-# With the switches on, a source's few remaining kernels share most of their instantiation, and a
-# part costs about what the whole source does (H100, 2026-11-25, the training set with 4
-# switches: each half of a source 61-86 s against 60-87 s whole; 4 parts: 1,828 s of units
-# against 487 s whole). A part's cost moves from the model above (no switch) to the whole
-# source's at PART_AS_WHOLE_SWITCHES switches, linearly in between (not measured there).
+# With the switches on, a part costs about what its whole source does (H100, 2026-11-25, 4
+# switches: each half 61-86 s against 60-87 s whole): a part's cost moves linearly from the model
+# above (no switch) to the whole source's at PART_AS_WHOLE_SWITCHES switches.
 PART_AS_WHOLE_SWITCHES = 4
 _KERNEL = re.compile(
     r"flash_(?P<kind>fwd_split|fwd|bwd)_hdim(?P<hdim>\d+)_(?:fp16|bf16)(?P<causal>_causal)?"

@@ -68,18 +68,11 @@ def tailoring(settings: Settings, version: str) -> Tailoring:
                 + ".",
             )
         return FULL
-    head_dims = (
-        _vocabulary.head_dims(settings.head_dims, space.head_dims)
-        if settings.head_dims
-        else space.head_dims
-    )
-    dtypes = (
-        _vocabulary.choose(
-            settings.dtypes, space.dtypes, _vocabulary.DTYPE_ALIASES, "dtypes", "bf16"
-        )
-        if settings.dtypes
-        else space.dtypes
-    )
+    # each chooser returns some of the known names for some asked, none for none: all of them
+    head_dims = _vocabulary.head_dims(settings.head_dims, space.head_dims) or space.head_dims
+    aliases = _vocabulary.DTYPE_ALIASES
+    dtypes = _vocabulary.choose(settings.dtypes, space.dtypes, aliases, "dtypes", "bf16")
+    dtypes = dtypes or space.dtypes
     disabled = _vocabulary.choose(
         settings.disable, space.switches, _SWITCH_ALIASES, "disable", "dropout"
     )

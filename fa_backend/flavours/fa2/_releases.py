@@ -158,10 +158,7 @@ def release(version: str) -> Release:
 def _load(directory: Path) -> Release:
     path = directory / RELEASE_FILE
     data = read_toml(path, GUIDE)
-    problems = []
-    for key in data:
-        if key not in _KEYS:
-            problems.append(f"unknown key {key!r}{key_hint(key, _KEYS)}")
+    problems = [f"unknown key {k!r}{key_hint(k, _KEYS)}" for k in data if k not in _KEYS]
     for key, (kind, meaning, required) in _KEYS.items():
         if key in data and not isinstance(data[key], kind):
             problems.append(f"{key} = {data[key]!r} is not {_TYPES[kind]}")

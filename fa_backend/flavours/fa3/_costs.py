@@ -48,12 +48,7 @@ FWD_SECONDS = 210  # a per-head-dim forward unit: the 16-way slice's middle (181
 PAIR_SECONDS = 255  # a head-dim pair unit: 22 measured at 16 jobs, 193-326 s (lease f)
 DIFF_SECONDS_PER_PAIR = 180  # v2.8.3's hdimdiff: 497 s for three pairs, 7 at once, + contention
 HDIMALL_SECONDS_PER_HDIM = 190  # hdimall: 955 s for five head dims (bf16)
-OTHER_SECONDS = {
-    "flash_api.cpp": 40,
-    "flash_api_stable.cpp": 20,
-    SCHEDULER: 35,
-    COMBINE: 60,
-}
+OTHER_SECONDS = {"flash_api.cpp": 40, "flash_api_stable.cpp": 20, SCHEDULER: 35, COMBINE: 60}
 DEFAULT_SECONDS = 60
 # a group of n forward variants: the first as one unit, each other this share of it (groups of
 # five 1.8-2.3 x one, lease j), and this much more memory each (0.15-0.47 GiB in lease j)

@@ -82,14 +82,10 @@ def _disabled(values: tuple[str, ...], known: tuple[str, ...]) -> tuple[str, ...
 def tailoring(settings: Settings, known: tuple[str, ...]) -> Fa3Tailoring:
     """The set the settings ask for, as the environment of upstream's switches `known`."""
     head_dims = tuple(m.group(1) for s in known if (m := _HDIM.fullmatch(s)))
-    chosen = (
-        _vocabulary.head_dims(settings.head_dims, head_dims) if settings.head_dims else head_dims
-    )
-    dtypes = (
-        _vocabulary.choose(settings.dtypes, DTYPES, _vocabulary.DTYPE_ALIASES, "dtypes", "bf16")
-        if settings.dtypes
-        else DTYPES
-    )
+    # none asked: all of them
+    chosen = _vocabulary.head_dims(settings.head_dims, head_dims) or head_dims
+    aliases = _vocabulary.DTYPE_ALIASES
+    dtypes = _vocabulary.choose(settings.dtypes, DTYPES, aliases, "dtypes", "bf16") or DTYPES
     if "bf16" not in dtypes:
         raise FaShimError(
             f"dtypes has {', '.join(dtypes)} without bf16: FlashAttention-3 always compiles its "
