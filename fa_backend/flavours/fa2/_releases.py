@@ -113,11 +113,7 @@ _KEYS = {
     "sdist": (str, "upstream's file name, e.g. flash_attn-2.8.3.tar.gz", True),
     "sha256": (str, "the sdist's sha256 as PyPI publishes it, 64 hex digits", True),
     "archs": (str, "one of " + ", ".join(ARCH_MECHANISMS), True),
-    "kernel-space": (
-        str,
-        "optional, one of " + ", ".join(KERNEL_SPACES) + ": tailored sets",
-        False,
-    ),
+    "kernel-space": (str, f"optional, one of {', '.join(KERNEL_SPACES)}: tailored sets", False),
     "tu-parts": (bool, "optional, true or false: kernel sources compiled in parts", False),
     "patches": (list, f"optional, the files in vendored_patches/{PATCH_DIR}/ it applies", False),
     "unit-table": (

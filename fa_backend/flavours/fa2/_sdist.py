@@ -106,10 +106,10 @@ def locate(settings: Settings) -> Sdist:
                 fix="pass -C flash-attn-version=<its version> too, or the right file.",
             )
         path, origin = settings.sdist, "setting sdist"
-    elif settings.sdist_dir and _in_dir(settings.sdist_dir, version):
-        path, origin = _in_dir(settings.sdist_dir, version), f"sdist-dir {settings.sdist_dir}"
-    elif _in_dir(cache, version):
-        path, origin = _in_dir(cache, version), "fa-shim cache"
+    elif settings.sdist_dir and (path := _in_dir(settings.sdist_dir, version)):
+        origin = f"sdist-dir {settings.sdist_dir}"
+    elif path := _in_dir(cache, version):
+        origin = "fa-shim cache"
     elif settings.offline:
         where = f"{settings.sdist_dir} or " if settings.sdist_dir else ""
         raise NotLocal(
