@@ -23,7 +23,6 @@ from ...sources import _archives, _index
 from ._releases import Fa3Release
 from ._trees import (
     BLOCK,
-    BROKEN,
     CUTLASS,
     HOPPER,
     Kind,
@@ -281,7 +280,7 @@ def _download(kind: Kind, release: Fa3Release, cache: Path) -> Tree:
                 except _archives.UnsafeMember as exc:
                     why = f"it holds an unsafe archive member {exc.name} ({exc.why})"
                     raise _download_failed(release, kind, url, why) from None
-                except BROKEN as exc:
+                except _archives.BROKEN as exc:
                     why = f"it is not a readable .tar.gz ({exc or type(exc).__name__})"
                     raise _download_failed(release, kind, url, why) from None
                 got, want = manifest.pin(), expected_pin(release, kind)

@@ -94,14 +94,11 @@ def _unreadable(path: Path, kind: Kind, exc: BaseException) -> FaShimError:
     )
 
 
-BROKEN = _archives.BROKEN
-
-
 def _blocks(f: IO[bytes], path: Path, kind: Kind) -> Iterator[bytes]:
     """A member's bytes; a truncated or corrupt archive fails here, while it is read."""
     try:
         yield from iter(lambda: f.read(BLOCK), b"")
-    except BROKEN as exc:
+    except _archives.BROKEN as exc:
         raise _unreadable(path, kind, exc) from None
 
 
@@ -126,7 +123,7 @@ def _tar_files(path: Path, kind: Kind) -> Iterator[tuple[str, Iterator[bytes]]]:
                 yield "/".join(parts[1:]), _blocks(f, path, kind)
     except _archives.UnsafeMember as exc:
         raise unsafe(path, exc) from None
-    except BROKEN as exc:
+    except _archives.BROKEN as exc:
         raise _unreadable(path, kind, exc) from None
 
 
