@@ -1,14 +1,10 @@
 """Which GPU architectures to compile: the fewest that cover the GPUs the wheel is for.
 
-Each architecture multiplies the compile time of every kernel. The default is the visible GPUs
-(a wheel built on the machine that runs it), else TORCH_CUDA_ARCH_LIST, else torch's own list,
-else upstream's; the cuda-archs setting overrides all of them. flash-attn 2.8.x's setup.py only
-knows FLASH_ATTN_CUDA_ARCHS entries 80, 90, 100 and 120 and silently drops others (an 8.6 GPU
-would get a build with no kernels at all), so other GPUs are mapped onto the architecture whose
-code they run: sm_80 code runs on 8.6/8.7/8.9, sm_100 on 10.3, sm_120 on 12.1 (CUDA binary
-compatibility within a major). After torch has written build.ninja, `check_gencodes` verifies
-that every nvcc command compiles exactly the chosen architectures. How each release's setup.py
-takes its architectures is a Mechanism (below), which each flavour's release registry names.
+Each architecture multiplies the compile time of every kernel. An upstream setup.py knows only
+some (2.8.x: 80, 90, 100, 120) and silently drops others, so other GPUs are mapped onto the
+architecture whose code they run (sm_80 code runs on 8.6: binary compatibility within a major).
+`check_gencodes` verifies build.ninja against the choice. A release's Mechanism says how its
+setup.py takes them.
 """
 
 from __future__ import annotations
@@ -113,11 +109,7 @@ def select_archs(
     setting_source: str = "setting cuda-archs",
 ) -> Selection:
     """Pick the architectures: setting > visible GPUs > TORCH_CUDA_ARCH_LIST > torch > upstream.
-
-    An explicit setting is taken literally: an architecture flash-attn or this nvcc cannot build
-    is an error. Derived lists are filtered (a container's TORCH_CUDA_ARCH_LIST often lists 7.x),
-    and only an empty result is an error.
-    """
+    A setting is literal (what cannot be built is an error); derived lists are filtered."""
     supported = {_base(a) for a in nvcc_supported}
     if setting:
         candidates, source, strict = list(setting), setting_source, True
@@ -171,11 +163,8 @@ def select_archs(
 
 
 def upstream_targets(archs: Sequence[str], mech: Mechanism) -> tuple[list[str], list[str]]:
-    """Map the wanted architectures onto what upstream's setup.py can compile.
-
-    An arch upstream knows is compiled as is; another runs the code of the highest known arch
-    of its major at or below it (sm_80 code runs on 8.6). Returns (targets, notes).
-    """
+    """(targets, notes): each arch as upstream knows it, else the highest known one of its major
+    at or below it (sm_80 code runs on 8.6)."""
     targets, notes, impossible = [], [], []
     for arch in archs:
         base = _base(arch)
@@ -334,6 +323,6 @@ def resolve(
         if selection.dropped:
             # a visible GPU the wheel will not run on deserves a warning; torch's own list
             # always names pre-Ampere archs, which is no news
-            say = _log.warn if selection.source == "the visible GPUs" else _log.info
+            say = _log.warn if selection.source == FROM_GPUS else _log.info
             say(f"left out {', '.join(selection.dropped)} (older than 8.0 or unknown to nvcc)")
     return choice

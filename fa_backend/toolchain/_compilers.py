@@ -48,13 +48,20 @@ class Nvcc:
         return f"{self.path} (CUDA {self.version or 'unknown'}, from {self.origin})"
 
 
-@functools.cache
-def _banner(path: Path) -> str:
-    """`nvcc --version`'s output ('' when it does not run): one run answers both questions."""
+def _output(argv: list[str], timeout: float = 60, stderr: bool = False) -> str:
+    """What a tool prints ('' when it does not run or hangs), run in a process group of its own
+    that is killed whole if the build is stopped meanwhile."""
     try:
-        return _subprocess.completed([str(path), "--version"], timeout=60).stdout
+        proc = _subprocess.completed(argv, timeout=timeout)
     except (OSError, subprocess.TimeoutExpired):
         return ""
+    return proc.stderr if stderr else proc.stdout
+
+
+@functools.cache
+def _banner(path: Path) -> str:
+    """`nvcc --version`'s output: one run answers both questions."""
+    return _output([str(path), "--version"])
 
 
 def nvcc_version(path: Path) -> Version | None:
@@ -76,24 +83,15 @@ def nvcc_takes_random_seed(path: Path) -> bool:
     """Whether this nvcc has --frandom-seed (13.0 has; asked, not assumed): without it,
     cudafe++ names a unit's internal-linkage device entities after a random number
     (`_INTERNAL_..._<pid>`), so two compiles of one file differ."""
-    try:
-        out = _subprocess.completed([str(path), "--help"], timeout=60).stdout
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-    return "--frandom-seed" in out
+    return "--frandom-seed" in _output([str(path), "--help"])
 
 
 @functools.cache
 def nvcc_home(path: Path) -> Path:
     """The toolkit root as nvcc itself sees it (TOP in its dry run): right for symlinks and for
     wrapper scripts such as `exec /usr/local/cuda-13.0/bin/nvcc "$@"` in /usr/local/bin."""
-    try:
-        out = _subprocess.completed(
-            [str(path), "--dryrun", "-E", "-x", "cu", os.devnull], timeout=60
-        ).stderr
-        match = re.search(r"^#\$ TOP=(.+)$", out, re.MULTILINE)
-    except (OSError, subprocess.TimeoutExpired):
-        match = None
+    out = _output([str(path), "--dryrun", "-E", "-x", "cu", os.devnull], stderr=True)
+    match = re.search(r"^#\$ TOP=(.+)$", out, re.MULTILINE)
     if match:
         return Path(match.group(1).strip()).resolve()
     return Path(os.path.realpath(path)).parent.parent
@@ -103,8 +101,7 @@ _NAMED_BY = ("CUDA_HOME", "CUDA_PATH")  # variables that name an nvcc as binding
 
 
 def nvcc_candidates(explicit: Path | None = None) -> list[tuple[str, str]]:
-    """(path, where it comes from) of every place an nvcc is looked for, in the order torch's
-    cpp_extension would consider them; the paths need not exist."""
+    """(path, origin) of every place an nvcc is looked for, in torch's order; they may not exist."""
     candidates: list[tuple[str, str]] = []
     if explicit:
         candidates.append((str(explicit), "setting nvcc"))
@@ -155,17 +152,15 @@ def choose_nvcc(torch: TorchInfo, explicit: Path | None) -> Nvcc:
     # An nvcc the user named (setting nvcc, CUDA_HOME, CUDA_PATH) is binding: we never silently
     # swap it. One merely found on PATH or under /usr/local is skipped if its major is wrong.
     named = [c for c in nvcc_candidates(explicit) if c[1] in ("setting nvcc", *_NAMED_BY)]
-    for path, origin in named[:1]:
-        chosen = [n for n in found if n.origin == origin]
-        if not chosen:
+    candidates = found
+    if named:
+        path, origin = named[0]
+        candidates = [n for n in found if n.origin == origin]
+        if not candidates:
             raise FaShimError(
                 f"{origin} names {path}, which does not exist or is not executable.",
                 fix=f"point {origin} at a CUDA {torch.cuda_major}.x toolkit.",
             )
-        candidates = chosen
-        break
-    else:
-        candidates = found
     if not found:
         raise FaShimError(
             "nvcc not found (looked at CUDA_HOME, CUDA_PATH, PATH, /usr/local/cuda*).",
@@ -196,10 +191,8 @@ def choose_nvcc(torch: TorchInfo, explicit: Path | None) -> Nvcc:
 
 
 def fit(nvcc: Nvcc, torch: TorchInfo) -> str:
-    """Why a chosen nvcc suits torch, for the log. Only the CUDA major is binding: torch's
-    cpp_extension refuses an nvcc of another major and merely warns about another minor
-    (_check_cuda_version), and a minor mismatch builds (nvcc 12.4 against torch's 12.8:
-    tests/e2e/test_cuda12_builds.py)."""
+    """Why a chosen nvcc suits torch, for the log. Only the CUDA major is binding: torch refuses
+    another major and warns about another minor, which builds (tests/e2e/test_cuda12_builds.py)."""
     ours = f"{nvcc.version.major}.{nvcc.version.minor}" if nvcc.version else "unknown"
     theirs = Version(torch.cuda)
     if ours == f"{theirs.major}.{theirs.minor}":
@@ -213,15 +206,10 @@ def fit(nvcc: Nvcc, torch: TorchInfo) -> str:
 
 
 def host_compiler() -> dict[str, str]:
-    """The C++ compiler setuptools/torch will call (CXX, else c++), the program it names and
-    its version line."""
+    """The C++ compiler torch will call (CXX, else c++), the program it names, its version."""
     cxx = os.environ.get("CXX", "c++")
     exe = shutil.which(cxx.split()[0]) or cxx
-    try:
-        # in a group of its own, killed whole if the build is stopped meanwhile
-        out = _subprocess.completed([exe, "--version"], timeout=30).stdout
-    except (OSError, subprocess.TimeoutExpired):  # a hung compiler: the preflight names it
-        out = ""
+    out = _output([exe, "--version"], timeout=30)  # a hung compiler: the preflight names it
     return {"command": cxx, "path": exe, "version": out.splitlines()[0] if out else "unknown"}
 
 
@@ -264,9 +252,8 @@ def compiler_abi(cxx: str, std: str | None = None) -> tuple[int | None, str]:
 
 
 def host_compiler_problems() -> list[FaShimError]:
-    """CXX (else c++) and CC, as setuptools and torch will call them: each must preprocess
-    <string> (doctor's check, and the build's before upstream's setup.py runs: a broken one
-    otherwise fails deep in upstream's traceback, never named)."""
+    """CXX (else c++) and CC must each preprocess <string>: a broken one otherwise fails deep in
+    upstream's traceback, never named (doctor's check, and the build's before setup.py runs)."""
     problems = []
     for variable, command in (("CXX", os.environ.get("CXX", "c++")), ("CC", os.environ.get("CC"))):
         if command is None:
@@ -287,20 +274,12 @@ def host_compiler_problems() -> list[FaShimError]:
 
 
 def ninja_version(ninja: str | None) -> str | None:
-    if not ninja:
-        return None
-    try:
-        out = subprocess.run([ninja, "--version"], capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return out.stdout.strip() or None
+    return (_output([ninja, "--version"], timeout=30).strip() or None) if ninja else None
 
 
 def ninja_problem(path: str, scripts: str | None = None) -> FaShimError | None:
-    """ninja as torch's extension build looks for it (`ninja --version` on the build's PATH):
-    without it torch compiles one source at a time, and fa-shim cannot read build.ninja. Tells
-    "not installed" from "installed beside this interpreter but not on PATH" (a venv not
-    activated)."""
+    """ninja as torch's build looks for it (`ninja --version` on PATH): tells "not installed" from
+    "installed beside this interpreter but not on PATH" (a venv not activated)."""
     found = shutil.which("ninja", path=path)
     if found and ninja_version(found):
         return None

@@ -1,14 +1,10 @@
 """Which nvcc a build uses, the machine's or one provisioned from the package index
 (docs/guides/cuda-toolkit.md).
 
-Setting `cuda-toolkit`: `auto` uses a system nvcc that fits torch (the rules of
-_compilers.choose_nvcc) and provisions one only when none does; `system` never provisions;
-`index` always does. Provisioning installs NVIDIA's compiler wheels (COMPONENTS: the `nvcc` and
-`cccl` extras of `cuda-toolkit`) for torch's CUDA major.minor, each checked against the sha256
-the user's index lists, into <cache-dir>/toolkits/<major.minor>/, assembled beside its final
-name under a lock and renamed into place only once its nvcc reports the right version. CUDA 12
-has no compiler on the index (`nvidia-cuda-nvcc-cu12` carries no bin/nvcc): the error names the
-toolkit to install.
+Setting `cuda-toolkit`: `auto` provisions only when no system nvcc fits torch, `system` never,
+`index` always. Provisioning installs NVIDIA's compiler wheels (COMPONENTS), each checked against
+its index sha256, into <cache-dir>/toolkits/<major.minor>/, assembled under a lock and renamed
+into place once its nvcc reports the right version. CUDA 12 has no nvcc on the index.
 """
 
 from __future__ import annotations
@@ -104,15 +100,13 @@ def _no_compiler_on_index(torch: TorchInfo, found: str = "") -> FaShimError:
 
 
 def _named(settings) -> bool:
-    """An nvcc the user named (setting nvcc, CUDA_HOME, CUDA_PATH) is binding: auto never
-    replaces it with a provisioned one (_compilers.choose_nvcc's rule)."""
+    """An nvcc the user named (setting nvcc, CUDA_HOME, CUDA_PATH): auto never replaces it."""
     return bool(settings.nvcc or os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH"))
 
 
 @dataclasses.dataclass(frozen=True)
 class Decision:
-    """What a build would use: a system nvcc, or the toolkit provisioned (or to provision)
-    for `cuda`; `error` when neither is possible."""
+    """A system nvcc, or the CUDA release to provision (or reuse); `error` when neither works."""
 
     nvcc: _compilers.Nvcc | None = None
     provision: str | None = None  # the CUDA major.minor to provision (or reuse)
@@ -122,12 +116,8 @@ class Decision:
 def decide(torch: TorchInfo, settings) -> Decision:
     """The choice, made without downloading anything (doctor asks this too)."""
     how = mode(settings.cuda_toolkit)
-    if not torch.cuda:
-        try:
-            _compilers.choose_nvcc(torch, settings.nvcc)  # its CPU-torch error
-        except FaShimError as exc:
-            return Decision(error=exc)
-    if how == "system" or (how == "auto" and _named(settings)):
+    # a CPU torch: choose_nvcc's error
+    if not torch.cuda or how == "system" or (how == "auto" and _named(settings)):
         try:
             return Decision(nvcc=_compilers.choose_nvcc(torch, settings.nvcc))
         except FaShimError as exc:

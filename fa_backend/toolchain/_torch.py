@@ -1,11 +1,9 @@
 """What torch will the build compile against? Asked in a child interpreter, answered as JSON: the
-backend never imports torch (under pip's build isolation it is hidden, and a probe keeps the
-hooks fast).
+backend never imports torch (pip's build isolation hides it, and a probe keeps the hooks fast).
 
 Where the torch comes from, in order: the `torch-python` setting's interpreter; the one running
-the build, as it sees itself; the same interpreter with `-E`, which drops pip's isolation
-overlay (PYTHONPATH) and sees the environment the wheel will be installed into. A frontend
-that builds in a separate virtual environment leaves no way to find it: the build stops and
+the build; the same with `-E`, past pip's isolation overlay (PYTHONPATH), which sees the
+environment the wheel goes into. A frontend's separate build venv hides it: the build stops and
 says how to proceed (docs/guides/frontends.md).
 """
 
@@ -91,14 +89,11 @@ class TorchInfo:
     package_dir: str
     cxx_std: str
     python: str
-    # How it was found, for the log and error messages ("the build environment", ...).
-    found_by: str = "the build environment"
-    # The target interpreter's import path beyond the standard library (site-packages, .pth
-    # entries), in its order: what the upstream build needs to import torch and its dependencies
-    # when it runs in a frontend's build environment.
+    found_by: str = "the build environment"  # how it was found, for the log and errors
+    # the target interpreter's import path beyond the standard library, in its order: what the
+    # upstream build needs to import torch when it runs in a frontend's build environment
     search_path: tuple[str, ...] = ()
-    # The CUDA architectures this torch was compiled for (`sm_90`, `compute_90`...): the
-    # fallback arch selection on a machine without a GPU.
+    # what this torch was compiled for (`sm_90`...): the arch fallback on a machine without a GPU
     arch_list: tuple[str, ...] = ()
     # torch's cpp_extension's -DPy_LIMITED_API for a py_limited_api extension (0x030A0000 since
     # torch 2.10): added after the extension's own, so it is the one the module is compiled with
@@ -156,13 +151,9 @@ def _run_probe(python: str, flags: list[str], *args: str) -> dict:
 
 
 def _cached_probe(python: str, flags: list[str], cache_dir: Path | None) -> dict:
-    """The probe's answer, importing torch only when this torch was not probed before.
-
-    Importing torch costs seconds, twice per pip install (metadata, then wheel): too much for a
-    wheel-cache hit. The torch facts are kept under a key of the interpreter, the torch files'
-    identity (a reinstall rewrites them) and the environment the answer depends on; the
-    interpreter's own facts (its import path) are always asked afresh.
-    """
+    """The probe's answer, importing torch (seconds, twice per pip install) only when this torch
+    was not probed before: its facts are kept under a key of the interpreter, the torch files'
+    identity and the environment; the interpreter's own facts are always asked afresh."""
     where = _run_probe(python, flags, "locate") if cache_dir else {}
     init = where.get("torch_init")
     try:
