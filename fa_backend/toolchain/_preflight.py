@@ -1,11 +1,8 @@
 """Toolchain preflight: before any kernel compiles, compile a tiny probe with the build's exact
-command lines (the cxx and the nvcc command torch wrote into build.ninja, only the source and
-object swapped) and read the objects: std::string must be mangled in torch's ABI and
-`__cplusplus` must be the standard fa-shim injected. A wrapper or flag variable that appends its
-own `-D_GLIBCXX_USE_CXX11_ABI=0` or `-std=` is refused in seconds, not after an hour of kernels.
-The cxx probe is also linked as the module will be (the same compiler, `-shared`, LDFLAGS): a
-compiler that links libstdc++ statically (one whose installation has only libstdc++.a) puts a
-second C++ runtime into the module, which crashes the process on its first error message.
+cxx and nvcc command lines (source and object swapped) and read the objects: std::string must be
+mangled in torch's ABI and `__cplusplus` must be the standard fa-shim injected, so a wrapper that
+appends its own flags is refused in seconds, not after an hour of kernels. The cxx probe is also
+linked as the module will be: a libstdc++ linked statically crashes the process at its first error.
 """
 
 from __future__ import annotations
@@ -129,8 +126,7 @@ def probe(command: Command, cwd: Path, work: Path, env: dict | None = None) -> d
 
 def runtime_copy(compiler: str, obj: Path, cwd: Path, env: dict | None) -> list[str]:
     """The C++ runtime symbols a shared object linked from obj by `compiler` defines itself
-    (empty: it uses the shared libstdc++, as a module next to torch must). A link that fails
-    says nothing here: the build's own link will report it."""
+    (empty: it uses the shared libstdc++; a failed link too, the build's own reports it)."""
     linked = obj.with_suffix(".so")
     flags = shlex.split((env if env is not None else os.environ).get("LDFLAGS", ""))
     proc = _run([compiler, "-shared", str(obj), "-o", str(linked), *flags], cwd, env)
@@ -170,7 +166,7 @@ def _other_compilers(forcing: str) -> Iterator[str]:
             yield path
 
 
-def _alternative(result: dict, cwd: Path, work: Path, forcing: str) -> str | None:
+def _alternative(result: dict, cwd: Path, forcing: str) -> str | None:
     """Another C++ compiler on PATH that passes the same probe here, to propose by name."""
     if result["kind"] != "cxx":
         return None
@@ -185,7 +181,7 @@ def _alternative(result: dict, cwd: Path, work: Path, forcing: str) -> str | Non
     return None
 
 
-def refusal(result: dict, found: list[str], cwd: Path, work: Path) -> FaShimError:
+def refusal(result: dict, found: list[str], cwd: Path) -> FaShimError:
     compiler = result["compiler"]
     who = (
         f"the host compiler `{compiler}` (CXX)"
@@ -197,7 +193,7 @@ def refusal(result: dict, found: list[str], cwd: Path, work: Path) -> FaShimErro
         for v in FLAG_VARIABLES
         if re.search(r"_GLIBCXX_USE_CXX11_ABI|-std=", os.environ.get(v, ""))
     ]
-    other = _alternative(result, cwd, work, compiler.split()[0])
+    other = _alternative(result, cwd, compiler.split()[0])
     if variables:
         way_out = f"remove the flag from {', '.join(variables)}"
     elif other:
@@ -221,40 +217,36 @@ def check(
 ) -> list[dict]:
     """Probe one cxx and one nvcc command of the build; raise on a compiler that overrides.
     `stats`: the launcher's record of compiled TUs, from which the probes are taken out again."""
+    results = []
+    env = {**(env if env is not None else os.environ), PROBE_ENV: "1"}  # past any compiler cache
     try:
-        return _check(commands, cwd, env)
+        with _scratch.directory("preflight") as work:
+            for kind in ("cxx", "nvcc"):
+                command = next((c for c in commands if c.kind == kind), None)
+                if command is None:
+                    continue
+                result = probe(command, cwd, work, env)
+                results.append(result)
+                if result["error"]:
+                    full = _failures.no_space_in(result["error"])  # the disk, not the compiler
+                    if full:
+                        raise full
+                    raise FaShimError(
+                        f"the build's {kind} command line cannot compile a probe of five lines "
+                        f"with `{result['compiler']}`; no kernel would compile either.",
+                        details=result["error"],
+                        fix="make that compiler work (its message is above); nothing was compiled.",
+                    )
+                if result.get("runtime_copy"):
+                    raise static_runtime(result, cwd, env)
+                found = problems(result)
+                if found:
+                    raise refusal(result, found, cwd)
     finally:
         for record in (stats, started_file(stats)) if stats is not None else ():
             if record.is_file():  # the probes are no translation units of the build
                 kept = [line for line in record.read_text().splitlines(True) if NAME not in line]
                 record.write_text("".join(kept))
-
-
-def _check(commands: list[Command], cwd: Path, env: dict | None) -> list[dict]:
-    results = []
-    env = {**(env if env is not None else os.environ), PROBE_ENV: "1"}  # past any compiler cache
-    with _scratch.directory("preflight") as work:
-        for kind in ("cxx", "nvcc"):
-            command = next((c for c in commands if c.kind == kind), None)
-            if command is None:
-                continue
-            result = probe(command, cwd, work, env)
-            results.append(result)
-            if result["error"]:
-                full = _failures.no_space_in(result["error"])  # the disk, not the compiler
-                if full:
-                    raise full
-                raise FaShimError(
-                    f"the build's {kind} command line cannot compile a probe of five lines "
-                    f"with `{result['compiler']}`; no kernel would compile either.",
-                    details=result["error"],
-                    fix="make that compiler work (its message is above); nothing was compiled.",
-                )
-            if result.get("runtime_copy"):
-                raise static_runtime(result, cwd, env)
-            found = problems(result)
-            if found:
-                raise refusal(result, found, cwd, work)
     return results
 
 

@@ -1,10 +1,8 @@
 """Under --no-build-isolation nobody installs [build-system] requires: check them ourselves, so
 a missing one is one readable error instead of an ImportError deep in a child process.
 
-The fix it prints must not break what is installed: `pip install 'setuptools>=70'` takes the
-newest setuptools, which torch 2.11 refuses (it requires setuptools<82), and pip only warns
-about that afterwards. So each requirement of the fix carries the specifiers that installed
-distributions (torch first of all) put on the same package, read from their metadata.
+The fix must not break what is installed (`pip install 'setuptools>=70'` takes one torch 2.11
+refuses), so each of its requirements carries the specifiers installed distributions put on it.
 """
 
 from __future__ import annotations
@@ -47,19 +45,14 @@ def _unmet(pyproject: Path) -> list[tuple[Requirement, str | None]]:
     return problems
 
 
-def _describe(pairs: list[tuple[Requirement, str | None]]) -> list[str]:
-    return [f"{r} (found {found})" if found else str(r) for r, found in pairs]
-
-
 def unmet(pyproject: Path = PYPROJECT) -> list[str]:
     """What the build would refuse to start without (the doctor asks the same function)."""
-    return _describe(_unmet(pyproject))
+    return [f"{r} (found {found})" if found else str(r) for r, found in _unmet(pyproject)]
 
 
 def installed_constraints(name: str) -> list[tuple[str, SpecifierSet]]:
-    """(who, specifier) for every installed distribution that requires `name` with a version
-    constraint, e.g. ("torch 2.11.0", <82) for setuptools. Only this interpreter's environment is
-    read: with setting torch-python, that torch lives elsewhere and does not constrain it."""
+    """(who, specifier) for every distribution installed here that constrains `name`'s version,
+    e.g. ("torch 2.11.0", <82) for setuptools (a torch-python's torch lives elsewhere)."""
     wanted = canonicalize_name(name)
     found = []
     seen = set()
@@ -96,7 +89,7 @@ def fix_requirement(requirement: Requirement) -> tuple[str, list[str]]:
 def check(pyproject: Path = PYPROJECT) -> None:
     pairs = _unmet(pyproject)
     if pairs:
-        problems = _describe(pairs)
+        problems = unmet(pyproject)
         fixes = [fix_requirement(r) for r, _ in pairs]
         quoted = " ".join(f"'{text}'" for text, _ in fixes)
         respected = [w for _, why in fixes for w in why]
