@@ -1,13 +1,9 @@
 """Compile jobs planned from each unit's own expected peak memory: ninja pools cap the heavy
 units, so that they never run in a number that cannot fit, while light ones fill the cores.
 
-One memory figure per unit either wastes the cores (FA3 v2.8.3's full set: 5 jobs, for its
-22 GiB aggregates) or risks the OOM killer. Units fall into memory classes (their peak rounded
-up to a GiB); a plan is the number of jobs and, per class, how many of its units may run at once
-(a ninja pool). A plan fits when the most memory any moment of it can hold -- each class's
-heaviest units up to its depth, heaviest first, as many as there are jobs -- stays within the
-memory. Depths grow one step at a time where the simulated build (schedule/_schedule) ends
-soonest, while the plan fits; the plan whose build ends first wins, the one-figure plan included.
+Units fall into memory classes (peak rounded up to a GiB); a plan is the number of jobs and, per
+class, how many may run at once (a pool's depth). Depths grow a step at a time where the
+simulated build ends soonest, while the worst moment fits; the plan that ends first wins.
 """
 
 from __future__ import annotations
@@ -58,8 +54,8 @@ def classes(peaks: Mapping[str, int]) -> dict[int, frozenset[str]]:
 
 
 def worst_case(peaks: Mapping[str, int], pools: Pools) -> int:
-    """The most memory the plan can hold at once: per class its heaviest units up to its depth
-    (all of a class no pool caps), of those the heaviest as many as there are jobs."""
+    """The most memory the plan can hold at once: the heaviest `jobs` of each class's heaviest
+    units up to its depth (all of an uncapped class)."""
     capped = {name: c for c in pools.capped for name in c.units}
     allowed: list[int] = []
     for c in pools.capped:
@@ -83,9 +79,8 @@ def _pools(jobs: int, groups: Mapping[int, frozenset[str]], depths: Mapping[int,
 def plan(
     peaks: Mapping[str, int], jobs: int, memory: int, seconds: Mapping[str, float] | None = None
 ) -> Pools:
-    """The plan of at most `jobs` jobs that fits `memory` and, by the simulated build, ends
-    first (seconds: each unit's expected time; equal times without them): the most jobs with
-    no pool that fit, or pools over the memory classes, whichever ends first."""
+    """The plan of at most `jobs` jobs that fits `memory` and ends first by the simulated build
+    (seconds: each unit's expected time, else equal): no pool, or pools over the classes."""
     if not peaks:
         return Pools(max(1, jobs))
     times = dict(seconds or dict.fromkeys(peaks, 1.0))
@@ -96,10 +91,9 @@ def plan(
     )
     if free is not None and free.jobs == top:
         return free  # every unit may run with every other: no pool
-    # grown greedily, pools over more slots can end later than over fewer (the light classes
-    # take the memory the heavy ones needed: the full FA3 set in groups of five on 16 cores
-    # ended at 2,871 s grown over 16 slots, 2,409 s over 14), so every count above the free
-    # plan's is grown and simulated
+    # grown greedily, pools over more slots can end later than over fewer (the full FA3 set on
+    # 16 cores: 2,871 s over 16 slots, 2,409 s over 14), so every count above the free plan's is
+    # grown and simulated
     candidates = [free] if free else []
     for slots in range(free.jobs + 1 if free else 1, top + 1):
         pooled = _grown(peaks, slots, memory, order, times)
@@ -138,9 +132,8 @@ def _grown(
 
 
 def lower(peaks: Mapping[str, int], pools: Pools) -> Pools | None:
-    """After an out-of-memory kill: the heaviest class that runs more than one unit at once
-    runs half as many, the jobs kept; once every class runs one at a time, half the jobs.
-    None: one job already."""
+    """After an out-of-memory kill: the heaviest class running several at once runs half as many;
+    once every class runs one at a time, half the jobs. None: one job already."""
     capped = {c.gib: c for c in pools.capped}
     for gib, units in classes(peaks).items():
         running = capped[gib].depth if gib in capped else min(len(units), pools.jobs)

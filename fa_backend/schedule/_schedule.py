@@ -1,12 +1,9 @@
 """How long compiling a set of sources takes on a machine: list scheduling of per-source costs.
 
-A source's cost is what one core takes to compile it for one architecture (each flavour's
-cost model says it, from measured builds). The build's time is the schedule of those costs on
-its compile jobs (heaviest first, as fa-shim orders build.ninja), scaled by the architectures
-(every arch repeats a source's device code; nvcc threads compile them side by side) and by cores
-(jobs x threads beyond the cores share them), plus a fixed overhead. The same model gives the
-ETA while compiling (`remaining`): work still running counts with what it has left, and the
-costs are rescaled by how fast this build's finished sources really were.
+A source's cost is one core's time for one architecture (each flavour's cost model, measured),
+scaled by the architectures, nvcc threads and cores and scheduled on the compile jobs, plus a
+fixed overhead. The same model gives the ETA while compiling (`remaining`), rescaled by how
+fast this build's finished sources really were.
 """
 
 from __future__ import annotations
@@ -76,13 +73,9 @@ def remaining(
     cost: Cost,
 ) -> float:
     """Seconds until the last source is compiled: `running` are (name, seconds so far),
-    `finished` (name, seconds it took). The model's times are scaled by what this build's
-    finished sources took against them (measured / modelled, each source's ratio):
-    - a pending source, or one running short of its scaled time, by their median. The median,
-      not the ratio of the sums: a source a compiler cache answers in a second, or one the
-      model misjudges, moves a sum (and the whole ETA) but not the median;
-    - a source running past that is one of the slow ones: by the median of the finished
-      sources that were slower than it has been so far, or, where none was, a tenth more."""
+    `finished` (name, seconds it took). Model times are scaled by the median of the finished
+    sources' measured/modelled ratios (a cached or misjudged source moves a sum, not a median);
+    one running past that by the median of those slower than it so far, else a tenth more."""
 
     def model(name: str) -> float:
         return max(machine.scale(cost(name)), 1e-9)  # a zero cost divides nothing
@@ -113,8 +106,7 @@ def time_range(seconds: float) -> str:
 
 
 def uniform(name: str) -> float:
-    """Every source alike: where a flavour has no cost model, the ETA comes from the rate of
-    the sources already compiled."""
+    """Every source alike: without a cost model the ETA comes from the sources compiled."""
     return 1.0
 
 
@@ -186,12 +178,9 @@ def best_order(
     depths: Mapping[str, int] | None = None,
 ) -> list[str]:
     """The order to start the units in: longest first, then improved by swapping pairs where
-    that shortens the mean makespan over a few spreads of the times (+-10 %, fixed seeds).
-
-    List scheduling longest first leaves cores idle at the end when units are long against the
-    build (FA2's full set: 7.5 % over max(longest, sum/cores) on run3's times); the search
-    finds orders about 1-2 % over it that hold up when the times move (docs/benchmarks.md).
-    Deterministic: the same units and times give the same order."""
+    that shortens the mean makespan over a few spreads of the times (+-10 %, fixed seeds):
+    longest first leaves cores idle at the end (FA2's full set: 7.5 % over the bound; the
+    search gets 1-2 %, docs/benchmarks.md). Deterministic."""
     names = sorted(seconds, key=lambda n: (-seconds[n], n))
     if len(names) <= max(1, slots):
         return names

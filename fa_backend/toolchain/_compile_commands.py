@@ -1,7 +1,5 @@
 """Read the compile commands torch recorded in build.ninja, and check the flags fa-shim injected.
-
-`ninja -t compdb` expands every variable exactly as ninja will when it runs, so what we check is
-what the compiler receives, not what setup.py meant to pass.
+`ninja -t compdb` expands them as ninja will: what the compiler receives, not what setup.py meant.
 """
 
 from __future__ import annotations

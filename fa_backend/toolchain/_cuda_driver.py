@@ -1,9 +1,5 @@
-"""The GPUs this process can see, asked of the CUDA driver (libcuda) directly.
-
-torch.cuda.get_device_capability asks the same driver, but importing torch and creating its CUDA
-state costs seconds per hook; cuInit plus two attributes per device cost milliseconds, need no
-torch on the path, and honour CUDA_VISIBLE_DEVICES the same way.
-"""
+"""The GPUs this process can see, asked of the CUDA driver (libcuda) directly: milliseconds,
+where importing torch to ask the same driver costs seconds per hook."""
 
 from __future__ import annotations
 

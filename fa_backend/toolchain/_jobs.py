@@ -1,11 +1,9 @@
 """How many compile jobs (ninja -j / MAX_JOBS) and nvcc threads (NVCC_THREADS) to run.
 
-Memory, not cores, is what kills flash-attn builds: one nvcc job compiling one kernel file for
-one architecture peaks at 4-6 GB (measured), and `nvcc --threads N` compiles up to N of a file's
-architectures at once, each adding to that job's peak (upstream's heuristic assumes ~9 GB per
-job at 4 threads). Threads beyond the number of architectures do nothing. Upstream's own default
-(cores/2 jobs, 4 threads, free memory / 9 GB) over-subscribes small machines with one arch and
-ignores container memory limits; `plan_jobs` sizes both from the cores and *available* memory.
+Memory, not cores, kills flash-attn builds: one nvcc job on one kernel file for one architecture
+peaks at 4-6 GB (measured), and each of `nvcc --threads N`'s concurrent architectures adds to it.
+Upstream's default (cores/2 jobs, 4 threads, free memory / 9 GB) over-subscribes small machines
+and ignores container limits; `plan_jobs` sizes both from the cores and *available* memory.
 """
 
 from __future__ import annotations
@@ -33,13 +31,9 @@ def plan_jobs(
     nvcc_threads_setting: int | None = None,
     n_sources: int | None = None,
 ) -> tuple[int, int]:
-    """(jobs, nvcc threads) that keep the most compilers busy within cores and memory.
-
-    A job with t threads runs min(t, n_archs) compilers. Of the choices that fit, take the one
-    with the most compilers running (at most one per core); on a tie the one with more jobs,
-    which also overlaps nvcc's serial host-side steps. Settings are taken as given; n_sources
-    (kernel files to compile) caps jobs, which makes threads worthwhile for small kernel sets.
-    """
+    """(jobs, nvcc threads) that keep the most compilers (min(threads, n_archs) per job, one per
+    core) busy within memory; on a tie more jobs, which overlap nvcc's serial host steps.
+    Settings are taken as given; n_sources caps jobs (threads pay off for small kernel sets)."""
     cores, n_archs = max(1, cores), max(1, n_archs)
     if max_jobs_setting and nvcc_threads_setting:
         return max_jobs_setting, nvcc_threads_setting
@@ -76,10 +70,8 @@ def _read(path: str | Path) -> str | None:
 
 
 def cgroup_dirs(root: Path = CGROUP, proc: Path = Path("/proc/self/cgroup")) -> list[Path]:
-    """This process's cgroup directories for memory and CPU, its own first, then each parent up
-    to the mount (cgroup v2's `0::/path`, else v1's memory controller under root/memory): a
-    Slurm job's limit sits on its job's cgroup below the mount, not at its top. Inside a cgroup
-    namespace (a container) the path is `/` and the top is the process's own."""
+    """This process's cgroup directories (v2's `0::/path`, else v1's memory controller), its own
+    first, then each parent up to the mount: a Slurm job's limit sits below the mount's top."""
     found: list[Path] = []
     for line in (_read(proc) or "").splitlines():
         _id, controllers, path = [*line.split(":", 2), "", ""][:3]
@@ -99,8 +91,7 @@ def cgroup_dirs(root: Path = CGROUP, proc: Path = Path("/proc/self/cgroup")) -> 
 
 
 def available_cores(root: Path = CGROUP) -> int:
-    """Cores this process may use: its CPU affinity, capped by the tightest cgroup v2 CPU quota
-    of its cgroup and their parents."""
+    """Cores this process may use: its CPU affinity, capped by its cgroups' tightest v2 quota."""
     try:
         cores = len(os.sched_getaffinity(0))
     except AttributeError:  # not Linux
@@ -114,9 +105,8 @@ def available_cores(root: Path = CGROUP) -> int:
 
 
 def available_memory() -> int:
-    """Memory a build can still take: MemAvailable, capped by the cgroup's limit minus its use
-    (inside a container or a Slurm job the host's free memory is not ours to take)."""
-    # the kernel's MemAvailable; without /proc/meminfo, the free pages POSIX reports
+    """Memory a build can still take: MemAvailable (else POSIX's free pages), capped by what
+    the cgroups leave (in a container or a Slurm job the host's free memory is not ours)."""
     meminfo = _read("/proc/meminfo") or ""
     line = next((x for x in meminfo.splitlines() if x.startswith("MemAvailable:")), None)
     if line:
@@ -130,10 +120,8 @@ def available_memory() -> int:
 
 
 def cgroup_memory_left(directories: Path | list[Path] = CGROUP) -> int | None:
-    """What the tightest memory limit of these cgroups leaves (limit minus usage), or None
-    without a limit: cgroup v2 memory.max ("max": none) and memory.current, else cgroup v1's
-    memory.limit_in_bytes (a number near 2**63: none) and memory.usage_in_bytes. A single
-    directory is a cgroup mount's top (v2 files there, v1's under memory/)."""
+    """What the tightest memory limit of these cgroups (v2's or v1's files) leaves after their
+    usage, or None without a limit. A single directory is a mount's top (v1's under memory/)."""
     if isinstance(directories, Path):
         directories = [directories, directories / "memory"]
     lefts = []

@@ -1,10 +1,8 @@
 """Itanium C++ mangled names, read as far as verify needs: whose a symbol is (torch's or not)
 and which std::string ABI it mentions; readable names from libstdc++'s own demangler.
 
-A torch symbol is one whose outermost scope is c10, at, torch or caffe2 (read from the mangled
-name: `_ZN3c10...`, `_ZNK2at...`, `_ZTVN5torch...`, thunks and guard variables included), or
-torch's Python glue named THP* (`THPVariableClass`, `_Z16THPVariable_Wrap...`). Everything else
-(libstdc++, libc, CUDA, Python) is not torch's to export.
+A torch symbol's outermost scope is c10, at, torch or caffe2 (`_ZN3c10...`, `_ZTVN5torch...`),
+or it is torch's Python glue named THP*; everything else is not torch's to export.
 """
 
 from __future__ import annotations
@@ -18,10 +16,9 @@ TORCH_SCOPES = ("c10", "at", "torch", "caffe2")
 
 _SPECIAL = re.compile(r"_Z(?:T[VIST]|G[VR]|Th(?:n?\d+_)|Tv(?:n?\d+_){2}|Z)*")
 
-# Symbols only the C++ runtime itself defines (libsupc++ and libstdc++'s own code, never a
-# template a module instantiates): a module that defines one carries a copy of the runtime,
-# linked from a libstdc++.a. Next to the process's libstdc++ (torch's) that copy's locale and
-# exception state is never set up: the module crashes formatting its first error message.
+# Symbols only the C++ runtime itself defines (never a template a module instantiates): a module
+# that defines one carries a copy linked from a libstdc++.a, whose locale and exception state is
+# never set up next to torch's: the module crashes formatting its first error message.
 CXX_RUNTIME_MARKERS = frozenset(
     {"__gxx_personality_v0", "__cxa_throw", "_ZSt9terminatev", "_ZNSt6locale7classicEv"}
 )
