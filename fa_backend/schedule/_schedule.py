@@ -12,6 +12,7 @@ import dataclasses
 import heapq
 import math
 import random
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from statistics import median
 
@@ -138,30 +139,22 @@ def simulate(
     rank = {name: i for i, name in enumerate(order)}
     running = list(running)
     heapq.heapify(running)
-    in_pool: dict[str, int] = {}
-    for _, name in running:
-        if pool_of.get(name) is not None:
-            in_pool[pool_of[name]] = in_pool.get(pool_of[name], 0) + 1
+    in_pool = Counter(pool_of.get(name) for _, name in running)  # None (no pool) is never read
     end = now
     while any(queues.values()) or running:
         while len(running) < max(1, slots):
             ready = [
-                q[-1]
-                for p, q in queues.items()
-                if q and (p is None or in_pool.get(p, 0) < depths[p])
+                q[-1] for p, q in queues.items() if q and (p is None or in_pool[p] < depths[p])
             ]
             if not ready:
                 break
             name = min(ready, key=rank.__getitem__)
-            pool = pool_of.get(name)
-            queues[pool].pop()
-            if pool is not None:
-                in_pool[pool] = in_pool.get(pool, 0) + 1
+            queues[pool_of.get(name)].pop()
+            in_pool[pool_of.get(name)] += 1
             heapq.heappush(running, (now + seconds[name], name))
         now, done = heapq.heappop(running)
         end = max(end, now)
-        if pool_of.get(done) is not None:
-            in_pool[pool_of[done]] -= 1
+        in_pool[pool_of.get(done)] -= 1
     return end
 
 

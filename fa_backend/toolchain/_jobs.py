@@ -44,15 +44,13 @@ def plan_jobs(
         per_job = min(threads, n_archs)
         if max_jobs_setting:
             jobs = max_jobs_setting
-            fits = jobs * job_bytes(per_job) <= available_bytes or per_job == 1
-            if not fits:
-                continue
+            if jobs * job_bytes(per_job) > available_bytes and per_job != 1:
+                continue  # does not fit
         else:
             by_cores = cores // per_job
             by_memory = available_bytes // job_bytes(per_job)
             jobs = int(max(1, min(by_cores, by_memory, source_cap)))
-        busy = min(jobs * per_job, cores)
-        key = (busy, jobs)
+        key = (min(jobs * per_job, cores), jobs)  # compilers busy, then jobs
         if best is None or key > best[0]:
             best = (key, jobs, threads)
     assert best is not None

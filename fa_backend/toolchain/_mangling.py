@@ -40,14 +40,6 @@ def runtime_copy(elf) -> list[str]:
     )
 
 
-def _source_name(mangled: str, i: int) -> tuple[str, int] | None:
-    m = re.compile(r"\d+").match(mangled, i)
-    if not m:
-        return None
-    end = m.end() + int(m.group())
-    return mangled[m.end() : end], end
-
-
 def scope(mangled: str) -> str | None:
     """The outermost name of a mangled symbol: 'c10' for _ZN3c106detail..., None if std/C."""
     if not mangled.startswith("_Z"):
@@ -57,8 +49,8 @@ def scope(mangled: str) -> str | None:
         i += 1
         while i < len(mangled) and mangled[i] in "rVKRO":
             i += 1
-    found = _source_name(mangled, i)
-    return found[0] if found else None
+    m = re.compile(r"\d+").match(mangled, i)  # <source-name>: its length, then the name
+    return mangled[m.end() : m.end() + int(m.group())] if m else None
 
 
 def is_torch_symbol(name: str) -> bool:

@@ -56,12 +56,6 @@ def mode(setting: str) -> str:
     return word
 
 
-def release(torch: TorchInfo) -> str:
-    """The CUDA major.minor a provisioned toolkit has: torch's."""
-    version = Version(torch.cuda)
-    return f"{version.major}.{version.minor}"
-
-
 def home(cache_dir: Path, cuda: str) -> Path:
     return cache_dir / "toolkits" / cuda
 
@@ -82,10 +76,10 @@ def nvcc_of(cache_dir: Path, cuda: str) -> _compilers.Nvcc:
     return _compilers.Nvcc(nvcc, _compilers.nvcc_version(nvcc), ORIGIN)
 
 
-def _no_compiler_on_index(torch: TorchInfo, found: str = "") -> FaShimError:
+def _no_compiler_on_index(torch: TorchInfo, found: str) -> FaShimError:
     cuda = torch.cuda
     return FaShimError(
-        f"torch {torch.version} is built with CUDA {cuda}, and {found or 'no nvcc fits it'}; "
+        f"torch {torch.version} is built with CUDA {cuda}, and {found}; "
         f"fa-shim cannot bring one: the package index has no CUDA {torch.cuda_major} compiler "
         f"(the nvidia-cuda-nvcc-cu{torch.cuda_major} wheels carry ptxas and headers but no "
         "bin/nvcc; fa-shim provisions nvcc for CUDA 13 and later torches only).",
@@ -135,7 +129,8 @@ def decide(torch: TorchInfo, settings) -> Decision:
             else "no nvcc on this machine has its major"
         )
         return Decision(error=_no_compiler_on_index(torch, found))
-    return Decision(provision=release(torch))
+    version = Version(torch.cuda)  # a provisioned toolkit has torch's CUDA major.minor
+    return Decision(provision=f"{version.major}.{version.minor}")
 
 
 def choose(torch: TorchInfo, settings) -> _compilers.Nvcc:

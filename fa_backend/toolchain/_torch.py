@@ -131,13 +131,8 @@ class TorchInfo:
 def _run_probe(python: str, flags: list[str], *args: str) -> dict:
     """The probe's answer; {"error": ...} when torch is not importable or the probe failed."""
     try:
-        proc = subprocess.run(
-            [python, *flags, "-c", _PROBE, *args],
-            capture_output=True,
-            text=True,
-            check=False,
-            timeout=300,
-        )
+        argv = [python, *flags, "-c", _PROBE, *args]
+        proc = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=300)
     except (OSError, subprocess.TimeoutExpired) as exc:
         return {"error": f"{type(exc).__name__}: {exc}"}
     lines = proc.stdout.strip().splitlines()
