@@ -137,13 +137,11 @@ def select_archs(
             problems.append(
                 f"{', '.join(no_nvcc)}: not a compute capability the chosen nvcc compiles"
             )
+        valid = ", ".join(a for a in _sorted(supported) if _arch_number(a) >= MIN_ARCH)
         raise FaShimError(
-            f"{source} asks for architectures this build cannot compile ("
-            + "; ".join(problems)
-            + ").",
-            fix="use some of "
-            + ", ".join(a for a in _sorted(supported) if _arch_number(a) >= MIN_ARCH)
-            + " (the valid values; or pick a newer CUDA toolkit with -C nvcc=...).",
+            f"{source} asks for architectures this build cannot compile ({'; '.join(problems)}).",
+            fix=f"use some of {valid} (the valid values; or pick a newer CUDA toolkit with "
+            "-C nvcc=...).",
         )
     archs = [a for a in candidates if a not in too_old and a not in no_nvcc]
     if not archs:
@@ -154,8 +152,7 @@ def select_archs(
             why.append(f"{', '.join(no_nvcc)} are unknown to the chosen nvcc")
         raise FaShimError(
             f"no architecture to compile: {source} give {', '.join(candidates)}, and "
-            + "; ".join(why)
-            + ".",
+            f"{'; '.join(why)}.",
             fix="name the GPUs the wheel is for with -C cuda-archs=80,90 (or use a newer CUDA "
             "toolkit for newer GPUs).",
         )
@@ -207,7 +204,7 @@ _GENCODE = re.compile(r"arch=(compute_\w+),code=\[?([\w,]+)\]?")
 
 def gencodes(command: Command) -> set[str]:
     """The (virtual arch, code) pairs an nvcc command compiles, as "compute_90:sm_90"."""
-    values = []
+    pairs = set()
     args = command.args
     for i, arg in enumerate(args):
         for flag in ("-gencode", "--generate-code", "-arch", "--gpu-architecture"):
@@ -220,12 +217,8 @@ def gencodes(command: Command) -> set[str]:
             if flag in ("-arch", "--gpu-architecture"):  # -arch=sm_90: SASS and PTX of compute_90
                 virtual = value.replace("sm_", "compute_")
                 value = f"arch={virtual},code=[{value},{virtual}]"
-            values.append(value)
-    pairs = set()
-    for value in values:
-        match = _GENCODE.search(value.replace(" ", ""))
-        if match:
-            for code in match.group(2).split(","):
+            match = _GENCODE.search(value.replace(" ", ""))
+            for code in match.group(2).split(",") if match else ():
                 pairs.add(f"{match.group(1)}:{code}")
     return pairs
 

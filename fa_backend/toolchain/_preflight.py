@@ -50,8 +50,7 @@ def read_object(obj: Path) -> tuple[int | None, int | None]:
     """(std::string ABI of the probe function, __cplusplus) as compiled into obj."""
     from elftools.elf.elffile import ELFFile  # a build requirement, checked after import
 
-    data = obj.read_bytes()
-    match = re.search(rb"fa-shim-probe __cplusplus=(\d+)", data)
+    match = re.search(rb"fa-shim-probe __cplusplus=(\d+)", obj.read_bytes())
     abi = None
     with obj.open("rb") as f:
         symtab = ELFFile(f).get_section_by_name(".symtab")

@@ -95,8 +95,7 @@ def check(pyproject: Path = PYPROJECT) -> None:
         respected = [w for _, why in fixes for w in why]
         raise FaShimError(
             f"fa-shim's build requirements are missing from {sys.executable}'s environment: "
-            + ", ".join(problems)
-            + " (with --no-build-isolation nothing installs them).",
+            f"{', '.join(problems)} (with --no-build-isolation nothing installs them).",
             fix=f"{sys.executable} -m pip install {quoted}"
             + (f" (keeps {', '.join(respected)})" if respected else ""),
         )

@@ -60,15 +60,17 @@ def home(cache_dir: Path, cuda: str) -> Path:
     return cache_dir / "toolkits" / cuda
 
 
+def _manifest(root: Path) -> dict | None:
+    try:
+        return json.loads((root / MANIFEST).read_text())
+    except (OSError, ValueError):
+        return None
+
+
 def installed(cache_dir: Path, cuda: str) -> dict | None:
     """The manifest of a complete provisioned toolkit for that CUDA, or None."""
     root = home(cache_dir, cuda)
-    try:
-        manifest = json.loads((root / MANIFEST).read_text())
-    except (OSError, ValueError):
-        return None
-    nvcc = root / "bin" / "nvcc"
-    return manifest if os.access(nvcc, os.X_OK) else None
+    return _manifest(root) if os.access(root / "bin" / "nvcc", os.X_OK) else None
 
 
 def nvcc_of(cache_dir: Path, cuda: str) -> _compilers.Nvcc:
@@ -116,12 +118,10 @@ def decide(torch: TorchInfo, settings) -> Decision:
             return Decision(nvcc=_compilers.choose_nvcc(torch, settings.nvcc))
         except FaShimError as exc:
             return Decision(error=exc)
-    if how == "auto":
-        fits = [
-            n for n in _compilers.find_nvccs() if n.version and n.version.major == torch.cuda_major
-        ]
-        if fits:
-            return Decision(nvcc=_compilers.choose_nvcc(torch, None))
+    if how == "auto" and any(
+        n.version and n.version.major == torch.cuda_major for n in _compilers.find_nvccs()
+    ):
+        return Decision(nvcc=_compilers.choose_nvcc(torch, None))
     if torch.cuda_major < FIRST_MAJOR:
         found = (
             "-C cuda-toolkit=index asks for one from the package index"
@@ -353,9 +353,4 @@ def _finish_layout(tree: Path, cuda: str) -> None:
 
 def manifest_of(nvcc: _compilers.Nvcc) -> dict | None:
     """For the provenance: the wheels a provisioned nvcc came from (None for a system one)."""
-    if nvcc.origin != ORIGIN:
-        return None
-    try:
-        return json.loads((nvcc.path.parent.parent / MANIFEST).read_text())
-    except (OSError, ValueError):
-        return None
+    return _manifest(nvcc.path.parent.parent) if nvcc.origin == ORIGIN else None
