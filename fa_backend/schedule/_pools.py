@@ -111,8 +111,7 @@ def plan(
 def _grown(
     peaks: Mapping[str, int], slots: int, memory: int, order: list[str], times: dict
 ) -> Pools | None:
-    """Pools grown from one unit per class, a step at a time where the simulated build ends
-    soonest, while the plan fits; None where one unit per class does not fit."""
+    """Pools grown from one unit per class while the plan fits; None where that does not fit."""
     groups = classes(peaks)
     depths = dict.fromkeys(groups, 1)
     if worst_case(peaks, _pools(slots, groups, depths)) > memory:

@@ -111,9 +111,6 @@ def uniform(name: str) -> float:
     return 1.0
 
 
-# ------------------------------------------------------------ the order build.ninja starts them
-
-
 def simulate(
     order: Sequence[str],
     seconds: Mapping[str, float],

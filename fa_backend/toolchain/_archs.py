@@ -2,9 +2,8 @@
 
 Each architecture multiplies the compile time of every kernel. An upstream setup.py knows only
 some (2.8.x: 80, 90, 100, 120) and silently drops others, so other GPUs are mapped onto the
-architecture whose code they run (sm_80 code runs on 8.6: binary compatibility within a major).
-`check_gencodes` verifies build.ninja against the choice. A release's Mechanism says how its
-setup.py takes them.
+architecture whose code they run (sm_80 code runs on 8.6). `check_gencodes` verifies
+build.ninja against the choice; a release's Mechanism says how its setup.py takes them.
 """
 
 from __future__ import annotations
@@ -37,9 +36,6 @@ class Mechanism:
     known: tuple[str, ...]  # the architectures it can emit -gencode for
     default: tuple[str, ...]  # what it compiles when not told
     patch: str | None = None  # the vendored patch that gives setup.py this mechanism
-
-
-# ------------------------------------------------------------------------------- pure functions
 
 
 def _arch_number(arch: str) -> int:
@@ -160,8 +156,7 @@ def select_archs(
 
 
 def upstream_targets(archs: Sequence[str], mech: Mechanism) -> tuple[list[str], list[str]]:
-    """(targets, notes): each arch as upstream knows it, else the highest known one of its major
-    at or below it (sm_80 code runs on 8.6)."""
+    """(targets, notes): each arch as upstream knows it, else the highest known one below it."""
     targets, notes, impossible = [], [], []
     for arch in archs:
         base = _base(arch)
@@ -245,9 +240,6 @@ def check_gencodes(commands: Sequence[Command], targets: Sequence[str]) -> None:
         )
 
 
-# ------------------------------------------------------------------------------- probes
-
-
 @functools.cache
 def nvcc_arch_list(nvcc: Path) -> tuple[str, ...]:
     """`nvcc --list-gpu-arch`: the virtual architectures this nvcc can compile for."""
@@ -287,8 +279,7 @@ def resolve(
     mech: Mechanism,
     environ: Mapping[str, str],
 ) -> ArchChoice:
-    """Select, map and describe the architectures for one build (probes torch and nvcc), for a
-    setup.py that takes them by `mech`."""
+    """Select, map and describe one build's architectures, for a setup.py taking them by mech."""
     setting, setting_source = tuple(settings.cuda_archs), "setting cuda-archs"
     if not setting and mech.env and environ.get(mech.env, "").strip():
         # upstream's own knob, set by someone who knows it: as explicit as the setting

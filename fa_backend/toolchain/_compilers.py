@@ -1,8 +1,7 @@
 """Which nvcc and host compiler the build uses, and why.
 
-The classic failure is /usr/bin/nvcc 11.5 first on PATH while torch is cu12x: torch's own
-cpp_extension would take it and fail late. We look at every nvcc we can find and pick the first
-whose CUDA major equals torch's.
+The classic failure is /usr/bin/nvcc 11.5 first on PATH while torch is cu12x (torch would take
+it and fail late): we pick the first nvcc found whose CUDA major equals torch's.
 """
 
 from __future__ import annotations
@@ -49,8 +48,7 @@ class Nvcc:
 
 
 def _output(argv: list[str], timeout: float = 60, stderr: bool = False) -> str:
-    """What a tool prints ('' when it does not run or hangs), run in a process group of its own
-    that is killed whole if the build is stopped meanwhile."""
+    """What a tool prints ('' when it does not run or hangs), in a process group of its own."""
     try:
         proc = _subprocess.completed(argv, timeout=timeout)
     except (OSError, subprocess.TimeoutExpired):
@@ -228,9 +226,6 @@ def compiler_cache(setting: str) -> str | None:
             "or pass -C compiler-cache=none.",
         )
     return found
-
-
-# ------------------------------------------------------- the build's tools, checked before setup.py
 
 
 def compiler_abi(cxx: str, std: str | None = None) -> tuple[int | None, str]:

@@ -57,9 +57,6 @@ def plan_jobs(
     return best[1], best[2]
 
 
-# ------------------------------------------------------------------------------- the machine
-
-
 def _read(path: str | Path) -> str | None:
     try:
         return Path(path).read_text().strip()

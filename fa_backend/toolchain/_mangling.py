@@ -62,8 +62,7 @@ def is_torch_symbol(name: str) -> bool:
 
 @functools.cache
 def _cxa_demangle():
-    """libstdc++'s abi::__cxa_demangle (the process's, else the system's: torch links it), or
-    None where there is none."""
+    """libstdc++'s abi::__cxa_demangle (the process's, else the system's), or None."""
     try:
         fn = ctypes.CDLL("libstdc++.so.6").__cxa_demangle
     except OSError:

@@ -76,8 +76,7 @@ def installed_constraints(name: str) -> list[tuple[str, SpecifierSet]]:
 
 
 def fix_requirement(requirement: Requirement) -> tuple[str, list[str]]:
-    """The requirement to install: fa-shim's specifier intersected with the installed
-    distributions' (packaging does the intersection; pip reports it if nothing satisfies it)."""
+    """The requirement to install: fa-shim's specifier intersected with the installed ones'."""
     specifier = SpecifierSet(str(requirement.specifier))
     why = []
     for who, other in installed_constraints(requirement.name):

@@ -71,8 +71,7 @@ def before_extract(sdist: Path, dest: Path) -> None:
 
 
 def compile_needs(kernels: int | None, archs: int, sdist_size: int) -> tuple[int, int]:
-    """(scratch peak, wheel size) for a build of `kernels` kernel TUs for `archs` archs; a
-    package without kernel sets (e.g. an unknown version) is sized from its sdist."""
+    """(scratch peak, wheel size) of `kernels` kernel TUs x `archs` (None: from the sdist)."""
     if kernels is None:
         return int(20 * sdist_size * MARGIN), int(4 * sdist_size)
     units = max(kernels, 1) * max(archs, 1)

@@ -149,9 +149,6 @@ def choose(torch: TorchInfo, settings) -> _compilers.Nvcc:
     return nvcc
 
 
-# ------------------------------------------------------------------------------ provisioning
-
-
 @dataclasses.dataclass(frozen=True)
 class Wheel:
     project: str

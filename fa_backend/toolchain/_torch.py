@@ -278,20 +278,15 @@ def _probe_named(python: Path, cache_dir: Path | None) -> TorchInfo:
 
 @functools.cache
 def probe(torch_python: Path | None = None, cache_dir: Path | None = None) -> TorchInfo:
-    """The torch the build compiles against (see the module docstring for the order); with a
-    cache_dir, a torch probed before is not imported again."""
+    """The torch the build compiles against; with a cache_dir, one probed before is not imported."""
     if torch_python is not None:
         info = _probe_named(Path(torch_python), cache_dir)
     else:
         answer, isolated = _probe_with_fallback(sys.executable, cache_dir)
         if "error" in answer:
             raise _not_found(answer["error"])
-        found_by = (
-            "the target environment, found past the isolated build environment"
-            if isolated
-            else "the build environment"
-        )
-        info = _info(answer, found_by)
+        past = "the target environment, found past the isolated build environment"
+        info = _info(answer, past if isolated else "the build environment")
     _log.info(
         f"building against torch {info.version} (CUDA {info.cuda}, "
         f"_GLIBCXX_USE_CXX11_ABI={info.abi}, {info.cxx_std}) at {info.package_dir}, "
