@@ -65,8 +65,7 @@ def worst_case(peaks: Mapping[str, int], pools: Pools) -> int:
 
 
 def _pools(jobs: int, groups: Mapping[int, frozenset[str]], depths: Mapping[int, int]) -> Pools:
-    """The plan of these depths: no more jobs than units may run at once; a class whose depth
-    lets all of it run (or as many as there are jobs) needs no pool."""
+    """The plan of these depths: a class whose depth lets all of it (or jobs) run needs no pool."""
     jobs = min(jobs, sum(min(depths[gib], len(units)) for gib, units in groups.items()))
     capped = tuple(
         MemoryClass(gib, groups[gib], depths[gib])

@@ -95,8 +95,7 @@ def target_version(value: str) -> str | None:
 
 
 def verify_stable_target(commands: list[Command], floor: str, ninja_file: Path) -> None:
-    """Every C++ command (the ones that include torch's headers) defines TORCH_TARGET_VERSION
-    last, to the plan's floor: the module is built against torch's stable ABI, not assumed to be."""
+    """Every C++ command defines TORCH_TARGET_VERSION last, to the plan's floor (stable ABI)."""
     cxx = [c for c in commands if c.kind == "cxx"]
     wrong = []
     for c in cxx:
@@ -116,8 +115,7 @@ def verify_stable_target(commands: list[Command], floor: str, ninja_file: Path) 
 
 
 def verify_limited_api(commands: list[Command], interpreter_tag: str, ninja_file: Path) -> None:
-    """The module's Py_LIMITED_API (the last define of each command that has one) is the one its
-    abi3 tag says (cp310: 0x030A0000)."""
+    """Each command's last Py_LIMITED_API define is its abi3 tag's (cp310: 0x030A0000)."""
     found = {c.last_define(LIMITED_API_DEFINE) for c in commands} - {None}
     tags = set()
     for value in found:

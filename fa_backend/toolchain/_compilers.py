@@ -35,8 +35,7 @@ class Nvcc:
     def cuda_home(self) -> Path:
         return nvcc_home(self.path)
 
-    def describe(self) -> dict:
-        """For the wheel's provenance (like ArchChoice's and Tailoring's describe)."""
+    def describe(self) -> dict:  # for the wheel's provenance
         return {
             "path": str(self.path),
             "version": str(self.version),
@@ -78,9 +77,8 @@ def nvcc_build(path: Path) -> str | None:
 
 @functools.cache
 def nvcc_takes_random_seed(path: Path) -> bool:
-    """Whether this nvcc has --frandom-seed (13.0 has; asked, not assumed): without it,
-    cudafe++ names a unit's internal-linkage device entities after a random number
-    (`_INTERNAL_..._<pid>`), so two compiles of one file differ."""
+    """Whether this nvcc has --frandom-seed (asked, not assumed): without it cudafe++ names internal
+    device entities after a random number (`_INTERNAL_..._<pid>`), so two compiles differ."""
     return "--frandom-seed" in _output([str(path), "--help"])
 
 
@@ -117,11 +115,10 @@ def nvcc_candidates(explicit: Path | None = None) -> list[tuple[str, str]]:
 
 def find_nvccs(explicit: Path | None = None) -> list[Nvcc]:
     """Every nvcc, in the order torch's cpp_extension would consider them, duplicates removed."""
-    candidates = nvcc_candidates(explicit)
     files: set[str] = set()
     homes: set[str] = set()
     result = []
-    for path, origin in candidates:
+    for path, origin in nvcc_candidates(explicit):
         if not os.path.isfile(path) or not os.access(path, os.X_OK):
             continue
         # one toolkit reached through several paths: a symlink to a file seen is known without

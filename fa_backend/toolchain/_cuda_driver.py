@@ -31,12 +31,10 @@ def capabilities() -> tuple[tuple[int, int], ...]:
     caps = []
     for ordinal in range(count.value):
         device, major, minor = ctypes.c_int(), ctypes.c_int(), ctypes.c_int()
-        if (
-            cuda.cuDeviceGet(ctypes.byref(device), ordinal) == 0
-            and cuda.cuDeviceGetAttribute(ctypes.byref(major), _COMPUTE_CAPABILITY_MAJOR, device)
-            == 0
-            and cuda.cuDeviceGetAttribute(ctypes.byref(minor), _COMPUTE_CAPABILITY_MINOR, device)
-            == 0
+        if not (  # each call returns a CUresult, 0 for success
+            cuda.cuDeviceGet(ctypes.byref(device), ordinal)
+            or cuda.cuDeviceGetAttribute(ctypes.byref(major), _COMPUTE_CAPABILITY_MAJOR, device)
+            or cuda.cuDeviceGetAttribute(ctypes.byref(minor), _COMPUTE_CAPABILITY_MINOR, device)
         ):
             caps.append((major.value, minor.value))
     return tuple(caps)

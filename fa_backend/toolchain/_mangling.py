@@ -54,10 +54,8 @@ def scope(mangled: str) -> str | None:
 
 
 def is_torch_symbol(name: str) -> bool:
-    if name.startswith("THP"):
-        return True
-    outer = scope(name)
-    return outer is not None and (outer in TORCH_SCOPES or outer.startswith("THP"))
+    outer = scope(name) or ""
+    return name.startswith("THP") or outer in TORCH_SCOPES or outer.startswith("THP")
 
 
 @functools.cache
@@ -75,9 +73,7 @@ def _cxa_demangle():
 def _readable(name: str) -> str | None:
     """The demangled name, or None for one that is not a valid mangled name (or no demangler)."""
     fn = _cxa_demangle()
-    if fn is None or not name.startswith("_Z"):
-        return None
-    found = fn(name.encode(), None, None, None)
+    found = fn(name.encode(), None, None, None) if fn and name.startswith("_Z") else None
     if not found:
         return None
     try:

@@ -77,8 +77,7 @@ def _swap(command: Command, source: Path, obj: Path) -> list[str]:
 
 
 def host_compiler_of(command: Command) -> str:
-    """The compiler a command really runs: for cxx fa-shim's launcher runs CXX; nvcc hands host
-    code to -ccbin (or NVCC_CCBIN, else c++ on PATH)."""
+    """The compiler a command really runs: CXX for cxx; nvcc's -ccbin, else NVCC_CCBIN, else c++."""
     if command.kind == "cxx":
         return os.environ.get("CXX", "c++")
     ccbin = command.values("-ccbin") or command.values("--compiler-bindir")

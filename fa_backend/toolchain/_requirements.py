@@ -54,8 +54,7 @@ def installed_constraints(name: str) -> list[tuple[str, SpecifierSet]]:
     """(who, specifier) for every distribution installed here that constrains `name`'s version,
     e.g. ("torch 2.11.0", <82) for setuptools (a torch-python's torch lives elsewhere)."""
     wanted = canonicalize_name(name)
-    found = []
-    seen = set()
+    found, seen = [], set()
     for dist in importlib.metadata.distributions():
         name = canonicalize_name(dist.metadata["Name"] or "")
         if name in seen:  # shadowed by one earlier on sys.path: not the installed one

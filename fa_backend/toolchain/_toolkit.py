@@ -252,10 +252,9 @@ def _extract(data: bytes, dest: Path) -> int:
     with zipfile.ZipFile(io.BytesIO(data)) as zf:
         for info in zf.infolist():
             parts = info.filename.split("/")
-            if info.is_dir() or len(parts) < 3 or parts[0] != "nvidia":
-                continue  # .dist-info, the namespace __init__.py
             rel = parts[2:]
-            if rel[0] == ".metadata":  # NVIDIA's build records, the same name in every wheel
+            # not .dist-info, the namespace __init__.py, nor NVIDIA's build records (in every wheel)
+            if info.is_dir() or len(parts) < 3 or parts[0] != "nvidia" or rel[0] == ".metadata":
                 continue
             if any(p in ("", ".", "..") for p in rel):
                 raise FaShimError(

@@ -206,16 +206,6 @@ _WAYS_OUT = (
 )
 
 
-def _frontend_build_env() -> str | None:
-    """The frontend whose throwaway build environment runs this build, when recognisable."""
-    prefix = Path(sys.prefix)
-    if any(part.startswith("builds-v") for part in prefix.parts):
-        return "uv"
-    if prefix.name.startswith("build-env-"):
-        return "python -m build"
-    return None
-
-
 def _not_found(error: str) -> FaShimError:
     python = sys.executable
     if os.environ.get("PYTHONPATH"):
@@ -229,7 +219,9 @@ def _not_found(error: str) -> FaShimError:
             "torch your requirements name), then install flash-attn again. If this build runs "
             "in another environment than the one flash-attn goes into, " + _WAYS_OUT,
         )
-    frontend = _frontend_build_env()
+    prefix = Path(sys.prefix)  # a frontend's throwaway build environment, when recognisable
+    uv = any(part.startswith("builds-v") for part in prefix.parts)
+    frontend = "uv" if uv else "python -m build" if prefix.name.startswith("build-env-") else None
     where = (
         f" This is a temporary build environment of {frontend}, which builds in a virtual "
         "environment of its own: the environment flash-attn is installed into, and its torch, "
