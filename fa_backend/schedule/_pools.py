@@ -93,11 +93,9 @@ def plan(
     # grown greedily, pools over more slots can end later than over fewer (the full FA3 set on
     # 16 cores: 2,871 s over 16 slots, 2,409 s over 14), so every count above the free plan's is
     # grown and simulated
-    candidates = [free] if free else []
-    for slots in range(free.jobs + 1 if free else 1, top + 1):
-        pooled = _grown(peaks, slots, memory, order, times)
-        if pooled is not None:
-            candidates.append(pooled)
+    first = free.jobs + 1 if free else 1
+    grown = [_grown(peaks, slots, memory, order, times) for slots in range(first, top + 1)]
+    candidates = [p for p in (free, *grown) if p is not None]
     if not candidates:
         return Pools(1)  # one unit alone may not fit: nothing is left to lower
 

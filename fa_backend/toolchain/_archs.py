@@ -46,13 +46,11 @@ def _base(arch: str) -> str:
     return str(_arch_number(arch))
 
 
-def _nvcc_builds(arch: str, supported: set[str]) -> bool:
-    """This nvcc can build code that runs on arch: its own, or that of a lower arch of the same
-    major (binary compatible; a 10.3 GPU runs sm_100 code from an nvcc that predates sm_103)."""
+def _compatible(arch: str, codes: set[str]) -> bool:
+    """Whether a GPU of arch runs the code of one of `codes`: its own, or that of a lower arch of
+    the same major (binary compatible; a 10.3 GPU runs sm_100 code)."""
     number = _arch_number(arch)
-    return any(
-        _arch_number(s) // 10 == number // 10 and _arch_number(s) <= number for s in supported
-    )
+    return any(_arch_number(c) // 10 == number // 10 and _arch_number(c) <= number for c in codes)
 
 
 def _sorted(archs: Iterable[str]) -> list[str]:
@@ -75,9 +73,7 @@ def parse_arch_list(text: str) -> list[str]:
     names; +PTX is dropped (flash-attn compiles no PTX) and unparseable entries are ignored."""
     result = []
     for item in re.split(r"[;,\s]+", text.strip()):
-        item = item.strip().lower().removesuffix("+ptx")
-        if not item:
-            continue
+        item = item.strip().lower().removesuffix("+ptx")  # "" matches neither below
         if item in _NAMED:
             result += _NAMED[item]
             continue
@@ -123,7 +119,7 @@ def select_archs(
     too_old = [a for a in candidates if _arch_number(a) < MIN_ARCH]
     # an explicit arch must be one this nvcc names (98 typed for 89 is no GPU at all); derived
     # ones may run lower code of their major (a 10.3 GPU on an nvcc that predates sm_103)
-    builds = (lambda a: _base(a) in supported) if strict else (lambda a: _nvcc_builds(a, supported))
+    builds = (lambda a: _base(a) in supported) if strict else (lambda a: _compatible(a, supported))
     no_nvcc = [a for a in candidates if a not in too_old and not builds(a)]
     if strict and (too_old or no_nvcc):
         problems = []
@@ -165,9 +161,7 @@ def upstream_targets(archs: Sequence[str], mech: Mechanism) -> tuple[list[str], 
             if base != arch:
                 notes.append(f"{arch} is compiled as sm_{base} (upstream has no '{arch}' variant)")
             continue
-        number = _arch_number(arch)
-        same_major = [k for k in mech.known if _arch_number(k) // 10 == number // 10]
-        below = [k for k in same_major if _arch_number(k) <= number]
+        below = [k for k in mech.known if _compatible(arch, {k})]
         if below:
             host = max(below, key=_arch_number)
             targets.append(host)

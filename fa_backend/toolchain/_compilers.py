@@ -18,7 +18,7 @@ import sys
 import sysconfig
 from pathlib import Path
 
-from packaging.version import InvalidVersion, Version
+from packaging.version import Version
 
 from ..core import _log, _subprocess
 from ..core._errors import FaShimError
@@ -62,11 +62,8 @@ def _banner(path: Path) -> str:
 
 
 def nvcc_version(path: Path) -> Version | None:
-    match = re.search(r"release (\d+\.\d+)", _banner(path))
-    try:
-        return Version(match.group(1)) if match else None
-    except InvalidVersion:
-        return None
+    match = re.search(r"release (\d+\.\d+)", _banner(path))  # digits.digits: always a Version
+    return Version(match.group(1)) if match else None
 
 
 def nvcc_build(path: Path) -> str | None:
@@ -115,9 +112,7 @@ def nvcc_candidates(explicit: Path | None = None) -> list[tuple[str, str]]:
 
 def find_nvccs(explicit: Path | None = None) -> list[Nvcc]:
     """Every nvcc, in the order torch's cpp_extension would consider them, duplicates removed."""
-    files: set[str] = set()
-    homes: set[str] = set()
-    result = []
+    files, homes, result = set(), set(), []
     for path, origin in nvcc_candidates(explicit):
         if not os.path.isfile(path) or not os.access(path, os.X_OK):
             continue
@@ -190,13 +185,12 @@ def fit(nvcc: Nvcc, torch: TorchInfo) -> str:
     another major and warns about another minor, which builds (tests/e2e/test_cuda12_builds.py)."""
     ours = f"{nvcc.version.major}.{nvcc.version.minor}" if nvcc.version else "unknown"
     theirs = Version(torch.cuda)
-    if ours == f"{theirs.major}.{theirs.minor}":
-        why = "accepted, the same CUDA release"
-    else:
-        why = (
-            "accepted, the same CUDA major (torch refuses only another major; for another "
-            "minor its cpp_extension warns)"
-        )
+    why = (
+        "accepted, the same CUDA release"
+        if ours == f"{theirs.major}.{theirs.minor}"
+        else "accepted, the same CUDA major (torch refuses only another major; for another "
+        "minor its cpp_extension warns)"
+    )
     return f"nvcc {nvcc.path} (CUDA {ours}) for torch {torch.version} (CUDA {torch.cuda}): {why}"
 
 

@@ -109,9 +109,7 @@ def available_memory() -> int:
     else:
         available = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     left = cgroup_memory_left(cgroup_dirs())
-    if left is not None:
-        available = min(available, left)
-    return available
+    return available if left is None else min(available, left)
 
 
 def cgroup_memory_left(directories: Path | list[Path] = CGROUP) -> int | None:

@@ -74,8 +74,7 @@ else:
 print(json.dumps(info))
 """
 
-# What the probe reports that TorchInfo does not keep as a field of its own.
-_INTERPRETER_KEYS = ("ext_suffix", "python_version", "torch_init")
+_INTERPRETER_KEYS = ("ext_suffix", "python_version", "torch_init")  # what no TorchInfo field keeps
 # cpp_extension.CUDA_HOME, part of the answer, is found through these and the nvcc on PATH
 _ENV_KEYS = ("CUDA_HOME", "CUDA_PATH")
 
@@ -164,10 +163,8 @@ def _cached_probe(python: str, flags: list[str], cache_dir: Path | None) -> dict
     key_facts = [_PROBE, python, flags, init, stamp, env]
     key = hashlib.sha256(json.dumps(key_facts).encode()).hexdigest()[:32]
     entry = cache_dir / f"{key}.json"
-    try:
+    with contextlib.suppress(OSError, ValueError):
         return {**json.loads(entry.read_text(encoding="utf-8")), **where}
-    except (OSError, ValueError):
-        pass
     answer = _run_probe(python, flags)
     if "error" not in answer:
         with contextlib.suppress(OSError):  # an unwritable cache only costs the next probe
