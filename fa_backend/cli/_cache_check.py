@@ -20,7 +20,7 @@ from ..core import _log
 from ..core._digest import sha256_of
 from ..core._errors import FaShimError
 from ..fleet import _entries, _objects
-from ..wheel import _record
+from ..wheel import _wheelfile
 
 OK, FAILED = "ok", "FAILED"
 
@@ -64,7 +64,7 @@ def check_entry(directory: Path, torch) -> Row:
         if why:
             row.reason = f"not the wheel it stored: {why}"
             return row
-        found = _record.problems(entry.wheel)
+        found = _wheelfile.problems(entry.wheel)
     except (OSError, zipfile.BadZipFile) as exc:
         row.reason = f"unreadable: {exc}"
         return row

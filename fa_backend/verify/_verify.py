@@ -18,7 +18,7 @@ from ..core._errors import FaShimError
 from ..flavours import _registry
 from ..toolchain._mangling import is_torch_symbol
 from ..toolchain._torch import TorchInfo
-from ..wheel import _record
+from ..wheel import _wheelfile as _record
 from . import _stable_abi
 from ._checks import (
     Gpu,

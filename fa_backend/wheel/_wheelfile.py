@@ -1,6 +1,7 @@
 """A small, deterministic wheel writer: sorted entries, SOURCE_DATE_EPOCH or fixed times, modes
 0o644/0o755, RECORD (csv) last, members streamed (a module of hundreds of MB is never held in
-memory), and an atomic publish (a temporary file renamed into place only once complete)."""
+memory), and an atomic publish (a temporary file renamed into place only once complete); and
+the check of a wheel's RECORD against its members (PEP 376/427)."""
 
 from __future__ import annotations
 
@@ -22,6 +23,18 @@ _MIN_EPOCH = 315532800  # 1980-01-01, the earliest time a zip entry can hold
 _CHUNK = 1024 * 1024
 
 Opener = Callable[[], IO[bytes]]  # opens one member's content for reading
+
+
+def _sha256(src: IO[bytes], dst: IO[bytes] | None = None) -> tuple[str, int]:
+    """RECORD's form of a stream's sha256 (urlsafe base64, no padding) and its size; the bytes
+    are copied into dst on the way when given."""
+    sha, size = hashlib.sha256(), 0
+    while chunk := src.read(_CHUNK):
+        sha.update(chunk)
+        size += len(chunk)
+        if dst is not None:
+            dst.write(chunk)
+    return base64.urlsafe_b64encode(sha.digest()).rstrip(b"=").decode(), size
 
 
 class WheelWriter:
@@ -70,12 +83,8 @@ class WheelWriter:
         info.create_system = 3  # unix, whatever the platform writes by default
         info.compress_type = zipfile.ZIP_DEFLATED
         info.file_size = size  # decides zip64 up front, as writestr does from the data
-        sha = hashlib.sha256()
         with zf.open(info, "w") as dst:
-            while chunk := src.read(_CHUNK):
-                sha.update(chunk)
-                dst.write(chunk)
-        return base64.urlsafe_b64encode(sha.digest()).rstrip(b"=").decode()
+            return _sha256(src, dst)[0]
 
 
 def read_prepared_metadata(metadata_directory: Path, dist_info: str) -> str:
@@ -93,3 +102,43 @@ def publish(wheel: Path, out_dir: Path) -> Path:
     with _atomic.writing(target) as dst, wheel.open("rb") as src:
         shutil.copyfileobj(src, dst)
     return target
+
+
+def problems(wheel: Path, limit: int = 10) -> list[str]:
+    """How the members differ from RECORD (empty: not at all); a zip's CRC misses an edited
+    member with a fresh CRC. Raises zipfile.BadZipFile or OSError for a file not a zip."""
+    found: list[str] = []
+    with zipfile.ZipFile(wheel) as zf:
+        files = [i for i in zf.infolist() if not i.is_dir()]
+        records = [i.filename for i in files if i.filename.count("/") == 1]
+        records = [n for n in records if n.split("/")[0].endswith(".dist-info")]
+        records = [n for n in records if n.endswith("/RECORD")]
+        if len(records) != 1:
+            return [f"{len(records)} .dist-info/RECORD files (a wheel has one)"]
+        rows = {}
+        text = zf.read(records[0]).decode("utf-8", "replace")
+        for row in csv.reader(io.StringIO(text)):
+            if row:
+                rows.setdefault(row[0], row[1:])
+        for info in files:
+            name = info.filename
+            if name == records[0]:
+                continue
+            entry = rows.pop(name, None)
+            if entry is None:
+                found.append(f"{name} is not in RECORD")
+                continue
+            want = entry[0] if entry else ""
+            algorithm, _, value = want.partition("=")
+            if algorithm != "sha256":
+                found.append(f"{name}: RECORD gives no sha256 ({want or 'none'})")
+                continue
+            with zf.open(info) as member:
+                got, size = _sha256(member)
+            if got != value:
+                found.append(f"{name}: sha256 {got} differs from RECORD's {value}")
+            elif len(entry) > 1 and entry[1] and entry[1] != str(size):
+                found.append(f"{name}: {size} bytes, RECORD says {entry[1]}")
+        rows.pop(records[0], None)
+        found += [f"{name} is in RECORD but not in the wheel" for name in rows]
+    return found[:limit] + ([f"... {len(found) - limit} more"] if len(found) > limit else [])
