@@ -1,12 +1,6 @@
-"""`python -m fa_backend doctor`: what a build here would use, and what is wrong with it.
-
-Every finding comes from the same code the build runs (settings, torch probe, nvcc choice,
-architecture choice, and its toolchain step for the compile jobs) or from a real probe of the
-tool (the host compiler preprocesses <string>; ninja --version); each problem carries its fix.
-The build's prediction comes from its requirement check, plan, toolchain, estimate block and
-wheel-cache lookup. Nothing is compiled or downloaded: the plan is made offline, and without a
-local sdist the prediction says so and stops there.
-"""
+"""`python -m fa_backend doctor`: what a build here would use, and what is wrong with it, each
+finding from the build's own code or a real probe of the tool, each problem with its fix.
+Nothing is compiled or downloaded: without local sources the prediction says so and stops."""
 
 from __future__ import annotations
 
@@ -27,8 +21,8 @@ from ..toolchain import _jobs, _preflight, _requirements
 from ..verify import _verify
 from ..verify._fatbin import CudaCode
 from ..verify._report import ERROR, WARNING
-from ._doctor_report import DoctorReport
 from ._toolchain_sections import (
+    DoctorReport,
     compiler_section,
     ninja_section,
     nvcc_section,
@@ -66,8 +60,7 @@ def requirements_section(report) -> None:
 
 
 def _stop(report, data: dict, exc: FaShimError) -> None:
-    """The build would stop here. Counted as an error unless the report already has one
-    (each other section reports its own cause: no double count)."""
+    """The build would stop here: an error unless the report has one (no double count)."""
     data["stops"] = exc.cause
     report.add("build", data, f"a build would stop: {exc.cause}")
     if report.ok:
@@ -136,8 +129,7 @@ def build_section(report, project: Path) -> None:
 
 def archs_to_compile(flavour, settings, torch, nvcc) -> tuple[list[str], str]:
     """The sm_XX a build would compile: the build's own choice (the flavour's archs)."""
-    # the settings did not load (doctor then has empty ones): no version to map onto; a project
-    # that loaded says something (FA3's pyproject its fa3-release, FA2's its flash-attn-version)
+    # the settings did not load (doctor then has empty ones): no version to map onto
     if not settings.flash_attn_version and not settings.given:
         return [], "unknown: no flash-attn version configured"
     try:
@@ -148,9 +140,8 @@ def archs_to_compile(flavour, settings, torch, nvcc) -> tuple[list[str], str]:
 
 
 def build_tools(project: Path) -> tuple[Tools | None, str]:
-    """The toolchain decisions a build here would make, by the build's own code (_build.plan
-    and _build.toolchain: jobs sized with the number of kernel sources, tu-parts), or why no
-    build could start. Offline: doctor never downloads the sdist."""
+    """The toolchain a build here would choose (_build.plan and _build.toolchain, offline), or
+    why no build could start."""
     try:
         with in_project(project):  # pip runs the backend there: its [tool.fa-shim] counts
             return _build.toolchain(_build.plan({"offline": "true"})), ""

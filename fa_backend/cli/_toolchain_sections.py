@@ -1,23 +1,70 @@
-"""doctor's toolchain sections: the interpreter, torch, nvcc, the host compiler and ninja, each
-found by the build's own code or a real probe of the tool (the host compiler preprocesses
-<string>; ninja --version); each problem carries its fix."""
+"""doctor's report, and its toolchain sections: the interpreter, torch, nvcc, the host compiler
+and ninja, each found by the build's own code or a real probe of the tool (the host compiler
+preprocesses <string>; ninja --version); each problem carries its fix."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..core._errors import FaShimError
+from ..resources import PROJECT
 from ..toolchain import _compilers, _toolkit, _torch
 from ..toolchain._compilers import compiler_abi
-from ..verify._report import ERROR, WARNING
+from ..verify._report import ERROR, WARNING, Check, Report, plural
 from ..wheel import _metadata
-from ._doctor_report import DoctorReport
 
 if TYPE_CHECKING:
     from ..flavours._interface import Flavour
+
+
+@dataclasses.dataclass
+class DoctorReport(Report):
+    """What a build would use (a line and a --json section per topic) and the problems found:
+    Checks named after their section, with status ERROR or WARNING."""
+
+    project: Path = PROJECT  # what `pip install --no-build-isolation PROJECT` would build
+    sections: dict[str, dict] = dataclasses.field(default_factory=dict)
+    lines: list[tuple[str, str]] = dataclasses.field(default_factory=list)
+    checks: list[Check] = dataclasses.field(default_factory=list)
+
+    def add(self, section: str, data: dict, *lines: str) -> None:
+        self.sections[section] = data
+        for i, line in enumerate(lines):
+            self.lines.append((section if i == 0 else "", line))
+
+    def problem(self, section: str, severity: str, cause: str, fix: str) -> None:
+        self.checks.append(Check(section, severity, cause, fix=fix))
+
+    def heading(self) -> list[str]:
+        head = (
+            f"fa-shim doctor: what `pip install --no-build-isolation {self.project}` would use here"
+        )
+        return [head, *(f"  {label:11} {text}" for label, text in self.lines)]
+
+    def body(self) -> list[str]:
+        if not self.checks:
+            return []
+        ordered = sorted(self.checks, key=lambda p: p.status != ERROR)  # errors first
+        return ["problems:", *(x for p in ordered for x in p.lines("  ", "    ", f"{p.status}: "))]
+
+    def summary(self) -> str:
+        errors, warnings = self.count(ERROR), self.count(WARNING)
+        counts = f"{plural(errors, 'error')}, {plural(warnings, 'warning')}"
+        return f"{'PROBLEMS' if errors else 'OK'} ({counts})"
+
+    def as_dict(self) -> dict:
+        return {
+            "ok": self.ok,
+            **self.sections,
+            "problems": [
+                {"severity": p.status, "cause": p.summary, "fix": p.fix} for p in self.checks
+            ],
+        }
 
 
 # --------------------------------------------------------------------------------- sections

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from ..core._version import __version__
 from ..resources import CHECKOUT
 from ..wheel import _metadata
-from ..wheel._names import Names
+from ..wheel._metadata import Names
 from ..wheel._sdist_self import SdistSpec
 
 if TYPE_CHECKING:

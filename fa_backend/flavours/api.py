@@ -7,13 +7,13 @@ from __future__ import annotations
 from ..core._errors import FaShimError
 from ..settings._model import Setting
 from ..wheel._metadata import (
+    Names,
     core_metadata,
     full_version,
     read_pkg_info,
     torch_requirement,
     wheel_tag,
 )
-from ..wheel._names import Names
 from ..wheel._sdist_self import SdistSpec
 from ._interface import Costs, Flavour, Plan, Sizing, Tools
 

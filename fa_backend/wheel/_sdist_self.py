@@ -17,7 +17,7 @@ from pathlib import Path
 from ..core import _atomic
 from ..core._errors import FaShimError
 from ..resources import CHECKOUT, PACKAGE
-from ._names import Names
+from ._metadata import Names
 
 if sys.version_info >= (3, 11):
     import tomllib

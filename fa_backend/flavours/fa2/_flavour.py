@@ -12,7 +12,7 @@ from ...core import _log
 from ...sources import _patches
 from ...toolchain import _archs, _jobs, _space
 from ...wheel import _metadata
-from ...wheel._names import Names
+from ...wheel._metadata import Names
 from ...wheel._sdist_self import SdistSpec
 from .._interface import Costs, Flavour, Plan, Sizing, Tools
 from . import _costs, _kernels, _releases, _sdist, _settings, _tu_parts

@@ -18,7 +18,7 @@ from ...sources import _patches
 from ...toolchain import _archs, _cuda_driver, _jobs, _space
 from ...toolchain._torch import TorchInfo
 from ...wheel import _metadata
-from ...wheel._names import Names
+from ...wheel._metadata import Names
 from ...wheel._sdist_self import SdistSpec
 from .. import _unit_table
 from .._interface import Costs, Flavour, Plan, Sizing, Tools

@@ -10,7 +10,7 @@ from packaging.requirements import Requirement
 
 from fa_backend.core._errors import FaShimError
 from fa_backend.wheel import _metadata
-from fa_backend.wheel._names import Names
+from fa_backend.wheel._metadata import Names
 
 FA3 = Names("fa3", "flash-attn-3", "flash_attn_3", "flash_attn_3._C", abi3=True)
 

@@ -1,5 +1,5 @@
-"""The names a distribution's files carry (fa_backend/wheel/_names.py): each flavour's Names, and
-what the metadata, the repack, verify and the runtime guard derive from it."""
+"""The names a distribution's files carry (Names, fa_backend/wheel/_metadata.py): each flavour's
+Names, and what the metadata, the repack, verify and the runtime guard derive from it."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from packaging.utils import canonicalize_name
 
 from fa_backend.flavours.fa2._flavour import FLAVOUR as FA2
 from fa_backend.flavours.fa3._flavour import FLAVOUR as FA3
-from fa_backend.wheel._names import Names
+from fa_backend.wheel._metadata import Names
 
 
 def test_flash_attn_file_name_module_path_and_guard():
