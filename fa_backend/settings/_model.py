@@ -1,16 +1,12 @@
-"""The settings model: each setting, its kind and its help text. The ones every flavour takes are
-the Settings dataclass's fields; a flavour declares its own (Flavour.own_settings), which
-Settings holds by key in `own`.
-
-Each setting carries its own help text, so the settings reference is generated from here
-(`python -m fa_backend settings`) and cannot drift. _settings.load fills it.
-"""
+"""The settings model: each setting, its kind and its help text (the reference is generated from
+it). The ones every flavour takes are the Settings dataclass's fields; a flavour declares its
+own (Flavour.own_settings), which Settings holds by key in `own`. _settings.load fills it."""
 
 from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Union
 
@@ -21,8 +17,8 @@ ENV_PREFIX = "FA_SHIM_"
 @dataclasses.dataclass(frozen=True)
 class Setting:
     """One setting: its key (-C key, FA_SHIM_KEY, [tool.fa-shim] key), default, kind (how
-    _settings.convert reads it), help text (its row in the reference), for an int the largest
-    value it takes and, for a directory that must exist, `missing`: the fix when it does not."""
+    _settings.convert reads it), help text, an int's largest value, and for a directory that
+    must exist `missing`: the fix when it does not."""
 
     key: str
     default: Any
@@ -181,14 +177,3 @@ FIELDS = {
 
 def env_name(key: str) -> str:
     return ENV_PREFIX + key.replace("-", "_").upper()
-
-
-def reference_markdown(declared: Sequence[Setting]) -> str:
-    """The settings table of docs/reference/settings.md: the shared settings, then those the
-    flavours declare."""
-    rows = ["| `-C` key | environment variable | default | meaning |", "|---|---|---|---|"]
-    for setting in [*FIELDS.values(), *declared]:
-        key, default = setting.key, setting.default
-        shown = "—" if default in (None, ()) else f"`{str(default).lower()}`"
-        rows.append(f"| `{key}` | `{env_name(key)}` | {shown} | {setting.help} |")
-    return "\n".join(rows)

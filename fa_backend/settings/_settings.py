@@ -16,35 +16,12 @@ from packaging.version import InvalidVersion, Version
 
 from ..core import _failures
 from ..core._errors import FaShimError
-from ._model import (
-    ENV_PREFIX,
-    FIELDS,
-    ConfigSettings,
-    Setting,
-    Settings,
-    default_cache_dir,
-    env_name,
-    reference_markdown,
-)
+from ._model import ENV_PREFIX, FIELDS, ConfigSettings, Setting, Settings, env_name
 
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - exercised on 3.9/3.10 only
     import tomli as tomllib
-
-__all__ = [
-    "ENV_PREFIX",
-    "FIELDS",
-    "ConfigSettings",
-    "Setting",
-    "Settings",
-    "default_cache_dir",
-    "env_name",
-    "load",
-    "pyproject_of",
-    "read_pyproject_table",
-    "reference_markdown",
-]
 
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
@@ -70,9 +47,8 @@ def convert(key: str, kind: str, value: Any, where: str, maximum: int | None = N
             else f"correct {key} in {where}.",
         )
 
-    # An empty value is refused for every kind, never read as "unset" or "false": it is most
-    # often an unset shell variable (-C cuda-archs=$ARCH), and leaving the setting out is how
-    # its default is asked for.
+    # an empty value is refused for every kind, never read as "unset": most often it is an
+    # unset shell variable (-C cuda-archs=$ARCH)
     if (value == [] or value == ()) or (
         not isinstance(value, (bool, list, tuple)) and not str(value).strip()
     ):
@@ -142,14 +118,24 @@ def convert(key: str, kind: str, value: Any, where: str, maximum: int | None = N
             version = Version(str(value).strip())
         except InvalidVersion:
             raise bad("a PEP 440 version such as 2.8.3 or 2.8.3.post2") from None
-        # v2.8.3, 2.8.3.0 and ' 2.8.3 ' are 2.8.3; 2.8.3-post2 is 2.8.3.post2. Zeros beyond
-        # major.minor.patch go (upstream's releases always have three: 2.7.0.post2 stays)
+        # v2.8.3, 2.8.3.0 and ' 2.8.3 ' are 2.8.3; zeros beyond major.minor.patch go
         release = list(version.release)
         while len(release) > 3 and release[-1] == 0:
             release.pop()
         full, short = ".".join(map(str, version.release)), ".".join(map(str, release))
         return str(version).replace(full, short, 1)
     raise AssertionError(kind)
+
+
+def reference_markdown(declared: Sequence[Setting]) -> str:
+    """The settings table of docs/reference/settings.md: the shared settings, then those the
+    flavours declare."""
+    rows = ["| `-C` key | environment variable | default | meaning |", "|---|---|---|---|"]
+    for setting in [*FIELDS.values(), *declared]:
+        key, default = setting.key, setting.default
+        shown = "—" if default in (None, ()) else f"`{str(default).lower()}`"
+        rows.append(f"| `{key}` | `{env_name(key)}` | {shown} | {setting.help} |")
+    return "\n".join(rows)
 
 
 def _unknown(key: str, where: str, known: list[str]) -> FaShimError:
@@ -172,14 +158,12 @@ def read_pyproject_table(project_dir: Path) -> dict[str, Any]:
     return data.get("tool", {}).get("fa-shim", {})
 
 
-# What a project directory builds: a fact of its pyproject.toml ([tool.fa-shim] only, never -C or
-# the environment), checked against the known flavours by flavours/_registry.
+# what a project builds: a fact of its [tool.fa-shim] alone, never -C or the environment
 FLAVOUR_KEY = "flavour"
 
 
 def pyproject_of(project_dir: Path | None) -> Path:
-    """The project's pyproject.toml by its full path, as every message names it: a frontend may
-    build from a copy of the project."""
+    """The project's pyproject.toml by its full path, as every message names it."""
     return (project_dir or Path.cwd()).absolute() / "pyproject.toml"
 
 
@@ -197,8 +181,8 @@ def load(
     project_dir: Path | None = None,
     declared: Sequence[Setting] = (),
 ) -> Settings:
-    """Merge the three sources, highest first: config_settings, environment, [tool.fa-shim].
-    The settings known are the shared ones and those declared (every flavour's own)."""
+    """Merge config_settings, the environment and [tool.fa-shim], highest first; the settings
+    known are the shared ones and those declared (every flavour's own)."""
     environ = os.environ if environ is None else environ
     fields = {**FIELDS, **{s.key: s for s in declared}}
     known = list(fields)
@@ -261,9 +245,8 @@ _CACHES = ("cache-dir", "wheel-cache-dir")
 
 def _name_places(settings: Settings, existing: Sequence[str]) -> None:
     """The directories settings name, told to the error messages (core/_failures.name_place): a
-    full or unwritable disk under /tmp is then "setting wheel-cache-dir", not "TMPDIR", and its
-    fix names the setting that moves it. The caches, and the directories given that must exist
-    (`existing`: their keys), are checked to be directories."""
+    full disk is then "setting wheel-cache-dir", not "TMPDIR". The caches and `existing` (the
+    keys of directories that must exist) are checked to be directories."""
     for key in (*existing, *_CACHES):
         path = getattr(settings, key.replace("-", "_"))
         if path is None:
