@@ -1,14 +1,7 @@
-"""One wheel-cache entry on disk, whole or absent:
-
-    <root>/<key>/<wheel>            the wheel
-    <root>/<key>/fingerprint.json   what the key was computed from
-    <root>/<key>/entry.json         the wheel's name, sha256 and size; how and where it was built
-
-A new entry is assembled in a temporary directory beside it and renamed into place, so a full
-disk or a kill leaves a `.fa-shim-*.part` directory (swept later), never a fingerprint.json
-without its wheel. entry.json is read first and names the wheel's sha256: a wheel that is not
-those bytes is not served, whatever its zip says.
-"""
+"""One wheel-cache entry on disk, whole or absent: <root>/<key>/ holds the wheel,
+fingerprint.json (what the key was computed from) and entry.json (the wheel's name, sha256 and
+size; how and where it was built). A new entry is assembled in a `.fa-shim-*.part` directory
+and renamed into place; a wheel that is not the bytes entry.json names is never served."""
 
 from __future__ import annotations
 
@@ -18,6 +11,7 @@ import json
 import os
 import shutil
 import tempfile
+import time
 from pathlib import Path
 
 from ..core import _atomic
@@ -44,8 +38,8 @@ class Entry:
 
 
 def load(directory: Path, wheel_name: str | None = None) -> Entry | None:
-    """The entry in directory when it is complete (entry.json names a wheel that is there),
-    else None. The wheel's bytes are not read here (see matches)."""
+    """The entry in directory when entry.json names a wheel that is there, else None (the
+    wheel's bytes are not read: see matches)."""
     try:
         record = json.loads((directory / ENTRY).read_text(encoding="utf-8"))
         name, digest = record["wheel"], record["sha256"]
@@ -79,10 +73,8 @@ def _write_into(directory: Path, wheel: Path, fingerprint: dict, built: dict) ->
 
 
 def store(root: Path, key: str, wheel: Path, fingerprint: dict, built: dict) -> Path:
-    """Publish the entry of `key`. A new one appears whole (a directory renamed into place);
-    an existing one (a damaged entry, perhaps another user's) is replaced file by file, the
-    wheel before entry.json, so a reader sees the old record or the new one, and a wheel that
-    does not match its record is never served."""
+    """Publish the entry of `key`: a new one whole (a directory renamed into place), an existing
+    (damaged) one file by file, the wheel before entry.json, so a reader sees either record."""
     entry = root / key
     if entry.is_dir():
         return _write_into(entry, wheel, fingerprint, built)
@@ -98,10 +90,8 @@ def store(root: Path, key: str, wheel: Path, fingerprint: dict, built: dict) -> 
 
 
 def clear_partials(root: Path, key: str, min_age_s: float = SWEEP_AGE_S) -> None:
-    """What killed writers left: all of this (locked) entry's .part files, and the shared top
-    level's .part files and directories once no live writer can own them."""
-    import time
-
+    """What killed writers left: this (locked) entry's .part files, and the top level's once
+    no live writer can own them."""
     for leftover in (root / key).glob(PARTIAL):
         with contextlib.suppress(OSError):
             leftover.unlink()

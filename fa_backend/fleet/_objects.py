@@ -1,16 +1,9 @@
 """The object cache: each torch-free kernel object kept under the inputs that make it, so that a
 build for another torch, Python or C++ ABI with the same toolkit compiles only the binding
-(docs/guides/build-speed.md, "Object cache").
-
-A unit's key (`keys`) is the bytes of the source and of every file under the tree's include
-directories, the nvcc command line less what names this build's directories and less what only
-torch's or Python's headers read (`_TORCH_ONLY`), and the compilers' `--version`. A unit is
-stored only when its depfile shows it read nothing under the dropped include directories, and
-a hit is served only when its object's sha256 is the one recorded. Entries live in
-<root>/<key>/ (object.o, object.json) beside the team's wheels when a wheel cache is shared,
-else under fa-shim's cache directory; <root>/.locks/<key>.lock serialises one key's compile.
-The launcher serves each unit (resources/object_cache.serve) from the spec `write_spec` writes.
-"""
+(docs/guides/build-speed.md, "Object cache"). A unit's key is the bytes of its source and of
+the tree's include directories, the nvcc command line less this build's directories and what
+only torch's or Python's headers read (`_TORCH_ONLY`), and the compilers' `--version`. The
+launcher serves each unit (resources/object_cache.serve) from the spec `write_spec` writes."""
 
 from __future__ import annotations
 
@@ -127,8 +120,8 @@ def write_spec(
     lock_timeout: float,
     heartbeat: float,
 ) -> Path:
-    """What the launcher reads: the cache root, each unit's key by output, the include
-    directories a stored unit must not have read, and what the build runs under."""
+    """What the launcher reads: the root, each unit's key by output, the include directories
+    a stored unit must not have read, and what the build runs under."""
     spec = {
         "root": str(root),
         "units": units,

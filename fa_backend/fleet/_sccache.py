@@ -1,15 +1,7 @@
-"""sccache as a compile cache shared by nodes: its server, its base directories, its hit rate
-(docs/guides/fleet.md).
-
-sccache is configured as its users configure it (SCCACHE_* variables, SCCACHE_CONF or its config
-file); fa-shim passes all of it through and adds: SCCACHE_BASEDIRS, unless set (the home and
-the temporary directory, so that headers under a home hash alike for every user; sccache reads
-it when its server starts, so fa-shim starts the server, checks the setting took effect, and
-stops it again if it started it); the build's hit rate from the server's statistics; and, with
-sccache-dist, a check of the scheduler before anything compiles (unreachable, every unit would
-compile locally with the jobs meant for the cluster) and how many units each build server
-compiled.
-"""
+"""sccache as a compile cache shared by nodes (docs/guides/fleet.md): the user's configuration
+passed through, plus SCCACHE_BASEDIRS unless set (read when the server starts, so fa-shim starts
+it and checks the setting took), the build's hit rate, and with sccache-dist a check of the
+scheduler before anything compiles (unreachable, every unit would compile here)."""
 
 from __future__ import annotations
 
@@ -87,9 +79,8 @@ def _writes(snapshot: dict) -> tuple[int, int]:
 
 
 def settled(program: str, env: dict[str, str], before: dict, wait: float = WRITE_WAIT) -> dict:
-    """The statistics once every miss's result is written to the cache (or failed to be):
-    the server writes after answering the compiler, and stopping it then would lose the last
-    translation units' entries for every other node. Waits at most `wait` seconds."""
+    """The statistics once every miss's result is written (or failed to be), at most `wait` s:
+    the server writes after answering the compiler, and stopping it sooner loses entries."""
     deadline = time.monotonic() + wait
     while True:
         after = stats(program, env)
@@ -102,7 +93,7 @@ def settled(program: str, env: dict[str, str], before: dict, wait: float = WRITE
 
 def dist_status(program: str, env: dict[str, str]) -> dict:
     """`sccache --dist-status`: {"Disabled": ...}, {"NotConnected": [url, why]} or
-    {"SchedulerStatus": [url, {"num_servers": N, "num_cpus": N, "in_progress": N}]}."""
+    {"SchedulerStatus": [url, {"num_servers": N, "num_cpus": N, ...}]}."""
     proc = _run(program, ["--dist-status"], env)
     try:
         return json.loads(proc.stdout)

@@ -1,8 +1,6 @@
-"""Directories fa-shim makes inside a cache that others share (the wheel cache's `.locks/` and
-entries): they take the umask, and the access the cache's root gives its group and everyone
-else. A team's root (setgid, group-writable) gets group-writable directories even under umask
-022, a world-writable root (e.g. sticky 1777) world-writable ones, so the third user can take
-a lock and replace a damaged entry. The setgid bit (the root's group for new files) is kept."""
+"""Directories fa-shim makes inside a cache that others share: the umask, widened to the write
+access the cache's root gives its group or everyone (a team's setgid root, a sticky 1777 one),
+so that another user can take a lock and replace a damaged entry; the setgid bit is kept."""
 
 from __future__ import annotations
 
@@ -13,9 +11,6 @@ from pathlib import Path
 
 from ..core._atomic import umask
 
-_GROUP = stat.S_IRWXG
-_OTHER = stat.S_IRWXO
-
 
 def mode_for(root: Path) -> int:
     """0o777 & ~umask, widened to what the root lets its group or everyone write."""
@@ -23,22 +18,20 @@ def mode_for(root: Path) -> int:
     with contextlib.suppress(OSError):
         st = root.stat()
         if st.st_mode & stat.S_IWGRP:
-            mode |= _GROUP
+            mode |= stat.S_IRWXG
         if st.st_mode & stat.S_IWOTH:
-            mode |= _OTHER
+            mode |= stat.S_IRWXO
     return mode
 
 
 def fix_mode(path: Path, root: Path) -> None:
-    """Give a directory fa-shim just made its shared mode (chmod, as mkdir's mode is masked by
-    the umask); the setgid bit Linux inherited from the parent is kept."""
+    """Give a directory fa-shim just made its shared mode (mkdir's is masked by the umask)."""
     current = path.stat().st_mode
     os.chmod(path, mode_for(root) | (current & stat.S_ISGID))
 
 
 def make(path: Path, root: Path) -> Path:
-    """path (a directory under root) made if missing, with the shared mode, as is each missing
-    directory between them."""
+    """path (under root) and each missing directory above it made, with the shared mode."""
     root.mkdir(parents=True, exist_ok=True)
     if path.parent != root and path.parent != path:
         make(path.parent, root)

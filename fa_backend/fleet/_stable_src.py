@@ -1,12 +1,6 @@
-"""A build tree at the same absolute path on every node, so that a shared compiler cache hits.
-
-nvcc hands cudafe++ and cicc the .cu file's absolute, symlink-resolved path, which sccache
-hashes as it is (SCCACHE_BASEDIRS rewrites only preprocessor output): a tree under a per-build
-temporary directory misses every CUDA step on another node. With a compiler cache, fa-shim
-compiles from /tmp/fa-shim-src-<n>, slot n held by a kernel lock on /tmp/fa-shim-src-<n>.lock
-(node-local, dies with its process): concurrent builds on one node take different slots, a
-killed build's slot is cleaned and reused, and with no slot to be had it compiles in scratch.
-docs/guides/fleet.md.
+"""A build tree at the same absolute path on every node, so that a shared compiler cache hits:
+nvcc hands cudafe++ and cicc the .cu file's resolved absolute path, which sccache hashes as it
+is. Slot n, /tmp/fa-shim-src-<n>, is held by a flock on its .lock file (docs/guides/fleet.md).
 """
 
 from __future__ import annotations

@@ -1,13 +1,8 @@
-"""Compiler launcher: torch's build.ninja calls every compiler through this script.
-
-Executed by path (stdlib only), once per translation unit:
-    python launcher.py STATS_FILE COMPILER [ARGS...]
-It runs the compiler (through ccache/sccache when fa-shim chose one: they are simply the first
-words of COMPILER), forwards its output, appends one JSON line with the TU's start, wall time,
-peak RSS and exit status to STATS_FILE (progress, ETA and benchmarks read it), and names a
-compiler death by signal in the log: the OOM killer's SIGKILL otherwise leaves nothing but
-"FAILED:" behind. A line in STATS_FILE.started marks a TU's start (progress shows what runs).
-"""
+"""Compiler launcher, run by path (stdlib only) for every compile of torch's build.ninja:
+`python launcher.py STATS_FILE COMPILER [ARGS...]`. It runs the compiler, appends a JSON line
+with the TU's start, wall time, peak RSS and exit status to STATS_FILE (a line in
+STATS_FILE.started when it starts), and names a compiler death by signal in the log: the OOM
+killer's SIGKILL otherwise leaves nothing but "FAILED:" behind."""
 
 import json
 import os
@@ -30,9 +25,8 @@ def _source(args):
 
 
 def _keep_dir(command):
-    """Where nvcc keeps this object's intermediate files (fa-shim's _reproducible, KEEP_ENV):
-    kept, they are named after the source instead of tmpxft_<pid>_..., and those names end up in
-    the host object. One directory per object, removed when the compile ends."""
+    """Where nvcc keeps this object's intermediate files (KEEP_ENV), one directory per object:
+    kept, they are named after the source, not tmpxft_<pid>_..., names the host object holds."""
     if os.environ.get(KEEP_ENV) != "1" or not _source(command).endswith(".cu"):
         return None
     if any(a in ("-keep", "--keep", "-keep-dir", "--keep-dir") for a in command):
@@ -42,9 +36,8 @@ def _keep_dir(command):
 
 
 def _seeded(command):
-    """nvcc's command with a random seed of its own per source file (SEED_ENV): cudafe++ and
-    the host compiler otherwise name internal-linkage entities after a random number, a
-    different one each compile. Names only: the code generated is the same."""
+    """nvcc's command with a seed per source file (SEED_ENV): cudafe++ and the host compiler
+    otherwise name internal-linkage entities after a new random number each compile."""
     if os.environ.get(SEED_ENV) != "1" or not _source(command).endswith(".cu"):
         return command
     if any(a.startswith(("-frandom-seed", "--frandom-seed")) for a in command):
@@ -58,8 +51,8 @@ def started_file(stats_file):
 
 
 def _compile(command):
-    """Compile, or serve a torch-free kernel object from the object cache (object_cache.py, which
-    needs fa-shim's own modules: this script's package, first on the path)."""
+    """Compile, or serve a torch-free kernel object from the object cache (object_cache.py,
+    which needs fa-shim's own modules)."""
     spec = os.environ.get(OBJECTS_ENV)
     if not (spec and os.path.isfile(spec) and _source(command).endswith(".cu")):
         return subprocess.call(command), False

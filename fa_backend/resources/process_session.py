@@ -1,13 +1,8 @@
 """Ending the upstream build as a whole: every process of its session (standard library only:
-the upstream driver loads this file by path, the backend imports it).
-
-A process group is not enough: ninja puts every compile command into a group of its own and
-forwards a signal only while it lives, so a killed ninja would leave the compilers running. The
-build child starts a session of its own (setsid; `unshare` execs in place), and the session id
-survives reparenting to init, so /proc still finds the orphans. Run by path
-(`python process_session.py COMMAND...`), it runs COMMAND as the leader of such a session that
-ends whole when the backend goes: the backend's compile probes run under it.
-"""
+the upstream driver loads this file by path, the backend imports it). Not a process group:
+ninja puts each compile into a group of its own, while the session id survives reparenting, so
+/proc still finds the orphans. Run by path (`python process_session.py COMMAND...`), it runs
+COMMAND as the leader of a session that ends whole when the backend goes (compile probes)."""
 
 from __future__ import annotations
 
@@ -41,18 +36,9 @@ def members(sid: int) -> list[int]:
     return found
 
 
-def _signal_all(pids: list[int], sig: int) -> None:
-    for pid in pids:
-        try:
-            os.kill(pid, sig)
-        except OSError:  # gone, or not ours to signal
-            pass
-
-
 def end(sid: int, grace: float = 3.0, spare: int | None = None) -> None:
-    """SIGTERM every process of session `sid` (ninja forwards it, compilers stop cleanly),
-    SIGKILL what is left after `grace` seconds. `spare` (the caller itself, when it is one of
-    them) is left alone. New processes started meanwhile are caught by the next scan."""
+    """SIGTERM every process of session `sid` but `spare` (the caller, when one of them), then
+    SIGKILL what is left after `grace` seconds; each scan catches processes started meanwhile."""
     deadline = time.monotonic() + grace
     sig = signal.SIGTERM
     while True:
@@ -62,7 +48,9 @@ def end(sid: int, grace: float = 3.0, spare: int | None = None) -> None:
                 os.killpg(sid, sig)
         if not left:
             return
-        _signal_all(left, sig)
+        for pid in left:
+            with contextlib.suppress(OSError):  # gone, or not ours to signal
+                os.kill(pid, sig)
         if sig == signal.SIGKILL and time.monotonic() > deadline + grace:
             return  # unkillable (uninterruptible sleep): nothing more to do here
         time.sleep(0.05)
@@ -71,8 +59,8 @@ def end(sid: int, grace: float = 3.0, spare: int | None = None) -> None:
 
 
 def die_with_parent(sig: int = signal.SIGTERM) -> bool:
-    """Ask Linux to send `sig` to this process when the thread that started it ends
-    (prctl PR_SET_PDEATHSIG); False where that is not available."""
+    """prctl PR_SET_PDEATHSIG: `sig` when the thread that started this process ends (False:
+    not available)."""
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
         return libc.prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0) == 0

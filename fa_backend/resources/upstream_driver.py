@@ -103,14 +103,11 @@ _EDGE = re.compile(
 
 
 def schedule_ninja(text, spec):
-    """build.ninja's compile edges in the order fa-shim planned, with its pools.
-
-    ninja starts edges in file order, and setuptools hands torch the sources sorted by name: the
-    slowest units must not start last, or the build ends with one core busy. spec["unit_order"]
-    (basenames, the pipeline's schedule) orders them, else spec["heavy_sources_first"] (name
-    patterns); the link line keeps upstream's object order, so the module does not depend on
-    the schedule. spec["pools"] ({pool: depth}) and spec["unit_pools"] ({basename: pool}) cap
-    how many units of a memory class run at once (ninja pools)."""
+    """build.ninja's compile edges in the order fa-shim planned, with its pools: ninja starts
+    edges in file order, and the slowest units must not start last. spec["unit_order"]
+    (basenames) orders them, else spec["heavy_sources_first"] (patterns); the link line keeps
+    upstream's order. spec["pools"] ({pool: depth}) and spec["unit_pools"] ({basename: pool})
+    cap how many units of a memory class run at once."""
     items: list = []  # plain lines; each compile edge with the indented lines that follow it
     in_pool = False  # a pool of an earlier pass, declared again below
     for line in text.split("\n"):

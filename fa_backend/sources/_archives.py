@@ -1,8 +1,6 @@
 """Reading upstream's archives safely, one rule for FA2's sdist and FA3's trees: a member is a
-regular file or a directory at a relative path inside the archive. Anything else (`../`, an
-absolute path, a symlink, a hard link, a device) is an unsafe member and refused by name, never
-"re-rooted" or skipped. Extraction creates its destination itself, so that a failure removes
-only what it wrote."""
+regular file or a directory at a relative path inside the archive; anything else is refused by
+name, never "re-rooted" or skipped."""
 
 from __future__ import annotations
 
@@ -52,9 +50,8 @@ def unsafe_error(archive: Path, exc: UnsafeMember, fix: str) -> FaShimError:
 
 
 def extract(archive: Path, dest: Path, what: str) -> None:
-    """Unpack a .tar.gz into dest, which must not exist yet (it is made here, and removed again
-    if anything fails). UnsafeMember and the BROKEN errors propagate for the caller to word;
-    a full disk is the one no-space error naming `what`."""
+    """Unpack a .tar.gz into dest, made here and removed again if anything fails. UnsafeMember
+    and the BROKEN errors propagate; a full disk is the one no-space error naming `what`."""
     dest.mkdir(parents=True)  # FileExistsError: never write into a directory we did not make
     try:
         with tarfile.open(archive, "r:gz") as tar:

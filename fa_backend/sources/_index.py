@@ -1,12 +1,7 @@
-"""Download an sdist from the package index the user's pip is configured for.
-
-`pip download` cannot be used: for an sdist it prepares metadata, i.e. runs flash-attn's setup.py,
-which imports torch (pypa/pip#1884). So we read pip's own merged configuration (`pip config list`:
-files and PIP_* variables; where pip is not installed, as in uv's environments, the PIP_* and
-uv's index variables) and speak the simple repository API (PEP 691 JSON, PEP 503 HTML).
-Only sdists are ever considered. Credentials in an index URL (user:token@host) are sent as
-HTTP basic auth to that host only, and never printed.
-"""
+"""Download an sdist from the package index the user's pip is configured for. Not `pip download`:
+for an sdist it runs flash-attn's setup.py, which imports torch (pypa/pip#1884). pip's merged
+configuration (else PIP_* and uv's index variables) and the simple repository API (PEP 691, PEP
+503); credentials in an index URL go to that host only, as basic auth, and are never printed."""
 
 from __future__ import annotations
 

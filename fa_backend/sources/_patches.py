@@ -1,9 +1,5 @@
-"""Apply a release's vendored patches (each flavour's registry lists them) to the scratch source
-tree, strictly.
-
-Each patch starts with a `Reason:` line and must apply with no fuzz; otherwise the build stops,
-because a patch that half-applies is the silent failure mode of the sed recipes we replace.
-"""
+"""Apply a release's vendored patches to the scratch source tree, strictly: each starts with a
+`Reason:` line and must apply with no fuzz, as a patch that half-applies fails silently."""
 
 from __future__ import annotations
 
@@ -32,8 +28,8 @@ class Patch:
 
 
 def topic(path: Path) -> str:
-    """A patch's name as releases and provenance know it: its file name less the release line
-    that variant was first made for (10-import-guard.2.6.3.patch: 10-import-guard.patch)."""
+    """A patch's name as releases and provenance know it: 10-import-guard.2.6.3.patch (a
+    variant first made for 2.6.3) is 10-import-guard.patch."""
     return path.name.partition(".")[0] + ".patch"
 
 
