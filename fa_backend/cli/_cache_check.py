@@ -1,10 +1,7 @@
-"""Auditing a wheel cache (`python -m fa_backend cache ...`), so a team can trust a wheel it did
-not build: `check DIR` checks every entry (whole, its recorded sha256, RECORD, and verify where
-it was built for this environment's torch) and lists writers' leftover `.fa-shim-*.part` names;
-`check --rebuild DIR -C ...` builds this environment's entry again here (no compiler cache, the
-tu-parts it recorded) and compares the bytes; `requirements DIR` prints the requirement line,
-with its hash, of the wheel the cache's install.py takes here (docs/guides/fleet.md).
-"""
+"""Auditing a wheel cache (`python -m fa_backend cache ...`, docs/guides/fleet.md): `check`
+checks every entry (sha256, RECORD, verify where built for this torch) and lists leftover
+`.fa-shim-*.part` names, `check --rebuild` builds this environment's entry again and compares
+the bytes, `requirements` prints the hashed requirement line of what install.py takes here."""
 
 from __future__ import annotations
 
@@ -148,8 +145,8 @@ def _differences(a: Path, b: Path) -> str:
 
 
 def requirements(root: Path) -> list[str]:
-    """`name==version --hash=sha256:...` per distribution in the cache: the entry the cache's
-    install.py takes for this environment (resources/team_install.py: one choice for both)."""
+    """`name==version --hash=sha256:...` per distribution: the entry the cache's install.py
+    takes here (resources/team_install.py: one choice for both)."""
     from ..resources import team_install
 
     lines, misses = [], []
@@ -172,8 +169,8 @@ def requirements(root: Path) -> list[str]:
 
 
 def strays(root: Path) -> list[Row]:
-    """The writers' temporary names left in the cache (a killed build, an older fa-shim's hit):
-    reported; a failure once older than the next build's sweep (younger: maybe a live write)."""
+    """The writers' temporary names left in the cache: a failure once older than the next
+    build's sweep (younger: maybe a live write)."""
     rows = []
     now = time.time()
     for path in sorted([*root.glob(_entries.PARTIAL), *root.glob(f"*/{_entries.PARTIAL}")]):

@@ -1,13 +1,7 @@
 """`python -m fa_backend prebuild`: fill the (shared) wheel cache for every environment of a
-cluster, so that each user's install afterwards is a cache hit.
-
-For each interpreter: its fingerprint, computed by fa-shim running *in* that interpreter (its
-torch, its Python tag, its compilers: `python -m fa_backend fingerprint`); if the wheel cache
-has no entry for it, one real `pip wheel` of fa-shim there, which stores the wheel in the cache
-as any build does (and takes the cache's lock, so a user installing at the same moment waits
-and reuses). A failure is recorded with its reason and the next environment built. The end is
-a table on stdout: environment, fingerprint, wheel, built / cached / failed (reason).
-"""
+cluster. For each interpreter, its fingerprint computed in it (`python -m fa_backend
+fingerprint`) and, on a miss, one real `pip wheel` there, which stores the wheel as any build
+does; a failure is recorded with its reason. The end is a table on stdout."""
 
 from __future__ import annotations
 

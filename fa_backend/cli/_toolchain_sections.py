@@ -67,9 +67,6 @@ class DoctorReport(Report):
         }
 
 
-# --------------------------------------------------------------------------------- sections
-
-
 def python_section(report: DoctorReport, flavour: Flavour) -> None:
     version = ".".join(map(str, sys.version_info[:3]))
     try:

@@ -154,15 +154,6 @@ def schedule_ninja(text, spec):
     return "\n".join(out)
 
 
-def _schedule_file(path):
-    with open(path) as f:
-        text = f.read()
-    scheduled = schedule_ninja(text, SPEC)
-    if scheduled != text:
-        with open(path, "w") as f:
-            f.write(scheduled)
-
-
 def _inject(ext):
     """Append the ABI define last and set one -std (nvcc rejects two) in cxx and nvcc flags."""
     _tailor_sources(ext)
@@ -213,7 +204,11 @@ def _install_hooks():
             REPORT["ninja_files"].append(os.path.abspath(path))
             _write_report()
             written = original_write(*args, **kwargs)
-            _schedule_file(path)
+            with open(path) as f:
+                text = f.read()
+            if (scheduled := schedule_ninja(text, SPEC)) != text:
+                with open(path, "w") as f:
+                    f.write(scheduled)
             return written
 
         write_ninja_file._fa_shim = True

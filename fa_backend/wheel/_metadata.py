@@ -61,14 +61,9 @@ def limited_api_tag(limited_api: str | None) -> str:
 
 
 def wheel_tag(names: Names, limited_api: str | None = None) -> tags.Tag:
-    """The most specific tag of this interpreter on the plain linux platform; for a limited-API
-    module (FA3) <cpXY>-abi3 on it, XY the Py_LIMITED_API the module is compiled with (torch's
-    cpp_extension adds its own, after upstream's: 0x030A0000 since torch 2.10), which this
-    interpreter must accept.
-
-    Never manylinux (the wheel links the local torch and CUDA; no auditwheel ever ran) and never
-    py3-none-any: the module is compiled for this interpreter's ABI.
-    """
+    """The most specific tag of this interpreter on the plain linux platform (never manylinux:
+    the wheel links the local torch and CUDA); for a limited-API module (FA3) <cpXY>-abi3, XY
+    the Py_LIMITED_API it is compiled with, which this interpreter must accept."""
     plain = [p for p in tags.platform_tags() if p.startswith("linux_")]
     interpreter = tags.interpreter_name() + tags.interpreter_version()
     since = limited_api_tag(limited_api)
@@ -123,10 +118,8 @@ def read_pkg_info(sdist: Path) -> str:
 
 
 def torch_requirement(torch_version: str, stable_abi: str | None = None) -> str:
-    """What the wheel requires of torch: the release it was compiled against, whatever its local
-    label. PEP 440's `==2.11.0` matches 2.11.0 (PyPI's CUDA build) and 2.11.0+cu130 alike, and
-    nothing else: exactly the releases the runtime guard accepts (one rule, release()). A module
-    built against torch's stable ABI requires its floor instead: `torch>=2.9` for 2.9.0."""
+    """What the wheel requires of torch: `==` the release it was compiled against (2.11.0 matches
+    2.11.0+cu130 too), the runtime guard's rule; for a stable-ABI module its floor (`>=2.9`)."""
     if stable_abi:
         floor = Version(stable_abi)
         shown = f"{floor.major}.{floor.minor}" if floor.release[2:] in ((), (0,)) else str(floor)
@@ -156,9 +149,8 @@ def _is_torch(line: str) -> bool:
 
 
 def core_metadata(pkg_info: str, version: str, requires_torch: str) -> str:
-    """Upstream's own metadata (summary, Requires-Dist: einops, ...) with our version, and its
-    `Requires-Dist: torch` narrowed to requires_torch (added where upstream's PKG-INFO lists no
-    requirements, as 2.6.3's does)."""
+    """Upstream's own metadata with our version, and its `Requires-Dist: torch` narrowed to
+    requires_torch (added where upstream's PKG-INFO lists none, as 2.6.3's)."""
     header, sep, body = pkg_info.partition("\n\n")
     lines = []
     for line in header.splitlines():

@@ -48,8 +48,8 @@ def _files(root: Path, prefix: str) -> list[tuple[str, Path]]:
 
 
 def _pinned(pyproject: Path, pins: dict[str, str]) -> bytes:
-    """pyproject.toml as packed: it names what the sdist is built for (the settings that pick
-    the sources), so a build from it with no settings builds that, not the checkout's default."""
+    """pyproject.toml as packed, naming the settings that pick the sources: a build from the
+    sdist builds what it was made for."""
     text = pyproject.read_text()
     for key, value in pins.items():
         line = re.compile(rf'^{re.escape(key)}\s*=\s*"[^"]*"', re.MULTILINE)
@@ -60,13 +60,6 @@ def _pinned(pyproject: Path, pins: dict[str, str]) -> bytes:
                 fix=f'add {key} = "<value>" under [tool.fa-shim].',
             )
     return text.encode()
-
-
-def pkg_info(names: Names, version: str, summary: str) -> str:
-    return (
-        f"Metadata-Version: 2.2\nName: {names.dist}\nVersion: {version}\n"
-        f"Summary: {summary}\nRequires-Python: >=3.9\nDynamic: Requires-Dist\n"
-    )
 
 
 def write(project: Path, sdist_directory: str, names: Names, spec: SdistSpec) -> str:
@@ -83,7 +76,11 @@ def write(project: Path, sdist_directory: str, names: Names, spec: SdistSpec) ->
         for arcname, p in files
     ]
     entries.append((f"{base}/pyproject.toml", _pinned(pyproject, dict(spec.pins)), 0o644))
-    entries.append((f"{base}/PKG-INFO", pkg_info(names, spec.version, summary).encode(), 0o644))
+    pkg_info = (
+        f"Metadata-Version: 2.2\nName: {names.dist}\nVersion: {spec.version}\n"
+        f"Summary: {summary}\nRequires-Python: >=3.9\nDynamic: Requires-Dist\n"
+    )
+    entries.append((f"{base}/PKG-INFO", pkg_info.encode(), 0o644))
     out_dir = Path(sdist_directory).absolute()
     out_dir.mkdir(parents=True, exist_ok=True)
     mtime = int(os.environ.get("SOURCE_DATE_EPOCH", time.time()))
