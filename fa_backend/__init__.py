@@ -1,7 +1,5 @@
 """fa-shim: a PEP 517 backend that builds the upstream flash-attn sdist against the installed torch.
-
-The hooks below are the whole public interface; see README.md.
-"""
+The hooks below are the whole public interface; see README.md."""
 
 from ._hooks import (
     build_editable,

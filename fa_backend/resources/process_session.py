@@ -58,16 +58,6 @@ def end(sid: int, grace: float = 3.0, spare: int | None = None) -> None:
             sig = signal.SIGKILL
 
 
-def die_with_parent(sig: int = signal.SIGTERM) -> bool:
-    """prctl PR_SET_PDEATHSIG: `sig` when the thread that started this process ends (False:
-    not available)."""
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-        return libc.prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0) == 0
-    except (OSError, AttributeError):
-        return False
-
-
 def end_with_parent() -> None:
     """If the backend goes (SIGKILL, OOM), or sends SIGTERM/SIGHUP, end this whole session, not
     only this process (the caller leads it)."""
@@ -78,7 +68,10 @@ def end_with_parent() -> None:
 
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, end_all)
-    die_with_parent(signal.SIGTERM)
+    # SIGTERM when the thread that started this process ends, where prctl is available
+    with contextlib.suppress(OSError, AttributeError):
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
     parent = int(os.environ.get(PARENT_ENV) or 0)
     if parent and os.getppid() != parent:  # gone before the death signal was armed
         end_all(signal.SIGTERM, None)

@@ -10,6 +10,7 @@ only the standard library, setuptools and torch of the build. It
 """
 
 import fnmatch
+import importlib.util
 import json
 import os
 import re
@@ -233,21 +234,14 @@ def _install_hooks():
         cpp_extension._run_ninja_build = stop
 
 
-def _die_with_the_backend():
-    """If the backend goes (SIGKILL, OOM), or sends SIGTERM/SIGHUP, end this whole session:
-    ninja, the launchers and every compiler, not only this process."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location(
+def main():
+    # if the backend goes, end this whole session: ninja, the launchers and every compiler
+    found = importlib.util.spec_from_file_location(
         "_fa_shim_process_session", os.path.join(os.path.dirname(__file__), "process_session.py")
     )
-    session = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(session)
+    session = importlib.util.module_from_spec(found)
+    found.loader.exec_module(session)
     session.end_with_parent()
-
-
-def main():
-    _die_with_the_backend()
     with open(sys.argv[1]) as spec:
         SPEC.update(json.load(spec))
     if os.environ.get("_FA_SHIM_NETNS") == "1":
