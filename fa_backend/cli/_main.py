@@ -96,7 +96,6 @@ def _prepare(args: argparse.Namespace) -> int:
 
 
 def _verify(args: argparse.Namespace) -> int:
-    """Check a flash-attn against a torch; exit status 1 if any check fails."""
     from ..verify import _verify
 
     if args.python:
@@ -107,7 +106,6 @@ def _verify(args: argparse.Namespace) -> int:
 
 
 def _doctor(args: argparse.Namespace) -> int:
-    """What a build here would use and what is wrong; exit status 1 if anything is."""
     from ..core import _log
     from . import _doctor
 
@@ -122,7 +120,6 @@ def _doctor(args: argparse.Namespace) -> int:
 
 
 def _fingerprint(args: argparse.Namespace) -> int:
-    """This environment's wheel-cache fingerprint, and whether the cache holds its wheel."""
     from . import _prebuild
 
     print(json.dumps(_prebuild.describe(dict(args.config_setting)), indent=1, default=str))
@@ -130,7 +127,6 @@ def _fingerprint(args: argparse.Namespace) -> int:
 
 
 def _prebuild(args: argparse.Namespace) -> int:
-    """Build each environment's wheel into the wheel cache unless it is there already."""
     from . import _prebuild
 
     config = dict(args.config_setting)
@@ -142,7 +138,6 @@ def _prebuild(args: argparse.Namespace) -> int:
 
 
 def _cache(args: argparse.Namespace) -> int:
-    """Audit a wheel cache, or print its requirement lines with hashes (cli/_cache_check)."""
     from . import _cache_check
 
     config = dict(args.config_setting)

@@ -190,12 +190,8 @@ def find_sdist_url(
             name, found = parse_sdist_filename(filename)
         except InvalidSdistFilename:
             continue  # wheels and anything else are never taken
-        if (
-            name == canonicalize_name("flash-attn")
-            and found == Version(version)
-            and filename.endswith(".tar.gz")
-        ):
-            return url, sha
+        if (name, found) == ("flash-attn", Version(version)) and filename.endswith(".tar.gz"):
+            return url, sha  # parse_sdist_filename canonicalizes the name
     page = index.rstrip("/") + "/flash-attn/"
     raise LookupError(f"{redact(page)} lists no sdist of flash-attn {version}")
 
