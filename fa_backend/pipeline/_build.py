@@ -7,37 +7,26 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import hashlib
+import json
 import shutil
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from ..core import _failures, _log, _scratch
+from ..core import _atomic, _failures, _log, _scratch
+from ..core._digest import sha256_of
 from ..core._errors import FaShimError
 from ..flavours._interface import Plan, Tools
 from ..fleet import _objects, _sccache, _stable_src, _wheel_cache
 from ..settings import _settings
-from ..toolchain import (
-    _compile_commands,
-    _compilers,
-    _jobs,
-    _preflight,
-    _space,
-    _toolkit,
-)
-from . import (
-    _compile_plan,
-    _estimate,
-    _progress,
-    _reproducible,
-    _stats,
-    _upstream,
-    _verified,
-)
+from ..toolchain import _compile_commands, _compilers, _jobs, _preflight, _space, _toolkit
+from ..toolchain._torch import TorchInfo
+from . import _compile_plan, _estimate, _progress, _reproducible, _stats, _upstream
 from ._plan import check_prepared_metadata, plan, write_metadata
 from ._prepared import Prepared
-from ._provenance import fingerprint, provenance
+from ._provenance import fa_shim_sources, fingerprint, provenance
 from ._repack import repack
 
 # what the hooks and the CLI call (provenance: `prepare`'s JSON)
@@ -217,12 +206,12 @@ def fresh_wheel(plan: Plan, tools: Tools, scratch: Path, how: dict | None = None
     _log.info(f"repacked as {wheel.name} ({time.monotonic() - started:.1f} s)")
     # a wheel that fails is neither published nor cached; one that passes is recorded, so its
     # first wheel-cache hit is not verified again (the same bytes against the same torch)
-    _verified.once(plan.settings.resolved_cache_dir, wheel, plan.torch, lambda: verify(plan, wheel))
+    verify_once(plan.settings.resolved_cache_dir, wheel, plan.torch, lambda: verify(plan, wheel))
     return wheel
 
 
 def verify(plan: Plan, wheel: Path) -> None:
-    from ..verify import _verify  # not on a hit whose bytes passed before (_verified)
+    from ..verify import _verify  # not on a hit whose bytes passed before (verify_once)
 
     started = time.monotonic()
     report = _verify.verify_wheel(wheel, plan.torch)
@@ -231,6 +220,38 @@ def verify(plan: Plan, wheel: Path) -> None:
         f"verified {wheel.name} against torch {plan.torch.version}: {report.summary()} "
         f"({time.monotonic() - started:.1f} s)"
     )
+
+
+def _torch_identity(torch: TorchInfo) -> list:
+    """What verify reads of torch: its facts and its libraries, by file identity."""
+    files = []
+    with contextlib.suppress(OSError):
+        for lib in sorted(torch.lib_dir.glob("lib*.so*")):
+            st = lib.stat()
+            files.append([lib.name, st.st_ino, st.st_size, st.st_mtime_ns])
+    return [torch.version, torch.cuda, torch.abi, torch.package_dir, files]
+
+
+def verify_once(cache_dir: Path, wheel: Path, torch: TorchInfo, check: Callable[[], None]) -> None:
+    """Run `check` (it raises on a failure) unless these bytes passed it against this torch and
+    these check sources, as recorded in `<cache-dir>/verified/`: re-reading the ELF files cost
+    most of a wheel-cache hit (docs/benchmarks.md)."""
+    facts = [sha256_of(wheel), _torch_identity(torch), fa_shim_sources()]
+    marker = cache_dir / "verified" / hashlib.sha256(json.dumps(facts).encode()).hexdigest()[:32]
+    if marker.is_file():
+        _log.info(
+            f"{wheel.name}: these bytes passed RECORD and verify against this torch before "
+            f"({marker})"
+        )
+        return
+    check()
+    try:
+        _atomic.write(marker, json.dumps({"wheel": wheel.name}).encode())
+    except OSError as exc:  # bookkeeping: it only costs the next hit its check
+        _log.warn(
+            f"could not record that {wheel.name} passed its checks ({exc.strerror or exc}: "
+            f"{exc.filename or marker}); the next wheel-cache hit checks it again"
+        )
 
 
 @contextlib.contextmanager
@@ -274,7 +295,7 @@ def build(plan: Plan, wheel_directory: str, metadata_directory: str | None) -> s
                 facts,
                 plan.wheel_name,
                 out_dir,
-                lambda wheel: _verified.once(
+                lambda wheel: verify_once(
                     plan.settings.resolved_cache_dir, wheel, plan.torch, lambda: verify(plan, wheel)
                 ),
                 miss,

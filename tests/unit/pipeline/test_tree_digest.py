@@ -1,4 +1,4 @@
-"""fa-shim's own sources in the wheel-cache key (pipeline/_self.tree_digest): each file's
+"""fa-shim's own sources in the wheel-cache key (pipeline/_provenance.tree_digest): each file's
 path and contents count, bytecode does not, and the order is pathlib's (by path parts), so the
 key stayed what it was when the walk left pathlib."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import hashlib
 
-from fa_backend.pipeline import _self
+from fa_backend.pipeline import _provenance
 from fa_backend.resources import PACKAGE
 
 
@@ -29,23 +29,23 @@ def _tree(root):
 
 def test_the_digest_is_pathlibs_and_ignores_bytecode(tmp_path):
     _tree(tmp_path)
-    before = _self.tree_digest(str(tmp_path))
+    before = _provenance.tree_digest(str(tmp_path))
     assert before == _pathlib_digest(tmp_path)
     (tmp_path / "a" / "__pycache__").mkdir()
     (tmp_path / "a" / "__pycache__" / "z.cpython-311.pyc").write_bytes(b"\0")
     (tmp_path / "stray.pyc").write_bytes(b"\0")
-    assert _self.tree_digest(str(tmp_path)) == before
+    assert _provenance.tree_digest(str(tmp_path)) == before
 
 
 def test_a_changed_or_renamed_file_changes_it(tmp_path):
     _tree(tmp_path)
-    before = _self.tree_digest(str(tmp_path))
+    before = _provenance.tree_digest(str(tmp_path))
     (tmp_path / "a" / "z.py").write_text("2 ")
-    changed = _self.tree_digest(str(tmp_path))
+    changed = _provenance.tree_digest(str(tmp_path))
     (tmp_path / "a" / "z.py").rename(tmp_path / "a" / "y.py")
-    renamed = _self.tree_digest(str(tmp_path))
+    renamed = _provenance.tree_digest(str(tmp_path))
     assert len({before, changed, renamed}) == 3
 
 
 def test_fa_shims_own_sources_are_that_digest_of_its_package():
-    assert _self.fa_shim_sources() == _pathlib_digest(PACKAGE)
+    assert _provenance.fa_shim_sources() == _pathlib_digest(PACKAGE)

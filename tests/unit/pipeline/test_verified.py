@@ -1,11 +1,11 @@
-"""pipeline/_verified: a hit's RECORD and verify run once per exact bytes and torch."""
+"""pipeline/_build.verify_once: a hit's RECORD and verify run once per exact bytes and torch."""
 
 from __future__ import annotations
 
 import pytest
 
 from fa_backend.core._errors import FaShimError
-from fa_backend.pipeline import _verified
+from fa_backend.pipeline import _build
 from fa_backend.toolchain._torch import TorchInfo
 
 
@@ -20,12 +20,12 @@ def test_the_same_bytes_and_torch_are_checked_once(tmp_path):
     torch, wheel, calls = _torch(tmp_path), tmp_path / "a.whl", []
     wheel.write_bytes(b"wheel")
     for _ in range(2):
-        _verified.once(tmp_path / "cache", wheel, torch, lambda: calls.append(1))
+        _build.verify_once(tmp_path / "cache", wheel, torch, lambda: calls.append(1))
     assert len(calls) == 1
     wheel.write_bytes(b"wheel!")  # other bytes
-    _verified.once(tmp_path / "cache", wheel, torch, lambda: calls.append(1))
+    _build.verify_once(tmp_path / "cache", wheel, torch, lambda: calls.append(1))
     (torch.lib_dir / "libtorch_cpu.so").write_bytes(b"v2, another size")  # another torch
-    _verified.once(tmp_path / "cache", wheel, torch, lambda: calls.append(1))
+    _build.verify_once(tmp_path / "cache", wheel, torch, lambda: calls.append(1))
     assert len(calls) == 3
 
 
@@ -38,5 +38,5 @@ def test_a_failed_check_is_not_remembered(tmp_path):
 
     for _ in range(2):
         with pytest.raises(FaShimError):
-            _verified.once(tmp_path / "cache", wheel, torch, fail)
+            _build.verify_once(tmp_path / "cache", wheel, torch, fail)
     assert not (tmp_path / "cache" / "verified").exists()
