@@ -12,22 +12,25 @@ import json
 import shutil
 import tempfile
 import time
+import zipfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from ..core import _atomic, _failures, _log, _scratch
 from ..core._digest import sha256_of
 from ..core._errors import FaShimError
+from ..core._version import __version__
 from ..flavours._interface import Plan, Tools
 from ..fleet import _objects, _sccache, _stable_src, _wheel_cache
 from ..settings import _settings
 from ..toolchain import _compile_commands, _compilers, _jobs, _preflight, _space, _toolkit
 from ..toolchain._torch import TorchInfo
+from ..wheel import _metadata
+from ..wheel._wheelfile import WheelWriter
 from . import _compile_plan, _estimate, _progress, _reproducible, _stats, _upstream
+from ._compile_plan import Prepared
 from ._plan import check_prepared_metadata, plan, write_metadata
-from ._prepared import Prepared
-from ._provenance import fa_shim_sources, fingerprint, provenance
-from ._repack import repack
+from ._provenance import GUARD, PROVENANCE, fa_shim_sources, fingerprint, provenance
 
 # what the hooks and the CLI call (provenance: `prepare`'s JSON)
 __all__ = [
@@ -182,6 +185,54 @@ def run_upstream_build(plan: Plan, prep: Prepared) -> Path:
             fix=f"read the log: {prep.log}",
         )
     return built[0]
+
+
+# upstream's .dist-info files that travel into ours; the rest (METADATA, WHEEL, RECORD) we write
+_KEPT_DIST_INFO = ("licenses/", "LICENSE", "AUTHORS")
+
+
+def repack(plan: Plan, upstream_wheel: Path, target: Path, prov: dict) -> Path:
+    """Upstream's files, streamed (never read whole), with our .dist-info (METADATA, tags,
+    provenance, RECORD) and the runtime guard."""
+    writer = WheelWriter(target, plan.dist_info)
+    names = plan.names
+    has_module = False
+    with zipfile.ZipFile(upstream_wheel) as zf:
+        for info in zf.infolist():
+            if info.is_dir():
+                continue
+            top = info.filename.split("/", 1)[0]
+            if top.endswith(".dist-info"):
+                rest = info.filename.split("/", 1)[1]
+                if rest.startswith(_KEPT_DIST_INFO) or rest == "top_level.txt":
+                    writer.add_stream(f"{plan.dist_info}/{rest}", _member(zf, info), info.file_size)
+                continue
+            has_module |= info.filename.startswith(names.module_path + ".") and (
+                info.filename.endswith(".so")
+            )
+            mode = (info.external_attr >> 16) & 0o777 or 0o644
+            writer.add_stream(info.filename, _member(zf, info), info.file_size, mode)
+        if not has_module:
+            raise FaShimError(
+                f"the upstream wheel contains no compiled {names.module_path}*.so; it "
+                f"would fail with \"No module named '{names.module}'\".",
+                fix="read the build log; was FLASH_ATTENTION_SKIP_CUDA_BUILD set?",
+            )
+        writer.add(names.guard_path, GUARD.read_bytes())
+        writer.add(f"{plan.dist_info}/METADATA", plan.metadata.encode())
+        writer.add(
+            f"{plan.dist_info}/WHEEL",
+            _metadata.wheel_file(plan.tag, f"fa-shim {__version__}").encode(),
+        )
+        writer.add(
+            f"{plan.dist_info}/{PROVENANCE}",
+            (json.dumps(prov, indent=2, sort_keys=True) + "\n").encode(),
+        )
+        return writer.write()  # while upstream's wheel is open: its members stream from it
+
+
+def _member(zf: zipfile.ZipFile, info: zipfile.ZipInfo):
+    return lambda: zf.open(info)
 
 
 def fresh_wheel(plan: Plan, tools: Tools, scratch: Path, how: dict | None = None) -> Path:

@@ -1,9 +1,8 @@
-"""How one build's compile units run, decided once build.ninja is written: the order ninja
-starts them in (schedule/_schedule) and how many of the heavy ones may run at once (ninja pools
-over each unit's expected peak memory: schedule/_pools), both written into build.ninja by the
-upstream driver; an out-of-memory kill lowers the pool, else the jobs. Without a memory model
-the jobs are the toolchain step's; without a cost model the flavour's name patterns order the
-units (its driver spec)."""
+"""The prepared build (Prepared) and how its compile units run: the order ninja starts them in
+(schedule/_schedule) and how many heavy ones run at once (ninja pools over each unit's expected
+peak memory: schedule/_pools), both written into build.ninja by the upstream driver; an
+out-of-memory kill lowers the pool, else the jobs. Without a memory model the jobs are the
+toolchain step's; without a cost model the flavour's name patterns order the units."""
 
 from __future__ import annotations
 
@@ -16,11 +15,33 @@ from ..core import _atomic, _log
 from ..resources.upstream_driver import schedule_ninja
 from ..schedule import _pools, _schedule
 from ..toolchain import _jobs
+from ..toolchain._compile_commands import Command
+from . import _stats
 
 if TYPE_CHECKING:
     from ..flavours._interface import Plan, Tools
 
 GIB = 1024**3
+
+
+@dataclasses.dataclass
+class Prepared:
+    """A source tree ready to compile: laid out and patched by the flavour, its build.ninja
+    written by torch and checked (the prepare step's result, which the compile step takes)."""
+
+    source: Path  # the directory of upstream's setup.py
+    tools: Tools
+    ninja_file: Path
+    commands: list[Command]
+    report: dict  # the upstream driver's (resources/upstream_driver)
+    log: Path
+    compile_plan: CompilePlan | None = None  # order and pools (None: the jobs alone)
+    cached: frozenset[str] = frozenset()  # sources the object cache serves (no compile)
+
+    @property
+    def stats_file(self) -> Path:
+        # the run's own files sit beside the source tree (FA3: beside hopper/, in the layout)
+        return _stats.stats_file(self.source.parent)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -16,7 +16,7 @@ from ..resources import GUARD, PACKAGE
 from ..resources.runtime_guard import PROVENANCE, binding
 from ..toolchain import _compilers, _toolkit
 from . import _seal
-from ._prepared import Prepared
+from ._compile_plan import Prepared
 
 __all__ = ["GUARD", "PROVENANCE", "fingerprint", "provenance"]
 

@@ -21,7 +21,7 @@ from fa_backend.flavours._interface import Tools
 from fa_backend.flavours.fa2 import _releases
 from fa_backend.flavours.fa3._flavour import FLAVOUR as FA3
 from fa_backend.pipeline import _provenance, _seal
-from fa_backend.pipeline._prepared import Prepared
+from fa_backend.pipeline._compile_plan import Prepared
 from fa_backend.resources import GUARD
 from fa_backend.toolchain._archs import ArchChoice, Selection
 from fa_backend.toolchain._compile_commands import Command

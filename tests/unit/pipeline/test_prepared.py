@@ -1,12 +1,12 @@
-"""The prepare step's result (fa_backend/pipeline/_prepared.py), which the compile step takes:
-its launcher records sit beside the source tree, where the upstream run's scratch is (FA2: the
-sdist's directory; FA3: beside hopper/ in the layout)."""
+"""The prepare step's result (fa_backend/pipeline/_compile_plan.Prepared), which the compile
+step takes: its launcher records sit beside the source tree, where the upstream run's scratch is
+(FA2: the sdist's directory; FA3: beside hopper/ in the layout)."""
 
 from __future__ import annotations
 
 from fa_backend.flavours._interface import Tools
 from fa_backend.pipeline import _stats
-from fa_backend.pipeline._prepared import Prepared
+from fa_backend.pipeline._compile_plan import Prepared
 from fa_backend.toolchain._compile_commands import Command
 
 TOOLS = Tools(nvcc=None, archs=None, jobs=2, nvcc_threads=None, compiler_cache=None)

@@ -1,4 +1,4 @@
-"""Upstream's bdist_wheel output repacked as fa-shim's wheel (fa_backend/pipeline/_repack.py), on
+"""Upstream's bdist_wheel output repacked as fa-shim's wheel (fa_backend/pipeline/_build.repack), on
 a real small wheel written by fa-shim's own writer (wheel/_wheelfile.py) the way upstream's
 setup.py lays one out: upstream's files travel with their modes, its license files into our
 .dist-info and the rest of its .dist-info stays behind; ours carries the plan's METADATA and tag,
@@ -16,7 +16,7 @@ from conftest import fa2_plan
 from wheel.wheelfile import WheelFile
 
 from fa_backend.core._errors import FaShimError
-from fa_backend.pipeline import _repack
+from fa_backend.pipeline import _build
 from fa_backend.resources import GUARD
 from fa_backend.resources.runtime_guard import PROVENANCE
 from fa_backend.wheel._wheelfile import WheelWriter
@@ -57,7 +57,7 @@ def repacked(plan, tmp_path):
     upstream = _upstream_wheel(tmp_path / "upstream" / "flash_attn-0.1.0-cp311-linux_x86_64.whl")
     target = tmp_path / "out" / plan.wheel_name
     target.parent.mkdir()
-    assert _repack.repack(plan, upstream, target, PROV) == target
+    assert _build.repack(plan, upstream, target, PROV) == target
     return target
 
 
@@ -108,7 +108,7 @@ def test_a_wheel_without_the_compiled_module_is_refused(plan, tmp_path):
     upstream = _upstream_wheel(tmp_path / "flash_attn-0.1.0-py3-none-any.whl", files)
     target = tmp_path / plan.wheel_name
     with pytest.raises(FaShimError) as info:
-        _repack.repack(plan, upstream, target, PROV)
+        _build.repack(plan, upstream, target, PROV)
     assert info.value.cause == (
         "the upstream wheel contains no compiled flash_attn_2_cuda*.so; it would fail with "
         "\"No module named 'flash_attn_2_cuda'\"."
