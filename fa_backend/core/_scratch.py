@@ -58,7 +58,11 @@ def sweep() -> list[Path]:
             owner = json.loads((path / NOTE).read_text())
         except (OSError, ValueError):
             continue  # no note, or not readable: not known to be ours
-        if isinstance(owner, dict) and owner.get("place") == here and not _alive(owner):
+        if not isinstance(owner, dict) or owner.get("place") != here:
+            continue  # another host's or pid namespace's: its owner may live unseen
+        if isinstance(owner.get("started"), int) and _hostlock.gone_here(
+            {**here, "pid": owner.get("pid"), "pid_started": owner["started"]}
+        ):  # a note without a start time (an older fa-shim's) tells nothing: kept
             shutil.rmtree(path, ignore_errors=True)
             removed.append(path)
     if removed:
@@ -71,10 +75,3 @@ def sweep() -> list[Path]:
 
 def _owner(pid: int) -> dict:
     return {"place": _hostlock.this_kernel(), "pid": pid, "started": _hostlock.started(pid)}
-
-
-def _alive(owner: dict) -> bool:
-    started = owner.get("started")
-    if not isinstance(started, int) or not isinstance(owner.get("pid"), int):
-        return True  # cannot tell (a note of an older fa-shim): keep it
-    return _hostlock.started(owner["pid"]) == started

@@ -23,9 +23,9 @@ import sys
 from typing import TYPE_CHECKING
 
 from packaging import tags
-from packaging.version import InvalidVersion, Version
+from packaging.version import Version
 
-from ..resources.runtime_guard import PROVENANCE, at_least
+from ..resources.runtime_guard import PROVENANCE, at_least, release
 from ..toolchain._mangling import demangle, is_torch_symbol, string_abi
 from ..toolchain._torch import TorchInfo
 from . import _stable_abi
@@ -286,13 +286,6 @@ def check_cxx_runtime(modules: list[ElfModule], flavour: Flavour) -> Check:
     )
 
 
-def _public(version: str) -> str:
-    try:
-        return Version(version).public
-    except InvalidVersion:
-        return version
-
-
 def check_provenance(target: Target, torch: TorchInfo) -> Check:
     dist, rebuild = target.flavour.names.dist, target.flavour.rebuild_command()
     if target.provenance_error:
@@ -315,7 +308,7 @@ def check_provenance(target: Target, torch: TorchInfo) -> Check:
         differences.append(
             f"torch >= {floor}, torch's stable ABI (installed: {torch.version}: older)"
         )
-    elif not floor and _public(str(built.get("version"))) != _public(torch.version):
+    elif not floor and release(built.get("version")) != release(torch.version):
         differences.append(f"torch {built.get('version')} (installed: {torch.version})")
     built_cuda = built.get("cuda")
     built_major = Version(built_cuda).major if built_cuda else None
