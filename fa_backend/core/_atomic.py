@@ -16,8 +16,7 @@ _UMASK_LOCK = threading.Lock()
 
 
 def umask() -> int:
-    """The process umask, read without changing it where Linux tells it (/proc/self/status),
-    else set and restored under a lock (os.umask is the only other way to read it)."""
+    """The process umask, from /proc/self/status, else set and restored under a lock."""
     with contextlib.suppress(OSError, ValueError):
         for line in Path("/proc/self/status").read_text().splitlines():
             if line.startswith("Umask:"):
@@ -30,10 +29,8 @@ def umask() -> int:
 
 @contextlib.contextmanager
 def writing(target: Path) -> Iterator[BinaryIO]:
-    """A file to write target's content into: a temporary name beside it (.fa-shim-*.part,
-    the leftover name the wheel cache sweeps) renamed into place once the block completes;
-    removed if it fails. The file gets 0o666 & ~umask, as open() would give it: mkstemp's 0600
-    would keep everyone else out of a shared cache."""
+    """A temporary file beside target (.fa-shim-*.part) renamed into place once the block
+    completes, removed if it fails; 0o666 & ~umask as open() gives (not mkstemp's 0600)."""
     target.parent.mkdir(parents=True, exist_ok=True)  # 0o777 & ~umask: mkdir applies it
     fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".fa-shim-", suffix=".part")
     try:

@@ -2,14 +2,10 @@
 status, whatever failed (FaShimError, an OSError, a helper program, Ctrl-C, a signal or the
 frontend's death).
 
-A build lives as long as its frontend. SIGTERM and SIGHUP (a CI cancel, a scheduler's timeout, a
-closed terminal) and the frontend's death (pip, build or uv killed) become an exception in the
-backend, so the same clean-up as for Ctrl-C runs: the upstream build's session is ended, the
-scratch removed, the wheel-cache lock released, nothing published.
-
-The frontend's death is noticed by polling getppid(), not by PR_SET_PDEATHSIG on the backend:
-that signal fires when the *thread* that started us ends, and a frontend may start its build
-processes from a worker thread (the upstream child, started from our main thread, uses it).
+SIGTERM, SIGHUP and the frontend's death become an exception, so Ctrl-C's clean-up runs: the
+upstream session ended, the scratch removed, the lock released, nothing published. The death is
+noticed by polling getppid(): PR_SET_PDEATHSIG fires when the *thread* that started us ends,
+and a frontend may start builds from a worker thread.
 """
 
 from __future__ import annotations
@@ -32,8 +28,7 @@ POLL_S = 0.5  # how soon a dead frontend is noticed
 
 
 class Terminated(KeyboardInterrupt):
-    """Raised in the main thread on SIGTERM/SIGHUP or when the frontend is gone; a
-    KeyboardInterrupt, so everything that cleans up after Ctrl-C cleans up after this."""
+    """SIGTERM/SIGHUP or the frontend gone: a KeyboardInterrupt, so Ctrl-C's clean-up runs."""
 
     def __init__(self, signum: int, frontend_gone: int | None = None) -> None:
         super().__init__(signum)
@@ -47,10 +42,9 @@ class Terminated(KeyboardInterrupt):
 
 @contextlib.contextmanager
 def guarded(watch_parent: bool = True) -> Iterator[None]:
-    """SIGTERM/SIGHUP and, with `watch_parent` (a frontend runs us), the parent's death raise
-    Terminated here (once: a second signal during the clean-up is ignored, so the clean-up
-    finishes). A signal the caller ignores stays ignored (`nohup`). Outside the main thread,
-    where Python cannot take signals, nothing changes."""
+    """SIGTERM/SIGHUP and, with `watch_parent`, the parent's death raise Terminated here, once
+    (the clean-up finishes); an ignored signal stays ignored (`nohup`); not outside the main
+    thread."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -87,10 +81,8 @@ def guarded(watch_parent: bool = True) -> Iterator[None]:
 
 
 def boundary(func: F, *, frontend: bool = True) -> F:
-    """Turn FaShimError into one message on stderr and exit status 1 (pip shows it as is); an
-    OSError or a failed helper program becomes one too (_failures), Ctrl-C exit status 130,
-    SIGTERM/SIGHUP 128 + the signal. With `frontend` (the PEP 517 hooks) the frontend's death
-    stops the call too."""
+    """FaShimError (an OSError, a failed helper too) as one message on stderr and exit status 1;
+    Ctrl-C 130, SIGTERM/SIGHUP 128 + the signal; with `frontend`, the frontend's death too."""
 
     @functools.wraps(func)
     def wrapper(*args, **kwargs):

@@ -1,7 +1,6 @@
-"""What the boundary makes of failures that are not FaShimError yet: an OSError (a read-only
-directory, a full disk), a helper program that failed, and Ctrl-C. Each becomes one message with
-its fix, naming the path and what was being done to it, and what was published before it
-(the pipeline writes whole files or none, and says so here: `published`)."""
+"""What the boundary makes of failures that are not FaShimError yet (an OSError, a failed helper
+program, Ctrl-C): one message with its fix, naming the path, what was being done to it, and
+what was published before it (`published`)."""
 
 from __future__ import annotations
 
@@ -27,8 +26,8 @@ _RUN: dict = {"cwd": None, "published": []}
 
 
 def begin() -> None:
-    """A hook or command starts: nothing published yet; remember the working directory, which
-    an error naming no file is told against (a checkout replaced under a running build)."""
+    """A hook or command starts: nothing published yet; remember the working directory (an error
+    naming no file is told against it)."""
     try:
         cwd = os.getcwd()
     except OSError:
@@ -37,8 +36,7 @@ def begin() -> None:
 
 
 def published(place: str, path: Path) -> None:
-    """This run's whole wheel lies at path (place: "the wheel cache", "the output directory"),
-    put there or found there (a wheel-cache hit)."""
+    """This run's whole wheel lies at path (place: "the wheel cache", "the output directory")."""
     _RUN["published"].append(f"{place} ({path})")
 
 
@@ -50,8 +48,7 @@ def outcome() -> str:
 
 @contextlib.contextmanager
 def doing(what: str) -> Iterator[None]:
-    """An OSError in the block says it happened while `what` (which names its directory, e.g.
-    "copying the wheel into the output directory DIR"); the innermost block says it."""
+    """An OSError in the block says it happened while `what` (the innermost block's)."""
     try:
         yield
     except OSError as exc:
@@ -95,9 +92,8 @@ def named_by(directory: Path | None) -> tuple[str, str] | None:
 
 
 def where_it_is(directory: Path | None, path: str | os.PathLike | None = None) -> str:
-    """Which knob moves the directory (the nearest existing one of `path`): the setting that
-    named it or `path`; else scratch lives under TMPDIR, fa-shim's own files under the cache
-    directory; anything else is a path the user gave (output or build directory)."""
+    """The directory and which knob moves it: the setting that named it, TMPDIR for scratch, the
+    cache directory for fa-shim's own files; else a path the user gave."""
     if directory is None:
         return "a directory fa-shim writes"
     named = (named_by(Path(path).absolute()) if path else None) or named_by(directory)
@@ -154,9 +150,8 @@ def _cwd_moved() -> bool:
 
 
 def _unnamed(reason: str, code: str, while_: str, path) -> FaShimError:
-    """An OSError that names no file (os.getcwd, a write through an open file) or a relative
-    one: told against the working directory the run started in, which the usual such failure
-    is (a checkout replaced under a running build)."""
+    """An OSError that names no file, or a relative one: told against the run's working
+    directory (the usual such failure: a checkout replaced under a running build)."""
     cwd = _RUN["cwd"]
     what = f"{reason}: {path}" if path else reason
     if _cwd_moved():
@@ -187,8 +182,7 @@ def from_helper(exc: subprocess.CalledProcessError) -> FaShimError:
 
 
 def name_it(exc: BaseException, path: str | os.PathLike) -> None:
-    """Give an OSError raised by a write through an open file (which names no file) the path it
-    was writing, so that the message can say which disk is full."""
+    """Give an OSError of a write through an open file the path it wrote (which disk is full)."""
     if isinstance(exc, OSError) and exc.errno is not None and not exc.filename:
         exc.filename = str(path)
 

@@ -1,15 +1,11 @@
 """A lock that holds across hosts on shared storage (NFS, EFS, Lustre, a local disk alike): the
 wheel cache's per-wheel lock and the CUDA toolkit's while it is provisioned.
 
-Not flock/fcntl: on NFS those go through the lock manager, which `nolock` or `local_lock=all`
-mounts make host-local without a word, and a crashed client's lock outlives it. What every such
-file system does atomically on the server is an exclusive create and a rename. So the holder
+Not flock/fcntl: `nolock` NFS mounts make those host-local silently, and a crashed client's lock
+outlives it. An exclusive create and a rename are atomic on every such server: the holder
 creates the file (host, pid, start time) and refreshes its mtime every `heartbeat` seconds; a
-waiter measures on its own monotonic clock how long the file stayed unchanged, and after
-STALE_BEATS heartbeats (or at once, for a holder gone on this machine) renames it aside (one
-waiter wins) and creates its own; past `timeout` the error names the holder. A holder that
-stalls past the stale time can lose its lock; its heartbeat says so, and the wheel cache stays
-correct (entries are published by rename). docs/guides/fleet.md, "Shared wheel cache".
+waiter that sees it unchanged for STALE_BEATS heartbeats on its own clock (or at once, for a
+holder gone on this machine) renames it aside and creates its own. docs/guides/fleet.md.
 """
 
 from __future__ import annotations
@@ -31,9 +27,8 @@ STALE_BEATS = 8  # heartbeats without a change before a lock is a dead builder's
 
 
 def this_kernel() -> dict:
-    """What names this machine's processes beyond a host name (which containers share): the
-    boot and the pid namespace. A pid is only comparable where both are ours (a lock's holder,
-    a scratch directory's owner)."""
+    """The boot and pid namespace: a pid is only comparable where both are ours (containers
+    share a host name)."""
     facts = {}
     with contextlib.suppress(OSError):
         facts["boot"] = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
@@ -42,8 +37,8 @@ def this_kernel() -> dict:
 
 
 def started(pid: int) -> int | None:
-    """The process's start time (clock ticks since boot), None where there is no such process:
-    tells a reused pid from the one recorded (this lock's holder, a scratch directory's owner)."""
+    """The process's start time (clock ticks since boot; None: no such process): tells a reused
+    pid from the one recorded."""
     try:
         return int(Path(f"/proc/{pid}/stat").read_bytes().rsplit(b")", 1)[1].split()[19])
     except (OSError, IndexError, ValueError):
@@ -51,8 +46,7 @@ def started(pid: int) -> int | None:
 
 
 def gone_here(holder: dict) -> bool:
-    """True when the holder ran on this machine, in this pid namespace, and its process is
-    no more (killed with SIGKILL, say): its lock need not wait for the stale time."""
+    """The holder ran in this boot and pid namespace, and its process is no more."""
     mine = this_kernel()
     if not mine or any(holder.get(k) != v for k, v in mine.items()):
         return False

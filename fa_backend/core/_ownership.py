@@ -1,9 +1,7 @@
-"""Directories fa-shim may change: those it made, marked as its own. A directory a user names
-(`prepare --build-dir DIR`) is taken only when it is missing, empty or carries fa-shim's marker,
-one run at a time (a lock inside it, core/_hostlock). A run that succeeds records every file it
-left there (size and mtime); the next run takes the directory back only while all of them are
-as recorded and nothing else is there: a file a user added or edited is never deleted, the run is
-refused naming it. A failed run removes only what the directory did not hold as a user's before."""
+"""Directories fa-shim may change: a directory a user names (`prepare --build-dir DIR`) is taken
+only when missing, empty or marked as fa-shim's, one run at a time (a lock inside it). A run
+records what it left (size, mtime); the next takes it back only while all is as recorded: a
+file a user added or edited is never deleted. A failed run removes only what it added."""
 
 from __future__ import annotations
 
@@ -68,9 +66,8 @@ def _not_ours(directory: Path, setting: str) -> list[str]:
 
 
 def claim(directory: Path, setting: str) -> set[str]:
-    """Take `directory` (it exists) for fa-shim, the caller holding its lock. Returns the names a
-    failed run must leave there; refuses a directory with someone else's files in it. fa-shim's
-    own earlier tree is removed first: a run that then fails leaves nothing half-made."""
+    """Take `directory` (the caller holds its lock), emptied of fa-shim's earlier tree; returns
+    the names a failed run must leave there. Refuses someone else's files."""
     names = {p.name for p in directory.iterdir() if not _own_name(p.name)}
     if not names:
         return {p.name for p in directory.iterdir() if p.name == MARKER}
@@ -107,8 +104,7 @@ def claim(directory: Path, setting: str) -> set[str]:
 
 
 def mark(directory: Path) -> None:
-    """Mark a directory fa-shim has filled, with the record of what it left: a later run may
-    replace exactly that."""
+    """Mark a directory fa-shim has filled, with the record of what it left."""
     (directory / MARKER).write_text(_TEXT)
     part = directory / f"{RECORD}.part"
     part.write_text(json.dumps(_walk(directory)))

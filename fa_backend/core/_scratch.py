@@ -1,13 +1,9 @@
 """Scratch directories under TMPDIR, and those a killed run left behind.
 
-A build's scratch holds its laid-out sources, objects and wheel: gigabytes for a full set. A
-run ends by removing it, after Ctrl-C, SIGTERM or its frontend's death too (_boundary), but
-SIGKILL (the OOM killer, a batch system's hard limit, `kill -9` of the job) ends it first, and
-nothing else ever would. So each scratch directory notes its owner: the boot, its pid
-namespace, the pid and that process's start time. Making one first removes this user's
-directories whose owner is gone on this host. A directory without the note (another program's,
-one being made, a kept one) is never touched, nor one another host or pid namespace made (a
-shared TMPDIR: its owner may be alive where it cannot be seen from here).
+A run removes its scratch (gigabytes) even after Ctrl-C or SIGTERM (_boundary), but SIGKILL (the
+OOM killer, a batch system's limit) leaves it. So each notes its owner (boot, pid namespace, pid,
+start time), and making one first removes this user's directories whose owner is gone on this
+host; one without the note, or another host's or pid namespace's, is never touched.
 """
 
 from __future__ import annotations

@@ -1,7 +1,5 @@
-"""The one way fa-shim runs a helper program (ninja, patch, nvcc's probes): any failure of it
-(non-zero exit, program missing, OSError, timeout) becomes one FaShimError naming the command,
-the tail of what it printed, and the fix. The long upstream build runs through
-pipeline/_upstream."""
+"""The one way fa-shim runs a helper program (ninja, patch, nvcc's probes): any failure becomes
+one FaShimError naming the command, the tail of what it printed, and the fix."""
 
 from __future__ import annotations
 
@@ -30,9 +28,8 @@ def completed(
     timeout: float | None = None,
     input: str | None = None,
 ) -> subprocess.CompletedProcess[str]:
-    """subprocess.run(argv, capture_output=True, text=True), in a process group of its own that
-    is killed whole when the call ends early (timeout, Ctrl-C, SIGTERM): a compiler's cc1plus
-    or nvcc's cicc would otherwise outlive the driver that subprocess.run kills."""
+    """subprocess.run(argv, capture_output=True, text=True) in a process group of its own, killed
+    whole when the call ends early: a compiler's cc1plus would outlive its driver."""
     with subprocess.Popen(
         argv,
         cwd=cwd,
@@ -62,9 +59,8 @@ def run(
     cwd: Path | None = None,
     timeout: float | None = None,
 ) -> subprocess.CompletedProcess[str]:
-    """Run command to completion and return it (text output captured); raise FaShimError
-    unless it ran and exited 0. `cause`, when given, says what a failure means (e.g. "the patch
-    does not apply"); the command, what happened and its output's tail follow as details."""
+    """Run command to completion (text output captured); raise FaShimError unless it exited 0.
+    `cause` says what a failure means; the command and its output's tail follow as details."""
     argv = [str(a) for a in command]
     shown = f"`{shlex.join(argv)}`" + (f" in {cwd}" if cwd else "")
     output = ""

@@ -1,7 +1,6 @@
-"""The pipeline behind the hooks, step by step: plan (cheap: settings, torch, the flavour's
-sources and names), toolchain, prepare (build.ninja written, nothing compiled), the upstream
-build, repack, verify, and build, which runs them through the wheel cache. Every step asks the
-plan's flavour (flavours/_interface) for what differs between flavours, never which it is."""
+"""The pipeline behind the hooks: toolchain, prepare (build.ninja written, nothing compiled), the
+upstream build, repack, verify, and build, which runs them through the wheel cache. Every step
+asks the plan's flavour (flavours/_interface) what differs between flavours, never which it is."""
 
 from __future__ import annotations
 
@@ -109,8 +108,8 @@ def prepare(plan: Plan, scratch: Path, tools: Tools | None = None) -> Prepared:
 
 
 def object_cache(plan: Plan, tools: Tools, source: Path, commands) -> frozenset[str]:
-    """Write the object cache's spec for the launcher (fleet/_objects) where the flavour's
-    CUDA sources are torch-free; log and return the sources it serves without compiling."""
+    """Write the object cache's spec (fleet/_objects) where the flavour's CUDA sources are
+    torch-free; return the sources it serves without compiling."""
     s = plan.settings
     if not (s.object_cache and tools.nvcc and plan.flavour.torch_free_kernels(plan)):
         return frozenset()
@@ -152,9 +151,8 @@ def object_cache(plan: Plan, tools: Tools, source: Path, commands) -> frozenset[
 
 
 def run_upstream_build(plan: Plan, prep: Prepared) -> Path:
-    """Run upstream's bdist_wheel; on an out-of-memory kill, again with fewer heavy units at
-    once, else half the jobs (ninja keeps the objects already compiled). Returns upstream's
-    wheel, in the scratch."""
+    """Run upstream's bdist_wheel, again with a lowered compile plan after an out-of-memory kill
+    (ninja keeps the objects already compiled); upstream's wheel, in the scratch."""
     dist = prep.source.parent / "dist"
     units = prep.compile_plan or _compile_plan.CompilePlan.jobs_only(prep.tools.jobs)
     started = time.monotonic()
@@ -236,8 +234,8 @@ def _member(zf: zipfile.ZipFile, info: zipfile.ZipInfo):
 
 
 def fresh_wheel(plan: Plan, tools: Tools, scratch: Path, how: dict | None = None) -> Path:
-    """Prepare, compile, repack and verify: a checked wheel, still in scratch. `how` receives
-    what describes this run rather than the wheel (the cache entry's record)."""
+    """Prepare, compile, repack and verify: a checked wheel in scratch; `how` receives what
+    describes this run rather than the wheel (the cache entry's record)."""
     # a compiler cache shared by nodes: the same source path everywhere, sccache's hit rate;
     # CUDA device code records its source path (_reproducible): the same path for every build
     shared = _sccache.is_sccache(tools.compiler_cache) or tools.nvcc is not None
@@ -316,8 +314,7 @@ def scratch_dir(settings: _settings.Settings) -> Iterator[Path]:
 
 
 def check_space(plan: Plan, tools: Tools, out_dir: Path, compiling: bool = True) -> None:
-    """The output directory; when compiling, scratch (under TMPDIR) and the wheel cache too: a
-    wheel-cache hit only copies the wheel."""
+    """The output directory; when compiling, scratch and the wheel cache too."""
     peak, wheel = plan.flavour.disk_needs(plan, tools)
     needs = [("scratch", Path(tempfile.gettempdir()), peak)] if compiling else []
     needs.append(("the wheel", out_dir, wheel))

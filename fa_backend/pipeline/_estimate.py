@@ -1,6 +1,5 @@
 """The estimate block printed before compiling (and by doctor): what will be compiled, where the
-architectures and jobs come from, and how long it will take by the flavour's cost model
-(schedule/_schedule), with faster settings when the build is long."""
+architectures and jobs come from, and how long it takes by the flavour's cost model."""
 
 from __future__ import annotations
 
@@ -27,8 +26,7 @@ def build_sources(commands) -> list[str]:
 
 
 def preview(plan, tools, sources: Sequence[str], cores: int, cached: int = 0) -> Preview:
-    """The short block printed before compiling (and by doctor); `cached`: the units the object
-    cache serves besides `sources` (fleet/_objects)."""
+    """The estimate block; `cached`: the units the object cache serves besides `sources`."""
     archs = tools.archs
     machine = _schedule.Machine(
         tools.jobs, tools.nvcc_threads or 1, cores, len(archs.targets) if archs else 1

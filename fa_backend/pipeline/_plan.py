@@ -1,7 +1,5 @@
-"""The plan of a build: settings, flavour, torch, the wheel's name and metadata. Cheap (no
-compiler is asked, nothing is extracted), and all that prepare_metadata_for_build_wheel needs:
-the hook imports this module alone, the rest of the pipeline (_build) only when a wheel is
-built."""
+"""The plan of a build: settings, flavour, torch, the wheel's name and metadata. Cheap, and all
+that prepare_metadata_for_build_wheel needs: the hook imports this module alone."""
 
 from __future__ import annotations
 

@@ -1,13 +1,8 @@
-"""Build progress a user can see: the estimate block before compiling, a heartbeat until the
-first source is compiled, then progress with an ETA that counts the work still running
-(docs/guides/build-speed.md, "Progress").
-
-pip and uv hide a backend's stderr without -v, so `progress=auto` also writes one line updated
-in place to the controlling terminal (/dev/tty) when there is one; stderr gets plain lines at
-most every 30 s, the build's log everything, stdout nothing. The state is the compiler
-launcher's records (_stats), read by a thread once a second. `_FA_SHIM_PROGRESS_INTERVAL_S`
-(not a setting, for tests) shortens the 30 s.
-"""
+"""Build progress a user can see: the estimate block, a heartbeat until the first source is
+compiled, then progress with an ETA (docs/guides/build-speed.md, "Progress"). pip and uv hide a
+backend's stderr without -v, so `progress=auto` also updates one line in place on /dev/tty;
+stderr gets plain lines at most every 30 s (INTERVAL_ENV, for tests), the log everything. A
+thread reads the compiler launcher's records (_stats) once a second."""
 
 from __future__ import annotations
 
@@ -57,8 +52,7 @@ def _parent_argv() -> list[str]:
 
 
 def frontend_shows_output() -> bool:
-    """Whether someone reads our stderr live: it is a terminal, or the frontend that started
-    this hook runs verbose (pip/uv/build -v: their argv, or PIP_VERBOSE)."""
+    """Whether stderr is read live: a terminal, or a verbose frontend (-v, PIP_VERBOSE)."""
     if sys.stderr.isatty():
         return True
     if os.environ.get("PIP_VERBOSE", "0").strip().lower() not in ("", "0", "false", "no", "off"):

@@ -1,9 +1,6 @@
-"""The same fingerprint gives the same wheel, byte for byte, wherever and whenever it is built.
-What varies between builds and how each is kept out is docs/reproducibility.md, "How": here are
-the prefix maps for the paths compilers embed, the fixed file times of the laid-out tree
-(`settle_times`) and the split of the provenance into the wheel's part and the part about this
-machine and run, which goes to the wheel-cache entry (`split`).
-"""
+"""The same fingerprint gives the same wheel, byte for byte (docs/reproducibility.md, "How"):
+prefix maps for the paths compilers embed, fixed file times of the laid-out tree, and the split
+of the provenance into the wheel's part and this run's (the wheel-cache entry's)."""
 
 from __future__ import annotations
 
@@ -31,10 +28,8 @@ def _variants(path: str | os.PathLike | None) -> list[str]:
 
 
 def prefix_maps(source_root: Path, torch: TorchInfo, cuda_home: Path | None) -> list[list[str]]:
-    """(old, new) pairs, the general ones first: GCC applies the last matching map. Only
-    directories that are the same on every node of a fleet: the maps are compile arguments,
-    which sccache hashes as they are (TMPDIR, different per node, would cost every hit; the
-    source tree is the fixed /tmp/fa-shim-src-<n> there)."""
+    """(old, new) pairs, the general ones first: GCC applies the last matching map. Only paths
+    the same on every node (sccache hashes the maps as arguments: TMPDIR would cost every hit)."""
     places = [
         (sysconfig.get_paths().get("include"), "python/include"),
         (torch.site_dir, "site-packages"),
@@ -51,10 +46,8 @@ def prefix_maps(source_root: Path, torch: TorchInfo, cuda_home: Path | None) -> 
 
 
 def map_flag(banner: str) -> str:
-    """The prefix-map option the host compiler takes, from its `--version` banner:
-    -ffile-prefix-map (GCC 8, clang 10; it maps __FILE__ too), else -fdebug-prefix-map (GCC 4.3,
-    every clang). Read from the banner, not by compiling: a compile is the build's to make, and
-    the preflight compiles the probe with the build's own command line, these flags included."""
+    """The prefix-map option the host compiler takes, from its `--version` banner (no compile):
+    -ffile-prefix-map (GCC 8, clang 10; it maps __FILE__ too), else -fdebug-prefix-map."""
     first = banner.splitlines()[0] if banner else ""
     versions = re.findall(r"(\d+)\.\d+(?:\.\d+)?", first)
     if not versions:
@@ -72,8 +65,7 @@ def flags(maps: list[list[str]], banner: str) -> dict[str, list[str]]:
 
 
 def compile_flags(plan, tools, source_root: Path) -> dict[str, list[str]]:
-    """The prefix-map options of this build (the upstream driver adds them to every
-    extension's cxx and nvcc flags, before torch's ABI define)."""
+    """The prefix-map options of this build, for every extension's cxx and nvcc flags."""
     cuda_home = tools.nvcc.cuda_home if tools.nvcc else None
     maps = prefix_maps(source_root, plan.torch, cuda_home)
     return flags(maps, _compilers.host_compiler()["version"])
@@ -123,10 +115,9 @@ SOURCE_TIME = 315532800  # 1980-01-01 (the wheel's zip times' floor), unless SOU
 
 
 def settle_times(root: Path) -> None:
-    """Every file of the laid-out source tree gets one modification time, SOURCE_DATE_EPOCH's
-    or a fixed one: nvcc records the times of the files it reads in the device code's line
-    tables, and extracting or patching them set the clock's. (Older than any object, so a
-    retried build's ninja keeps what it compiled.)"""
+    """One modification time for every file of the laid-out tree (SOURCE_DATE_EPOCH's or a fixed
+    one): nvcc records file times in the device code's line tables. Older than any object, so a
+    retried build keeps what it compiled."""
     epoch = int(os.environ.get("SOURCE_DATE_EPOCH") or SOURCE_TIME)
     for directory, _dirs, files in os.walk(root):
         for name in files:

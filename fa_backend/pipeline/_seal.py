@@ -1,11 +1,6 @@
 """The network seal around the upstream build child: a fresh network namespace where the kernel
-allows one, else proxy variables that point at a closed loopback port.
-
-The compile needs no network, so nothing else changes. In a namespace the child (and everything
-it starts: curl, a child python, a compiler wrapper's own sockets) sees only its own loopback:
-every connection, datagram and name lookup fails there. Without one, only what honours proxy
-variables is turned away; in-process Python is stopped by the driver's audit hook either way.
-"""
+allows one (the child and all it starts see only their own loopback), else proxy variables that
+point at a closed loopback port; in-process Python is stopped by the driver's audit hook."""
 
 from __future__ import annotations
 

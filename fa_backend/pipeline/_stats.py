@@ -1,6 +1,5 @@
-"""The compiler launcher's records of one upstream run (resources/launcher writes them): where
-they are in the scratch, and what they say (each translation unit's start, time, peak memory
-and exit status). Progress, the out-of-memory retry and the end-of-build line read them."""
+"""The compiler launcher's records of one upstream run (resources/launcher): where they are in
+the scratch, and each translation unit's start, time, peak memory and exit status."""
 
 from __future__ import annotations
 

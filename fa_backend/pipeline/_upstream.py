@@ -1,6 +1,5 @@
 """Running upstream setup.py in a child process under fa-shim's rules: its environment, the
-compiler launcher in front of every compiler, its full log (echoed under verbose), what its exit
-status means, and the out-of-memory diagnosis that drives the retry with fewer jobs."""
+compiler launcher, its log, what its exit status means and the out-of-memory diagnosis."""
 
 from __future__ import annotations
 
@@ -35,8 +34,8 @@ _SCRUBBED_ENV = (
 
 
 def _launcher_script(path: Path, stats: Path, compiler: str, cache: str | None) -> str:
-    """A one-line executable standing in for a compiler (torch's CXX and PYTORCH_NVCC take a
-    single command). `compiler` is the user's own text, split by the shell as they wrote it."""
+    """A one-line executable standing in for a compiler (torch's CXX and PYTORCH_NVCC take one
+    command); `compiler` is the user's own text, for the shell to split."""
     prefix = f"{shlex.quote(cache)} " if cache else ""
     path.write_text(
         "#!/bin/sh\n"
@@ -138,8 +137,8 @@ def run_setup(
 
 
 def failure(code: int, report: dict, log: Path, output: str) -> FaShimError:
-    """The error for a failed upstream run; its excerpt comes from this run's output (the log
-    also holds earlier attempts, e.g. the one an out-of-memory kill ended)."""
+    """The error for a failed upstream run, quoting this run's output (not the log's earlier
+    attempts)."""
     if code == BLOCKED_EXIT:
         return FaShimError(
             f"upstream's build tried to reach the network ({report.get('blocked')}); fa-shim "
@@ -186,7 +185,6 @@ _OOM = re.compile(
 
 def run_logged(command: list[str], cwd: Path, env: dict[str, str], log: Path) -> tuple[int, str]:
     """Run to completion; return (exit status, this run's output)."""
-
     lines: list[str] = []
     with log.open("a", buffering=1) as out:  # whole lines: _progress appends to it too
         proc = subprocess.Popen(
@@ -217,8 +215,7 @@ def run_logged(command: list[str], cwd: Path, env: dict[str, str], log: Path) ->
 
 
 def stop_group(proc: subprocess.Popen, grace: float = 5.0) -> None:
-    """End the child's whole session (ninja, the launchers, the compilers, orphans included):
-    SIGTERM, then SIGKILL what is left after `grace` seconds (process_session)."""
+    """End the child's whole session (orphans included): SIGTERM, then SIGKILL after `grace`."""
     process_session.end(proc.pid, grace)
     try:
         proc.wait(timeout=grace)

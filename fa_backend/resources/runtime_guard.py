@@ -1,16 +1,10 @@
-"""Load flash_attn_2_cuda, or say why not and how to fix it. Standard library only.
-
-fa-shim copies this file into every wheel it builds as flash_attn/_fa_shim_guard.py; the vendored
-patch 10-import-guard.patch makes flash_attn_interface.py load the extension through it. Before
-the import it compares the running torch with the one the wheel was built for
-(<dist-info>/fa_shim_provenance.json): the release (the version without its local label: PyTorch
-promises no C++ ABI across releases, and the wheel's `Requires-Dist: torch==<release>` says the
-same), the CUDA major and the C++ string ABI; a module built against torch's stable ABI runs on
-every release from its floor on, of the same CUDA major, whatever the string ABI. On a mismatch
-or a failed import it raises ImportError naming both sides and the rebuild command (with
---no-deps: a forced reinstall of the dependencies would reinstall torch itself).
-FLASH_ATTN_IGNORE_TORCH_MISMATCH=1 skips the comparison. docs/explanations/import-guard.md.
-"""
+"""Load flash_attn_2_cuda, or say why not and how to fix it. Standard library only: fa-shim
+copies this file into every wheel as flash_attn/_fa_shim_guard.py (10-import-guard.patch loads
+the extension through it). It compares the running torch with the wheel's provenance: release
+(PyTorch promises no C++ ABI across releases), CUDA major and string ABI, or for a stable-ABI
+module its floor and CUDA major; a mismatch or a failed import raises ImportError naming both
+sides and the rebuild command (--no-deps: a forced reinstall of dependencies would reinstall
+torch). docs/explanations/import-guard.md."""
 
 from __future__ import annotations
 
@@ -27,8 +21,7 @@ _FALLBACK_SOURCE = "/path/to/fa-shim"
 
 
 def _distribution(name: str = "flash-attn"):
-    """The distribution installed next to this package (else the first on sys.path): flash-attn,
-    or flash-attn-3 for FlashAttention-3's guard."""
+    """The distribution installed next to this package (else the first on sys.path)."""
     from importlib import metadata
 
     here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -87,9 +80,8 @@ def release(version: str) -> str:
 
 
 def _release_and_pre(version) -> tuple[tuple[int, ...], bool]:
-    """(2, 9, 0) and whether it is a pre-release, for 2.9.0.dev20250901+cu128. packaging is
-    what reads versions everywhere else; this file runs where it may be missing, and needs
-    only this much of PEP 440."""
+    """(2, 9, 0) and whether it is a pre-release, for 2.9.0.dev20250901+cu128 (packaging may be
+    missing where this file runs)."""
     match = re.match(r"v?(\d+(?:\.\d+)*)(.*)", release(version).strip().lower())
     if not match:
         return (), True
@@ -99,8 +91,7 @@ def _release_and_pre(version) -> tuple[tuple[int, ...], bool]:
 
 
 def at_least(version, floor) -> bool:
-    """version >= floor, a pre-release of the floor counting as older (as the build's choice of
-    line does: 2.9.0.dev... < 2.9.0)."""
+    """version >= floor, a pre-release of the floor counting as older (2.9.0.dev... < 2.9.0)."""
     have, pre = _release_and_pre(version)
     want, _ = _release_and_pre(floor)
     width = max(len(have), len(want))

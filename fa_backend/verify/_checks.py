@@ -1,18 +1,8 @@
 """verify's checks, each a pure function of what was read (the target, its ELF modules, torch's
-exports, the GPUs) returning one Check with its fix:
-
-- tags: the wheel's tags against this interpreter (a py3-none-any flash-attn has no kernels);
-- module: flash_attn_2_cuda*.so is there, with an extension suffix this interpreter imports;
-- symbols: every undefined dynamic symbol the module takes from torch is exported by torch's
-  libraries, the way the dynamic linker will look for it (their GNU hash tables);
-- abi: the std::string ABI the module's references to torch use, against torch's
-  _GLIBCXX_USE_CXX11_ABI (the usual reason for the symbols check failing);
-- cuda runtime: the libcudart.so.N the module needs, against torch's CUDA major;
-- c++ runtime: the module uses the process's libstdc++, and carries no static copy of it;
-- provenance: fa-shim's fa_shim_provenance.json (if any) against torch's version, CUDA, ABI;
-- cuda archs: the SASS/PTX in the module's .nv_fatbin against the archs the build meant to
-  compile and the capability of each visible GPU.
-"""
+exports, the GPUs) returning one Check with its fix: tags, module (its import suffix), symbols
+(each taken from torch is exported, as ld.so looks it up), abi (std::string's, against torch's),
+cuda runtime, c++ runtime (no static libstdc++), provenance and cuda archs (the fatbin's code
+against the build's archs and each visible GPU)."""
 
 from __future__ import annotations
 
@@ -130,9 +120,8 @@ def _abi_name(abi: int) -> str:
 
 
 def stable_floor(target: Target, modules: list[ElfModule]) -> tuple[bool, str | None]:
-    """(built against torch's stable ABI, the oldest torch it runs on): from fa-shim's
-    provenance; a module without one (a bare .so, another builder's wheel) by its symbols,
-    its floor then unknown."""
+    """(built against torch's stable ABI, its floor): from fa-shim's provenance, else by its
+    symbols (the floor then unknown)."""
     recorded = ((target.provenance or {}).get("torch") or {}).get("stable_abi")
     if recorded:
         return True, str(recorded)

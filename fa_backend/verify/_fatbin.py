@@ -40,13 +40,10 @@ class CudaCode:
 
 
 def parse_fatbin(stream: BinaryIO, start: int = 0, size: int | None = None) -> list[CudaCode]:
-    """The code entries of every fatbin container in a .nv_fatbin section, read header by
-    header (payloads are skipped, so a 500 MB section costs a few hundred small reads).
-
-    Container: u32 magic 0xBA55ED50, u16 version, u16 header size, u64 size of the entries.
-    Entry: u16 kind (1 PTX, 2 ELF), u16, u32 header size, u64 payload size, ..., u32 sm at
-    offset 28, u64 flags at offset 40 (0x100000: sm_XXa, 0x200000: sm_XXf, 0x8000: compressed).
-    """
+    """The code entries of every fatbin container in a .nv_fatbin section, header by header
+    (payloads skipped). Container: u32 magic, u16 version, u16 header size, u64 entries' size.
+    Entry: u16 kind (1 PTX, 2 ELF), u16, u32 header size, u64 payload size, u32 sm at 28, u64
+    flags at 40."""
     if size is None:
         size = stream.seek(0, os.SEEK_END) - start
     end_of_section = start + size

@@ -1,9 +1,5 @@
 """The report model `verify` and `doctor` share: findings, each with a status, a summary,
-details and a fix, rendered as wrapped text for a terminal or as a dict for --json.
-
-verify's checks pass, fail or are skipped; doctor's problems are errors or warnings. A report is
-ok when no finding failed or is an error.
-"""
+details and a fix, rendered as wrapped text or as a dict for --json; ok when none failed."""
 
 from __future__ import annotations
 
@@ -17,8 +13,7 @@ WIDTH = 100
 
 
 def wrap(text: str, first: str, rest: str) -> list[str]:
-    """text in lines of WIDTH, the first indented by first, the others by rest (words and
-    hyphenated names kept whole: commands and paths stay copyable)."""
+    """text in lines of WIDTH, indented (words kept whole: commands and paths stay copyable)."""
     return textwrap.wrap(
         text,
         WIDTH,
@@ -53,9 +48,8 @@ class Check:
 
 
 class Report:
-    """Findings under a heading, then one `result:` line. Subclasses are dataclasses holding
-    `checks` and what their heading shows; they write each part: heading(), body(), summary()
-    (the `result:` line) and as_dict() (--json)."""
+    """Findings under a heading, then one `result:` line; dataclass subclasses write heading(),
+    body(), summary() and as_dict()."""
 
     checks: list[Check]
 

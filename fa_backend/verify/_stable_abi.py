@@ -1,17 +1,8 @@
-"""A module built against torch's stable ABI, checked against one torch by its symbols alone.
-
-Such a module (FlashAttention-3's flash_api_stable.cpp, compiled with -DTORCH_TARGET_VERSION)
-calls torch only through its C shim: `extern "C"` functions (aoti_torch_*, torch_*) that torch's
-headers declare `AOTI_TORCH_EXPORT` and promise to keep from a release on. The rule:
-
-- a C++ symbol of torch (c10::, at::, torch::, caffe2::, THP*) means it is not stable: refused,
-  the symbol named. std:: symbols are libstdc++'s whoever else exports them (libc10 and
-  libtorch_cpu re-export a few; the module's reference carries no version and falls through to
-  libstdc++ where a later torch drops them);
-- every C symbol it takes from torch (exported by torch's libraries, declared in its shim
-  headers, or named like the shim) is declared in this torch's headers, not behind a
-  `TORCH_FEATURE_VERSION >= TORCH_VERSION_X_Y_Z` newer than the module's floor, and exported
-  by this torch's libraries (else: this torch is too old for it).
+"""A module built against torch's stable ABI (FA3's flash_api_stable.cpp), checked against one
+torch by its symbols alone: it may call torch only through the C shim (aoti_torch_*, torch_*,
+declared `AOTI_TORCH_EXPORT`). A C++ symbol of torch (c10::, at::, torch::, THP*; std:: is
+libstdc++'s) refuses it; every C symbol it takes from torch must be declared in this torch's
+headers, not gated behind a TORCH_FEATURE_VERSION newer than the module's floor, and exported.
 """
 
 from __future__ import annotations
@@ -46,8 +37,8 @@ class Declared:
 
 
 def _declarations_in(text: str, header: str) -> dict[str, Declared]:
-    """name -> where, for each AOTI_TORCH_EXPORT function of one header, with the feature-version
-    gate of the #if block around it (an #else branch is ungated)."""
+    """name -> where, for each AOTI_TORCH_EXPORT function of one header, with its #if block's
+    feature-version gate (an #else branch is ungated)."""
     gates: list[str | None] = []  # one entry per open #if
     gate_of_line: list[str | None] = []
     for line in text.splitlines():

@@ -1,9 +1,5 @@
-"""Does a built flash-attn fit a torch? Answered by reading the ELF files, never by importing them.
-
-Works on any flash-attn: a wheel (fa-shim's, upstream's release wheel, a colleague's), an installed
-distribution, or a bare flash_attn_2_cuda*.so. The entry points: verify_wheel (the build's check
-of what it made), verify_path (the CLI), and the running interpreter's torch and GPUs.
-"""
+"""Does a built flash-attn fit a torch? Answered by reading the ELF files, never by importing them,
+for any flash-attn: a wheel (fa-shim's or not), an installed distribution, or a bare module."""
 
 from __future__ import annotations
 
@@ -127,10 +123,7 @@ class VerifyReport(Report):
 
 
 def torch_here() -> TorchInfo:
-    """The torch of the running interpreter, imported in this process (for the CLI).
-
-    cuda_home and cxx_std are not needed to verify and are left unknown.
-    """
+    """The torch of the running interpreter, imported here (cuda_home, cxx_std left unknown)."""
     try:
         import torch
     except Exception as exc:
@@ -186,8 +179,7 @@ def _run(target: Target, torch: TorchInfo, gpus: list[Gpu] | None) -> VerifyRepo
 
 
 def _foreign(modules: list[ElfModule], flavour) -> tuple[Check, Check] | None:
-    """Nothing of torch and no device code: another project's module under this name (numpy's,
-    renamed), named by the PyInit_ it defines and the libraries it needs."""
+    """Nothing of torch and no device code: another project's module under this name."""
     if _stable_abi.looks_stable(modules) or any(
         m.cuda is not None or any(map(is_torch_symbol, m.undefined)) for m in modules
     ):
@@ -209,8 +201,7 @@ def _foreign(modules: list[ElfModule], flavour) -> tuple[Check, Check] | None:
 
 
 def _read(target: Target, name: str, path: Path) -> ElfModule:
-    """A module's ELF facts; a wheel's is read from a temporary copy, so its error names the
-    user's wheel instead of a path that is gone once verify returns."""
+    """A module's ELF facts; a wheel's error names the wheel, not the temporary copy read."""
     try:
         return read_module(path)
     except FaShimError as exc:
@@ -231,10 +222,8 @@ def _resolve(torch: TorchInfo | None, gpus: list[Gpu] | None) -> tuple[TorchInfo
 def verify_wheel(
     wheel: Path, torch: TorchInfo | None = None, gpus: list[Gpu] | None = None
 ) -> VerifyReport:
-    """Verify a wheel file against torch (default: the running interpreter's, and its GPUs).
-
-    With an explicit torch (the build's probe) GPUs are compared only if passed.
-    """
+    """Verify a wheel against torch (default: the running interpreter's, and its GPUs; with an
+    explicit torch, GPUs only if passed)."""
     torch, gpus = _resolve(torch, gpus)
     with _scratch.directory("verify") as scratch:
         report = _run(wheel_target(Path(wheel), scratch), torch, gpus)
