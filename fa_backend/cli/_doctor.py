@@ -19,7 +19,7 @@ from ..pipeline import _build, _estimate, _seal
 from ..resources import PROJECT
 from ..toolchain import _jobs, _preflight, _requirements
 from ..verify import _verify
-from ..verify._fatbin import CudaCode
+from ..verify._elf import CudaCode
 from ..verify._report import ERROR, WARNING
 from ._toolchain_sections import (
     DoctorReport,
