@@ -91,16 +91,11 @@ class HostLock:
         held_by: str,  # "another build of the same wheel": its holder in the timeout error
         fix: str,  # the timeout error's fix
     ) -> None:
-        self.path = path
-        self.timeout = timeout
-        self.heartbeat = heartbeat
-        self.on_wait = on_wait
+        self.path, self.timeout, self.heartbeat, self.on_wait = path, timeout, heartbeat, on_wait
         self.what, self.held_by, self.fix = what, held_by, fix
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._ino: int | None = None
-
-    # ------------------------------------------------------------------------------ acquire
 
     def _try_create(self) -> bool:
         me = {
@@ -178,8 +173,6 @@ class HostLock:
         self._thread = threading.Thread(target=self._beat, name="fa-shim-lock-heartbeat")
         self._thread.daemon = True
         self._thread.start()
-
-    # ------------------------------------------------------------------------------ hold
 
     def _beat(self) -> None:
         while not self._stop.wait(self.heartbeat):

@@ -45,9 +45,6 @@ __all__ = [
 ]
 
 
-# ---------------------------------------------------------------------------- the build itself
-
-
 def toolchain(plan: Plan) -> Tools:
     """nvcc (the system's, or one from the index), the architectures and the compile jobs."""
     s, flavour = plan.settings, plan.flavour

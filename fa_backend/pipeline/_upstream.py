@@ -57,25 +57,19 @@ def environment(plan: Plan, tools: Tools, scratch: Path, jobs: int | None) -> di
     # torch >= 2.12 puts ccache/sccache in front of the compiler on its own; fa-shim decides that
     # (setting compiler-cache) inside its launcher, where the cache sees the real compiler.
     env["TORCH_NO_COMPILER_WRAPPER"] = "1"
-    bin_dir = scratch / "bin"
+    bin_dir, stats = scratch / "bin", _stats.stats_file(scratch)
     bin_dir.mkdir(exist_ok=True)
-    env["CXX"] = _launcher_script(
-        bin_dir / "cxx",
-        _stats.stats_file(scratch),
-        os.environ.get("CXX", "c++"),
-        tools.compiler_cache,
-    )
+    cache = tools.compiler_cache
+    env["CXX"] = _launcher_script(bin_dir / "cxx", stats, os.environ.get("CXX", "c++"), cache)
     if tools.nvcc:
         home = tools.nvcc.cuda_home
         env["CUDA_HOME"] = str(home)
         env["PATH"] = f"{home / 'bin'}{os.pathsep}{env.get('PATH', '')}"
         real_nvcc = os.environ.get("PYTORCH_NVCC") or shlex.quote(str(tools.nvcc.path))
-        env["PYTORCH_NVCC"] = _launcher_script(
-            bin_dir / "nvcc", _stats.stats_file(scratch), real_nvcc, tools.compiler_cache
-        )
+        env["PYTORCH_NVCC"] = _launcher_script(bin_dir / "nvcc", stats, real_nvcc, cache)
         env.update(tools.archs.env)
     env.update(plan.flavour.environment(plan, tools))
-    if tools.compiler_cache:
+    if cache:
         # every build has a fresh scratch path: hash paths relative to it, or nothing ever hits
         env.setdefault("CCACHE_BASEDIR", str(scratch))
         env.setdefault("CCACHE_NOHASHDIR", "true")

@@ -192,27 +192,21 @@ def check_symbols(
 
     # Every torch reference resolves.
     if not exports.libs:
-        return (
-            Check(
-                "symbols",
-                FAIL,
-                f"{torch.lib_dir} holds none of {', '.join(TORCH_LIBS)}: not a torch install.",
-                fix="point verify at the environment torch is installed in (--python).",
-            ),
-            abi_check,
-        )
+        return Check(
+            "symbols",
+            FAIL,
+            f"{torch.lib_dir} holds none of {', '.join(TORCH_LIBS)}: not a torch install.",
+            fix="point verify at the environment torch is installed in (--python).",
+        ), abi_check
     unresolved = [s for s in refs if exports.provider(s) is None]
     if not unresolved:
-        return (
-            Check(
-                "symbols",
-                PASS,
-                f"{'the' if len(refs) == 1 else 'all'} {plural(len(refs), 'symbol')} the module "
-                f"takes from torch {_verb(len(refs), 'is', 'are')} exported by "
-                f"{', '.join(exports.libs)}",
-            ),
-            abi_check,
-        )
+        return Check(
+            "symbols",
+            PASS,
+            f"{'the' if len(refs) == 1 else 'all'} {plural(len(refs), 'symbol')} the module "
+            f"takes from torch {_verb(len(refs), 'is', 'are')} exported by "
+            f"{', '.join(exports.libs)}",
+        ), abi_check
     readable = demangle(unresolved)
     shown = [readable[s] for s in unresolved[:_LIST_LIMIT]]
     if len(unresolved) > _LIST_LIMIT:
@@ -220,18 +214,15 @@ def check_symbols(
     cause = "the module was compiled against a different torch"
     if abi_check.status == FAIL:
         cause = abi_check.summary.split(":")[0]
-    return (
-        Check(
-            "symbols",
-            FAIL,
-            f"{len(unresolved)} of the {plural(len(refs), 'symbol')} the module takes from torch "
-            f"{_verb(len(unresolved), 'is', 'are')} not exported by torch {torch.version} "
-            f"({cause}); importing it fails with 'undefined symbol':",
-            details=shown,
-            fix=rebuild + ".",
-        ),
-        abi_check,
-    )
+    return Check(
+        "symbols",
+        FAIL,
+        f"{len(unresolved)} of the {plural(len(refs), 'symbol')} the module takes from torch "
+        f"{_verb(len(unresolved), 'is', 'are')} not exported by torch {torch.version} "
+        f"({cause}); importing it fails with 'undefined symbol':",
+        details=shown,
+        fix=rebuild + ".",
+    ), abi_check
 
 
 def check_cuda_runtime(modules: list[ElfModule], torch: TorchInfo, flavour: Flavour) -> Check:

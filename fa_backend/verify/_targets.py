@@ -106,9 +106,7 @@ def _dist_target(dist, flavour: Flavour, where: str) -> Target:
     files = [str(f) for f in dist.files or []]
     modules = [(f, Path(dist.locate_file(f))) for f in files if _is_module(f, flavour)]
     if not files:  # no RECORD: look next to the package
-        site = Path(dist.locate_file(""))
-        found = sorted(site.glob(f"{flavour.names.module_path}.*.so"))
-        modules = [(p.relative_to(site).as_posix(), p) for p in found]
+        modules = _modules_in(Path(dist.locate_file("")), flavour)
     provenance, error = _parse_provenance(dist.read_text(PROVENANCE), PROVENANCE)
     name = f"{dist.metadata['Name']} {dist.version}"
     return Target(
@@ -139,14 +137,18 @@ def installed_target(spec: str) -> Target:
         if flavour:
             return _dist_target(dist, flavour, str(site))
     for flavour in _registry.every():  # no distribution: a module by its flavour's name
-        found = sorted(site.glob(f"{flavour.names.module_path}.*.so"))
-        if found:
-            modules = [(p.relative_to(site).as_posix(), p) for p in found]
+        modules = _modules_in(site, flavour)
+        if modules:
             return Target(str(site), "module", None, modules, None, flavour)
     raise FaShimError(
         f"{site} holds neither a flash-attn distribution nor a {_module_names()}.",
         fix="pass the site-packages directory flash-attn is installed in.",
     )
+
+
+def _modules_in(site: Path, flavour: Flavour) -> list[tuple[str, Path]]:
+    found = sorted(site.glob(f"{flavour.names.module_path}.*.so"))
+    return [(p.relative_to(site).as_posix(), p) for p in found]
 
 
 def _module_names() -> str:

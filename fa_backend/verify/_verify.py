@@ -119,9 +119,6 @@ class VerifyReport(Report):
         )
 
 
-# --------------------------------------------------------------------------- the running torch
-
-
 def torch_here() -> TorchInfo:
     """The torch of the running interpreter, imported here (cuda_home, cxx_std left unknown)."""
     try:
@@ -153,9 +150,6 @@ def gpus_here() -> list[Gpu]:
         Gpu(i, torch.cuda.get_device_name(i), tuple(torch.cuda.get_device_capability(i)))
         for i in range(torch.cuda.device_count())
     ]
-
-
-# ----------------------------------------------------------------------------------- entry points
 
 
 def _run(target: Target, torch: TorchInfo, gpus: list[Gpu] | None) -> VerifyReport:
