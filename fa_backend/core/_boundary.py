@@ -1,12 +1,7 @@
 """The one boundary: every hook and command ends in one readable message on stderr and an exit
-status, whatever failed (FaShimError, an OSError, a helper program, Ctrl-C, a signal or the
-frontend's death).
-
-SIGTERM, SIGHUP and the frontend's death become an exception, so Ctrl-C's clean-up runs: the
-upstream session ended, the scratch removed, the lock released, nothing published. The death is
-noticed by polling getppid(): PR_SET_PDEATHSIG fires when the *thread* that started us ends,
-and a frontend may start builds from a worker thread.
-"""
+status, whatever failed. SIGTERM, SIGHUP and the frontend's death become an exception, so
+Ctrl-C's clean-up runs; the death is noticed by polling getppid(), as PR_SET_PDEATHSIG fires
+when the *thread* that started us ends (a frontend may use a worker thread)."""
 
 from __future__ import annotations
 
@@ -42,9 +37,8 @@ class Terminated(KeyboardInterrupt):
 
 @contextlib.contextmanager
 def guarded(watch_parent: bool = True) -> Iterator[None]:
-    """SIGTERM/SIGHUP and, with `watch_parent`, the parent's death raise Terminated here, once
-    (the clean-up finishes); an ignored signal stays ignored (`nohup`); not outside the main
-    thread."""
+    """SIGTERM/SIGHUP and, with `watch_parent`, the parent's death raise Terminated here, once;
+    an ignored signal stays ignored (`nohup`); nothing changes outside the main thread."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return

@@ -1,12 +1,8 @@
-"""A lock that holds across hosts on shared storage (NFS, EFS, Lustre, a local disk alike): the
-wheel cache's per-wheel lock and the CUDA toolkit's while it is provisioned.
-
-Not flock/fcntl: `nolock` NFS mounts make those host-local silently, and a crashed client's lock
-outlives it. An exclusive create and a rename are atomic on every such server: the holder
-creates the file (host, pid, start time) and refreshes its mtime every `heartbeat` seconds; a
-waiter that sees it unchanged for STALE_BEATS heartbeats on its own clock (or at once, for a
-holder gone on this machine) renames it aside and creates its own. docs/guides/fleet.md.
-"""
+"""A lock that holds across hosts on shared storage (NFS, EFS, Lustre, a local disk): the wheel
+cache's per-wheel lock and the CUDA toolkit's. Not flock/fcntl (`nolock` NFS mounts make those
+host-local silently): an exclusive create, its mtime refreshed every `heartbeat`; a waiter that
+sees it unchanged for STALE_BEATS heartbeats (or a holder gone on this machine) renames it
+aside and creates its own. docs/guides/fleet.md."""
 
 from __future__ import annotations
 

@@ -1,10 +1,6 @@
-"""Scratch directories under TMPDIR, and those a killed run left behind.
-
-A run removes its scratch (gigabytes) even after Ctrl-C or SIGTERM (_boundary), but SIGKILL (the
-OOM killer, a batch system's limit) leaves it. So each notes its owner (boot, pid namespace, pid,
-start time), and making one first removes this user's directories whose owner is gone on this
-host; one without the note, or another host's or pid namespace's, is never touched.
-"""
+"""Scratch directories under TMPDIR, and those a killed run left behind: SIGKILL (the OOM killer,
+a batch limit) skips the clean-up, so each notes its owner (boot, pid namespace, pid, start
+time) and making one removes this user's directories whose owner is gone on this host."""
 
 from __future__ import annotations
 

@@ -279,9 +279,8 @@ def _torch_identity(torch: TorchInfo) -> list:
 
 
 def verify_once(cache_dir: Path, wheel: Path, torch: TorchInfo, check: Callable[[], None]) -> None:
-    """Run `check` (it raises on a failure) unless these bytes passed it against this torch and
-    these check sources, as recorded in `<cache-dir>/verified/`: re-reading the ELF files cost
-    most of a wheel-cache hit (docs/benchmarks.md)."""
+    """Run `check` (it raises) unless these bytes passed it against this torch and fa-shim
+    (`<cache-dir>/verified/`): re-reading the ELF files cost most of a hit (docs/benchmarks.md)."""
     facts = [sha256_of(wheel), _torch_identity(torch), fa_shim_sources()]
     marker = cache_dir / "verified" / hashlib.sha256(json.dumps(facts).encode()).hexdigest()[:32]
     if marker.is_file():

@@ -1,8 +1,6 @@
 """The prepared build (Prepared) and how its compile units run: the order ninja starts them in
-(schedule/_schedule) and how many heavy ones run at once (ninja pools over each unit's expected
-peak memory: schedule/_pools), both written into build.ninja by the upstream driver; an
-out-of-memory kill lowers the pool, else the jobs. Without a memory model the jobs are the
-toolchain step's; without a cost model the flavour's name patterns order the units."""
+(schedule/_schedule) and how many heavy ones run at once (pools over each unit's expected peak
+memory: schedule/_pools), written into build.ninja; an out-of-memory kill lowers the pool."""
 
 from __future__ import annotations
 

@@ -1,8 +1,6 @@
-"""Build progress a user can see: the estimate block, a heartbeat until the first source is
-compiled, then progress with an ETA (docs/guides/build-speed.md, "Progress"). pip and uv hide a
-backend's stderr without -v, so `progress=auto` also updates one line in place on /dev/tty;
-stderr gets plain lines at most every 30 s (INTERVAL_ENV, for tests), the log everything. A
-thread reads the compiler launcher's records (_stats) once a second."""
+"""Build progress a user can see: the estimate block, a heartbeat, then progress with an ETA
+(docs/guides/build-speed.md). pip and uv hide a backend's stderr without -v, so `progress=auto`
+also updates one line on /dev/tty; stderr gets plain lines at most every 30 s."""
 
 from __future__ import annotations
 
@@ -26,10 +24,6 @@ from . import _estimate, _stats
 MODES = ("auto", "tty", "stderr", "none")
 INTERVAL_ENV = "_FA_SHIM_PROGRESS_INTERVAL_S"
 TICK_S = 1.0
-
-
-def interval() -> float:
-    return float(os.environ.get(INTERVAL_ENV) or 30.0)
 
 
 def check_mode(setting: str) -> str:
@@ -122,18 +116,8 @@ class Display:
             self.log = None
 
 
-def _clock(seconds: float) -> str:
-    seconds = int(seconds)
-    return f"{seconds // 60}:{seconds % 60:02d}"
-
-
 def _left(seconds: float) -> str:
     return "<1 min left" if seconds < 60 else f"~{round(seconds / 60)} min left"
-
-
-def _names(names: Sequence[str], limit: int = 3) -> str:
-    more = f" +{len(names) - limit} more" if len(names) > limit else ""
-    return ", ".join(names[:limit]) + more
 
 
 class Monitor:
@@ -149,7 +133,7 @@ class Monitor:
     ) -> None:
         self.display, self.sources, self.stats_file = display, list(sources), stats_file
         self.machine, self.cost = machine, cost
-        self.interval = interval()
+        self.interval = float(os.environ.get(INTERVAL_ENV) or 30.0)
         self.start = time.monotonic()
         self.last_line = self.start
         self.complete = False
@@ -173,13 +157,15 @@ class Monitor:
     def text(self) -> tuple[str, bool]:
         """The current line, and whether every source is compiled."""
         finished, running, pending = self.state()
-        elapsed = _clock(time.monotonic() - self.start)
+        minutes, seconds = divmod(int(time.monotonic() - self.start), 60)
+        elapsed = f"{minutes}:{seconds:02d}"
         total = len(self.sources)
         done = len({n for n, _ in finished} & set(self.sources)) or len(finished)
         if not pending and not running and finished:
             return f"compiled {done}/{total} (100%) in {elapsed}", True
         left = _left(_schedule.remaining(pending, running, finished, self.machine, self.cost))
-        compiling = _names([n for n, _ in sorted(running, key=lambda r: -r[1])])
+        names = [n for n, _ in sorted(running, key=lambda r: -r[1])]
+        compiling = ", ".join(names[:3]) + (f" +{len(names) - 3} more" if len(names) > 3 else "")
         if not finished:  # the heartbeat: alive, and what it is working on
             if not running:
                 return f"{elapsed} starting the compile (0/{total} done)", False

@@ -45,9 +45,8 @@ def fa_shim_sources() -> str:
 
 
 def tree_digest(root: str) -> str:
-    """sha256 over each file's path below root and its contents' sha256, in path order by parts;
-    bytecode left out. Walked with strings, not pathlib: every wheel-cache hit pays this walk
-    (a tenth of pathlib's time under Python 3.12; docs/benchmarks.md, lease e)."""
+    """sha256 over each file's path below root and its contents' sha256, by path parts, bytecode
+    left out; walked with strings: a tenth of pathlib's time on every hit (docs/benchmarks.md)."""
     files = []
     for here, dirs, names in os.walk(root):
         dirs[:] = [d for d in dirs if d != "__pycache__"]
@@ -64,9 +63,8 @@ def tree_digest(root: str) -> str:
 
 
 def _torch_facts(plan: Plan) -> list:
-    """What of torch decides the module: its release, CUDA, C++ ABI and standard; for a module
-    built against torch's stable ABI only its floor and CUDA major (no C++ type crosses into
-    torch, and every torch from the floor on runs it: a build under 2.11 serves 2.14)."""
+    """What of torch decides the module: its release, CUDA, C++ ABI and standard; for a stable-ABI
+    module only its floor and CUDA major (every torch from the floor on runs it)."""
     if plan.stable_abi:
         return ["stable-abi", plan.stable_abi, plan.torch.cuda_major]
     return [plan.torch.version, plan.torch.cuda, plan.torch.abi, plan.torch.cxx_std]
@@ -74,9 +72,7 @@ def _torch_facts(plan: Plan) -> list:
 
 def fingerprint(plan: Plan, tools: Tools) -> dict:
     """Everything that decides what the wheel computes; jobs, threads and the compile's shape do
-    not (they change how the objects are cut, not a kernel), so machines of any size share it.
-    The applied patches count by content (their sha256s), the host compiler by path + version,
-    torch by _torch_facts."""
+    not (they cut the objects, not a kernel), so machines of any size share it."""
     compiler = _compilers.host_compiler()
     return {
         "wheel": plan.wheel_name,

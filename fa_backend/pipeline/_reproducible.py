@@ -115,9 +115,8 @@ SOURCE_TIME = 315532800  # 1980-01-01 (the wheel's zip times' floor), unless SOU
 
 
 def settle_times(root: Path) -> None:
-    """One modification time for every file of the laid-out tree (SOURCE_DATE_EPOCH's or a fixed
-    one): nvcc records file times in the device code's line tables. Older than any object, so a
-    retried build keeps what it compiled."""
+    """One old modification time for the laid-out tree (nvcc records file times in its line
+    tables); older than any object, so a retried build keeps what it compiled."""
     epoch = int(os.environ.get("SOURCE_DATE_EPOCH") or SOURCE_TIME)
     for directory, _dirs, files in os.walk(root):
         for name in files:

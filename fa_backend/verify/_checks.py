@@ -1,8 +1,5 @@
 """verify's checks, each a pure function of what was read (the target, its ELF modules, torch's
-exports, the GPUs) returning one Check with its fix: tags, module (its import suffix), symbols
-(each taken from torch is exported, as ld.so looks it up), abi (std::string's, against torch's),
-cuda runtime, c++ runtime (no static libstdc++), provenance and cuda archs (the fatbin's code
-against the build's archs and each visible GPU)."""
+exports, the GPUs) returning one Check with its fix."""
 
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
-"""ELF files as the dynamic linker sees them: what an extension module imports and needs, and
-what torch's libraries export (looked up through their hash tables, as ld.so does); and the CUDA
-code a module's .nv_fatbin embeds (SASS sm_XX, sm_XXa, sm_XXf; PTX compute_XX), with the GPUs
-each runs on."""
+"""ELF files as the dynamic linker sees them: what an extension module imports and needs, what
+torch's libraries export (through their hash tables, as ld.so), and the CUDA code it embeds."""
 
 from __future__ import annotations
 
@@ -47,9 +45,8 @@ class CudaCode:
 
 def parse_fatbin(stream: BinaryIO, start: int = 0, size: int | None = None) -> list[CudaCode]:
     """The code entries of every fatbin container in a .nv_fatbin section, header by header
-    (payloads skipped). Container: u32 magic, u16 version, u16 header size, u64 entries' size.
-    Entry: u16 kind (1 PTX, 2 ELF), u16, u32 header size, u64 payload size, u32 sm at 28, u64
-    flags at 40."""
+    (payloads skipped; entry: u16 kind, u16, u32 header size, u64 payload, u32 sm at 28, u64 flags
+    at 40)."""
     if size is None:
         size = stream.seek(0, os.SEEK_END) - start
     end_of_section = start + size

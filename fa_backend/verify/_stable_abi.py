@@ -1,9 +1,7 @@
-"""A module built against torch's stable ABI (FA3's flash_api_stable.cpp), checked against one
-torch by its symbols alone: it may call torch only through the C shim (aoti_torch_*, torch_*,
-declared `AOTI_TORCH_EXPORT`). A C++ symbol of torch (c10::, at::, torch::, THP*; std:: is
-libstdc++'s) refuses it; every C symbol it takes from torch must be declared in this torch's
-headers, not gated behind a TORCH_FEATURE_VERSION newer than the module's floor, and exported.
-"""
+"""A module built against torch's stable ABI (FA3's flash_api_stable.cpp), checked by its symbols
+alone: no C++ symbol of torch (std:: is libstdc++'s), and each C shim function it takes
+(aoti_torch_*, torch_*) declared in this torch's headers, not gated newer than its floor, and
+exported."""
 
 from __future__ import annotations
 
