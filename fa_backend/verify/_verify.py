@@ -181,17 +181,14 @@ def _foreign(modules: list[ElfModule], flavour) -> tuple[Check, Check] | None:
     inits = sorted({n for m in modules for n in m.init}) or ["none"]
     needs = sorted({n for m in modules for n in m.needed}) or ["nothing"]
     dist = flavour.names.dist
-    return (
-        Check(
-            "symbols",
-            FAIL,
-            f"the module takes no symbol from torch and embeds no CUDA device code: it is not a "
-            f"{dist} extension but another module under its name (its Python init: "
-            f"{', '.join(inits)}; it needs {', '.join(needs)}).",
-            fix=f"rebuild {dist} against this torch: `{flavour.rebuild_command()}`.",
-        ),
-        Check("abi", SKIP, "the module references nothing of torch"),
-    )
+    return Check(
+        "symbols",
+        FAIL,
+        f"the module takes no symbol from torch and embeds no CUDA device code: it is not a "
+        f"{dist} extension but another module under its name (its Python init: "
+        f"{', '.join(inits)}; it needs {', '.join(needs)}).",
+        fix=f"rebuild {dist} against this torch: `{flavour.rebuild_command()}`.",
+    ), Check("abi", SKIP, "the module references nothing of torch")
 
 
 def _read(target: Target, name: str, path: Path) -> ElfModule:
