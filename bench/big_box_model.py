@@ -104,7 +104,7 @@ def fa3_grouped(size: int, seconds: dict, peaks: dict, found: dict) -> tuple[dic
 
 def fa3_picked(cores: int, memory: int) -> int:
     tailoring, units = fa3.full_tailoring(), fa3.fa_shim_order()
-    table = fa3._unit_table.load(fa3._releases.release("main-0251105a").directory)
+    table = fa3._release_files.load_units(fa3._releases.release("main-0251105a").directory)
     peak = fa3_costs.memory_model(tailoring, table, units)
     return _groups.best_size(units, fa3_costs.cost_model(tailoring), peak, cores, memory)
 

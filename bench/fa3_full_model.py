@@ -46,7 +46,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from fa_backend.flavours import _registry, _unit_table  # noqa: E402
+from fa_backend.flavours import _registry, _release_files  # noqa: E402
 from fa_backend.flavours.fa3 import _costs, _groups, _kernels, _releases, _units  # noqa: E402
 from fa_backend.pipeline import _stats  # noqa: E402
 from fa_backend.schedule import _pools, _schedule  # noqa: E402
@@ -204,7 +204,7 @@ def one_machine(seconds: dict, peaks: dict) -> dict:
 def _fa_shim_plan(units: dict, memory: int) -> tuple[_pools.Pools, list[str]]:
     """The pools and order a build plans for these units (pipeline/_compile_plan.make)."""
     tailoring, setup_units = full_tailoring(), fa_shim_order()
-    table = _unit_table.load(_releases.release("main-0251105a").directory)
+    table = _release_files.load_units(_releases.release("main-0251105a").directory)
     cost = _costs.cost_model(tailoring)
     peak = _costs.memory_model(tailoring, table, setup_units)
     model_s, model_p = {n: cost(n) for n in units}, {n: peak(n) for n in units}

@@ -21,7 +21,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from fa_backend.flavours import _unit_table  # noqa: E402
+from fa_backend.flavours import _release_files  # noqa: E402
 from fa_backend.pipeline import _stats  # noqa: E402
 
 ABOUT = (
@@ -75,7 +75,7 @@ def main() -> int:
         "--fresh", action="store_true", help="start from an empty table (not the current one)"
     )
     args = parser.parse_args()
-    file = args.release_dir / _unit_table.TABLE_FILE
+    file = args.release_dir / _release_files.TABLE_FILE
     current = None
     if file.is_file() and not args.fresh and not args.check:
         current = json.loads(file.read_text())

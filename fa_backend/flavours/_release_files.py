@@ -1,11 +1,19 @@
 """The release registries' files: each flavour keeps what it knows of an upstream release in a
 `release.toml` under vendored_patches/, which lists the patches applied to it: one file per
-distinct patch in the flavour's `patches/` directory, shared by the releases it applies to."""
+distinct patch in the flavour's `patches/` directory, shared by the releases it applies to.
+Beside it, `units.json` holds each compile unit's measured peak memory and time (one architecture
+per job), folded by `bench/unit_table.py` from a real build's records (pipeline/_stats), so that
+a build plans its jobs by what its compilers showed (issue 24):
+
+    {"about": "...", "measured": [...], "units": {"<unit>": {"peak_mib": 6717, "seconds": 303.9}}}
+"""
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from ..core._errors import FaShimError
@@ -18,6 +26,8 @@ else:  # pragma: no cover - exercised on 3.9/3.10 only
 
 RELEASE_FILE = "release.toml"
 PATCH_DIR = "patches"
+TABLE_FILE = "units.json"
+MIB = 1024**2
 
 
 def read_toml(path: Path, guide: str) -> dict:
@@ -54,3 +64,39 @@ def patch_files(data: dict, directory: Path) -> tuple[tuple[Path, ...], list[str
         for p in sorted(directory.glob("*.patch"))
     ]
     return tuple(patch_dir / name for name in listed), problems
+
+
+@dataclasses.dataclass(frozen=True)
+class UnitTable:
+    units: Mapping[str, Mapping[str, float]]
+
+    def peak_bytes(self, *names: str) -> int | None:
+        """The first of these names the table has, its peak in bytes."""
+        for name in names:
+            unit = self.units.get(name)
+            if unit and unit.get("peak_mib"):
+                return int(unit["peak_mib"] * MIB)
+        return None
+
+    def seconds(self, *names: str) -> float | None:
+        for name in names:
+            unit = self.units.get(name)
+            if unit and unit.get("seconds"):
+                return float(unit["seconds"])
+        return None
+
+
+def load_units(release_dir: Path) -> UnitTable | None:
+    """The release's table, None where it has none."""
+    file = release_dir / TABLE_FILE
+    if not file.is_file():
+        return None
+    try:
+        data = json.loads(file.read_text(encoding="utf-8"))
+        units = {str(k): dict(v) for k, v in data["units"].items()}
+        return UnitTable(units)
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise FaShimError(
+            f"{file} is not a table of compile units ({exc}).",
+            fix="regenerate it with bench/unit_table.py (docs/benchmarks.md).",
+        ) from None

@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from ...resources import VENDORED
 from ...schedule import _schedule
 from ...toolchain import _jobs
-from .. import _unit_table
+from .. import _release_files
 from . import _kernels, _releases, _tu_parts
 
 # (kind, head dim, causal) -> seconds for one arch (run3's full-tus.jsonl, fp16/bf16 mean)
@@ -86,7 +86,7 @@ def memory_model(version: str, pinned: bool) -> Callable[[str], int] | None:
     """Each source's peak bytes (one arch) from the release's units.json (or its unit-table's); a
     part as its whole source (it never holds more), else toolchain/_jobs' figure. None: no table."""
     shared = _releases.release(version).unit_table if pinned else None
-    table = _unit_table.load(VENDORED / (shared or version)) if pinned else None
+    table = _release_files.load_units(VENDORED / (shared or version)) if pinned else None
     if table is None:
         return None
 

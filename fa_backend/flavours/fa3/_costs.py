@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 
 from ...core._errors import FaShimError
 from ...schedule import _schedule
-from .. import _unit_table
+from .. import _release_files
 from . import _groups, _kernels, _units
 from ._kernels import Fa3Tailoring
 from ._units import COMBINE, DIFF64, DIFF192, SCHEDULER
@@ -122,7 +122,7 @@ def cost_model(tailoring: Fa3Tailoring) -> Callable[[str], float]:
 
 def memory_model(
     tailoring: Fa3Tailoring,
-    table: _unit_table.UnitTable | None = None,
+    table: _release_files.UnitTable | None = None,
     units: Sequence[str] = (),
 ) -> Callable[[str], int]:
     """Each unit's peak: its line's units.json figure (full-set builds: switches turned off hold

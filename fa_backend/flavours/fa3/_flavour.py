@@ -20,9 +20,9 @@ from ...toolchain._torch import TorchInfo
 from ...wheel import _metadata
 from ...wheel._metadata import Names
 from ...wheel._sdist_self import SdistSpec
-from .. import _unit_table
+from .. import _release_files
 from .._interface import Costs, Flavour, Plan, Sizing, Tools
-from . import _costs, _groups, _kernels, _releases, _settings, _sources, _tree_facts, _trees, _units
+from . import _costs, _groups, _kernels, _releases, _settings, _sources, _trees, _units
 
 ARCH = "90a"  # hopper/setup.py compiles its *_sm90.cu sources for exactly this
 # what hopper/setup.py's ninja rules compile: its *_sm90.cu kernels for sm_90a, the helper units
@@ -110,13 +110,11 @@ class Fa3(Flavour):
             shared_dir=settings.fa3_source_dir,
             download=not settings.offline,
         )
-        setup_py = _tree_facts.read(sources.hopper, "hopper/setup.py")
+        setup_py = _trees.read(sources.hopper, "hopper/setup.py")
         if release.stable:
-            _tree_facts.check_stable_claim(release, setup_py)
+            _trees.check_stable_claim(release, setup_py)
         tailoring = _kernels.tailoring(settings, _kernels.switches(setup_py))
-        upstream = _tree_facts.upstream_version(
-            _tree_facts.read(sources.hopper, "hopper/__init__.py")
-        )
+        upstream = _trees.upstream_version(_trees.read(sources.hopper, "hopper/__init__.py"))
         if not upstream:
             raise FaShimError(
                 f"hopper/__init__.py of {release.ref} has no __version__ fa-shim can read.",
@@ -132,7 +130,7 @@ class Fa3(Flavour):
         interpreter = _metadata.limited_api_tag(torch.limited_api)
         python = f"{interpreter[2]}.{interpreter[3:]}"
         metadata = _metadata.core_metadata(
-            _tree_facts.pkg_info(release, python),
+            _trees.pkg_info(release, python),
             version,
             _metadata.torch_requirement(torch.version, stable),
         )
@@ -318,7 +316,7 @@ class Fa3(Flavour):
 
     def costs(self, plan: Plan) -> Costs:
         directory = plan.source.release.directory
-        table = _unit_table.load(directory) if directory else None
+        table = _release_files.load_units(directory) if directory else None
         return Costs(
             _costs.cost_model(plan.source.tailoring),
             _costs.memory_model(plan.source.tailoring, table, self._setup_units(plan)),

@@ -11,7 +11,7 @@ import pytest
 from conftest import REPO
 from packaging import tags
 
-from fa_backend.flavours import _registry, _unit_table
+from fa_backend.flavours import _registry, _release_files
 from fa_backend.flavours._interface import Plan
 from fa_backend.flavours.fa3 import _costs, _flavour, _groups, _kernels, _releases
 from fa_backend.schedule import _schedule
@@ -68,7 +68,7 @@ def test_a_unit_its_lines_table_has_takes_its_measured_peak():
     plans by its own peak; a unit the table lacks by the constants, which are above every
     measured unit of their kind."""
     directory = _releases.release("main-0251105a").directory
-    table = _unit_table.load(directory)
+    table = _release_files.load_units(directory)
     full = _tailoring()
     peak = _costs.memory_model(full, table)
     singles = [n for n in table.units if _groups.variants(n) == 1]  # a group: test_fa3_groups

@@ -1,5 +1,5 @@
 """What the FA3 flavour refuses before and after prepare (flavours/fa3/_flavour.py,
-_tree_facts.py), on plans and commands made here: a stable line under a torch below its floor,
+_trees.py), on plans and commands made here: a stable line under a torch below its floor,
 FA2's version setting, a setup.py that does not say what the registry claims, and a build.ninja
 whose units differ from the planned ones (the torch-bound API instead of the stable one)."""
 
@@ -12,7 +12,7 @@ from packaging import tags
 from fa_backend.core._errors import FaShimError
 from fa_backend.flavours import _registry
 from fa_backend.flavours._interface import Plan, Tools
-from fa_backend.flavours.fa3 import _flavour, _kernels, _releases, _tree_facts
+from fa_backend.flavours.fa3 import _flavour, _kernels, _releases, _trees
 from fa_backend.settings import _settings
 from fa_backend.toolchain._compile_commands import Command
 from fa_backend.toolchain._torch import TorchInfo
@@ -49,10 +49,10 @@ def test_a_stable_line_under_an_older_torch_is_refused():
 def test_a_setup_py_that_does_not_target_the_registrys_floor_is_refused():
     setup = 'api = "flash_api_stable.cpp"\nargs = ["-DTORCH_TARGET_VERSION=0x020A000000000000"]'
     with pytest.raises(FaShimError) as info:
-        _tree_facts.check_stable_claim(STABLE, setup)
+        _trees.check_stable_claim(STABLE, setup)
     assert "says torch's stable ABI from torch 2.9.0" in info.value.cause
     assert "with TORCH_TARGET_VERSION 2.10.0" in info.value.cause
-    _tree_facts.check_stable_claim(STABLE, setup.replace("0x020A", "0x0209"))
+    _trees.check_stable_claim(STABLE, setup.replace("0x020A", "0x0209"))
 
 
 def _plan() -> Plan:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from test_fa3_costs import MAIN
 
-from fa_backend.flavours import _registry, _unit_table
+from fa_backend.flavours import _registry, _release_files
 from fa_backend.flavours.fa3 import _costs, _groups, _kernels, _releases, _units
 
 GIB = 1024**3
@@ -83,7 +83,7 @@ def test_a_group_file_includes_its_members_as_upstream_has_them(tmp_path):
 
 def test_a_group_costs_less_than_its_members_apart_and_holds_more_memory():
     units, tailoring = _planned()
-    table = _unit_table.load(MAIN_LINE.directory)
+    table = _release_files.load_units(MAIN_LINE.directory)
     peak = _costs.memory_model(tailoring, table, units)
     group = "flash_fwd_hdim128_bf16_group1of2x5_sm90.cu"
     members = _groups.members(group, units)
@@ -120,5 +120,5 @@ def test_a_group_costs_less_than_its_members_apart_and_holds_more_memory():
 )
 def test_the_model_picks_the_size_that_ends_first(settings, jobs, memory, size):
     units, tailoring = _planned(**settings)
-    peak = _costs.memory_model(tailoring, _unit_table.load(MAIN_LINE.directory), units)
+    peak = _costs.memory_model(tailoring, _release_files.load_units(MAIN_LINE.directory), units)
     assert _groups.best_size(units, _costs.cost_model(tailoring), peak, jobs, memory) == size

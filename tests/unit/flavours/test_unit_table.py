@@ -1,4 +1,4 @@
-"""Each release's table of per-unit peaks and times (flavours/_unit_table, units.json beside
+"""Each release's table of per-unit peaks and times (flavours/_release_files, units.json beside
 release.toml): how a refresh (bench/unit_table.py) folds a build's launcher records in and
 FA2's memory model over it.
 (That FA2 2.8.3's table is what its recorded H100 runs make: test_unit_table_check.py.)"""
@@ -12,7 +12,7 @@ import pytest
 from conftest import REPO
 
 from fa_backend.core._errors import FaShimError
-from fa_backend.flavours import _unit_table
+from fa_backend.flavours import _release_files
 from fa_backend.flavours.fa2 import _costs
 from fa_backend.toolchain import _jobs
 
@@ -49,14 +49,14 @@ def test_a_refresh_takes_the_new_runs_units_and_keeps_the_others():
 
 
 def test_a_table_reads_back_and_a_broken_one_is_one_error(tmp_path):
-    assert _unit_table.load(tmp_path) is None
+    assert _release_files.load_units(tmp_path) is None
     table = unit_table.merge(None, [record("x.cu", 2048)], "run")
     (tmp_path / "units.json").write_text(unit_table.dumps(table))
-    loaded = _unit_table.load(tmp_path)
+    loaded = _release_files.load_units(tmp_path)
     assert loaded.peak_bytes("y.cu", "x.cu") == 2048 * MIB and loaded.peak_bytes("y.cu") is None
     (tmp_path / "units.json").write_text('{"units": [1, 2]}')
     with pytest.raises(FaShimError, match="is not a table of compile units"):
-        _unit_table.load(tmp_path)
+        _release_files.load_units(tmp_path)
 
 
 def test_fa2s_memory_model_reads_its_release_table():
