@@ -3,11 +3,14 @@
 Each architecture multiplies the compile time of every kernel. An upstream setup.py knows only
 some (2.8.x: 80, 90, 100, 120) and silently drops others, so other GPUs are mapped onto the
 architecture whose code they run (sm_80 code runs on 8.6). `check_gencodes` verifies
-build.ninja against the choice; a release's Mechanism says how its setup.py takes them.
+build.ninja against the choice; a release's Mechanism says how its setup.py takes them. The
+visible GPUs are asked of the CUDA driver (libcuda) directly: milliseconds, where importing torch
+to ask the same driver costs seconds per hook.
 """
 
 from __future__ import annotations
 
+import ctypes
 import dataclasses
 import functools
 import re
@@ -17,7 +20,6 @@ from typing import TYPE_CHECKING
 
 from ..core import _log, _subprocess
 from ..core._errors import FaShimError
-from . import _cuda_driver
 from ._compile_commands import Command
 
 if TYPE_CHECKING:
@@ -26,6 +28,38 @@ if TYPE_CHECKING:
 
 MIN_ARCH = 80  # flash-attn 2 needs Ampere or newer
 FROM_GPUS = "the visible GPUs"  # a Selection's source when no setting named the architectures
+
+
+# CUdevice_attribute values from cuda.h (stable since CUDA 2.x)
+_COMPUTE_CAPABILITY_MAJOR = 75
+_COMPUTE_CAPABILITY_MINOR = 76
+
+
+@functools.cache
+def capabilities() -> tuple[tuple[int, int], ...]:
+    """(major, minor) of every visible GPU, in device order; () without a driver or a GPU."""
+    try:
+        cuda = ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return ()  # no NVIDIA driver: no GPU to build for
+    status = cuda.cuInit(0)
+    if status != 0:  # 100 = CUDA_ERROR_NO_DEVICE; anything else is worth a line in the log
+        if status != 100:
+            _log.info(f"the CUDA driver did not initialise (CUresult {status}); assuming no GPU")
+        return ()
+    count = ctypes.c_int()
+    if cuda.cuDeviceGetCount(ctypes.byref(count)) != 0:
+        return ()
+    caps = []
+    for ordinal in range(count.value):
+        device, major, minor = ctypes.c_int(), ctypes.c_int(), ctypes.c_int()
+        if not (  # each call returns a CUresult, 0 for success
+            cuda.cuDeviceGet(ctypes.byref(device), ordinal)
+            or cuda.cuDeviceGetAttribute(ctypes.byref(major), _COMPUTE_CAPABILITY_MAJOR, device)
+            or cuda.cuDeviceGetAttribute(ctypes.byref(minor), _COMPUTE_CAPABILITY_MINOR, device)
+        ):
+            caps.append((major.value, minor.value))
+    return tuple(caps)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -280,7 +314,7 @@ def resolve(
         setting, setting_source = tuple(parse_arch_list(environ[mech.env])), mech.env
     selection = select_archs(
         setting,
-        () if setting else _cuda_driver.capabilities(),
+        () if setting else capabilities(),
         environ.get("TORCH_CUDA_ARCH_LIST"),
         parse_arch_list(" ".join(torch.arch_list)),
         nvcc_arch_list(nvcc_path),

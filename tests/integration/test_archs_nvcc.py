@@ -12,7 +12,7 @@ import pytest
 
 from fa_backend.core._errors import FaShimError
 from fa_backend.flavours.fa2 import _releases
-from fa_backend.toolchain import _archs, _cuda_driver
+from fa_backend.toolchain import _archs
 from fa_backend.toolchain._archs import select_archs
 
 NVCC13 = Path("/usr/local/cuda-13.0/bin/nvcc")
@@ -47,7 +47,7 @@ def test_gpu_capabilities_come_from_the_driver_without_torch():
     query = ["--query-gpu=compute_cap", "--format=csv,noheader"]
     proc = subprocess.run([smi, *query], capture_output=True, text=True) if smi else None
     if proc is None or proc.returncode != 0:
-        assert _cuda_driver.capabilities() == ()
+        assert _archs.capabilities() == ()
         return
     expected = {tuple(map(int, line.split("."))) for line in proc.stdout.split()}
-    assert set(_cuda_driver.capabilities()) == expected
+    assert set(_archs.capabilities()) == expected

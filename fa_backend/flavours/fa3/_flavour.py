@@ -15,7 +15,7 @@ from ...core._errors import FaShimError
 from ...core._version import __version__
 from ...resources import CHECKOUT
 from ...sources import _patches
-from ...toolchain import _archs, _cuda_driver, _jobs, _space
+from ...toolchain import _archs, _jobs, _space
 from ...toolchain._torch import TorchInfo
 from ...wheel import _metadata
 from ...wheel._metadata import Names
@@ -175,7 +175,7 @@ class Fa3(Flavour):
                 )
             source = "setting cuda-archs"
         else:
-            gpus = _cuda_driver.capabilities()
+            gpus = _archs.capabilities()
             other = sorted({f"{major}{minor}" for major, minor in gpus} - {"90"})
             if other:
                 raise FaShimError(
