@@ -78,8 +78,6 @@ class Fa2(Flavour):
     def kernel_set_name(self, plan: Plan) -> str:
         return plan.source.tailoring.kernel_set
 
-    # ---------------------------------------------------------------------------- toolchain
-
     def needs_nvcc(self, plan: Plan) -> bool:
         # asked on every build, wheel-cache hits included: remembered per sdist sha256
         memo = plan.settings.resolved_cache_dir / "sdist-facts"
@@ -117,8 +115,6 @@ class Fa2(Flavour):
             return parts, None
         return parts, _costs.cut_sources(plan.source.kernels, whole)
 
-    # ------------------------------------------------------------------------------ prepare
-
     def lay_out(self, plan: Plan, tools: Tools, dest: Path) -> Path:
         sdist = plan.source.sdist
         _space.before_extract(sdist.path, dest.parent)
@@ -146,8 +142,6 @@ class Fa2(Flavour):
         if tools.archs:
             _archs.check_gencodes(commands, tools.archs.targets)
         _kernels.check_sources(commands, plan.source.tailoring, plan.source.sdist.version)
-
-    # ------------------------------------------------------------------ estimate and space
 
     def planned_sources(self, plan: Plan, tools: Tools) -> list[str] | None:
         return _costs.planned_sources(
@@ -177,14 +171,10 @@ class Fa2(Flavour):
         but = f" but the {whole} shortest" if whole else ""
         return f"each kernel source{but} in {parts} parts"
 
-    # ------------------------------------------------------------------------------- sdist
-
     def sdist_contents(self, settings) -> SdistSpec:
         version = settings.flash_attn_version or "0"
         files = ("README.md", "LICENSE", "vendored_patches")
         return SdistSpec(version, {"flash-attn-version": version}, files)
-
-    # ------------------------------------------------------------------------------ advice
 
     def unsupported_gpu(self, sm: int) -> tuple[str, str] | None:
         if sm < _archs.MIN_ARCH:

@@ -78,37 +78,30 @@ def tailoring(settings: Settings, version: str) -> Tailoring:
     )
     backward = not settings.forward_only
 
-    exclude, defines, label = [], [], []
+    exclude, defines, words = [], [], []
     if len(head_dims) < len(space.head_dims):
-        label += [f"hdim{d}" for d in head_dims]
+        words += [f"hdim{d}" for d in head_dims]
         for d in space.head_dims:
             if d not in head_dims:
                 exclude.append(naming.head_dim_sources.format(d))
                 defines.append(f"-DFA_SHIM_NO_HDIM{d}")
     if len(dtypes) < len(space.dtypes):
-        label += list(dtypes)
+        words += list(dtypes)
         for t in space.dtypes:
             if t not in dtypes:
                 exclude.append(naming.dtype_sources.format(t))
                 defines.append(f"-DFA_SHIM_NO_{t.upper()}")
     if not backward:
-        label.append("fwd")
+        words.append("fwd")
         exclude.append(naming.pass_sources.format(naming.backward))
         defines.append("-DFA_SHIM_NO_BACKWARD")
     if defines:  # switches dispatch through the patch only when some kernel is left out
         defines.insert(0, "-DFA_SHIM_TAILORED")
     for name in disabled:
-        label.append("no" + name.replace("_", ""))
+        words.append("no" + name.replace("_", ""))
         defines.append(f"-DFLASHATTENTION_DISABLE_{name.upper()}")
-    return Tailoring(
-        head_dims,
-        dtypes,
-        backward,
-        disabled,
-        tuple(exclude),
-        tuple(defines),
-        "." + ".".join(label) if label else "",
-    )
+    label = "." + ".".join(words) if words else ""
+    return Tailoring(head_dims, dtypes, backward, disabled, tuple(exclude), tuple(defines), label)
 
 
 def expected_kernels(t: Tailoring, version: str) -> set[str]:

@@ -1,24 +1,6 @@
 """FlashAttention-3's cost and memory models: what each unit (a basename, _units) takes to compile
-for sm_90a on one core, and its compiler's peak memory, from measured builds (docs/benchmarks.md,
-docs/fa3-design.md#per-head-dim-units-their-cost-and-memory), on the H100 unless said:
-- v2.8.3's full set, nvcc 13.0, 16 jobs on 16 cores (bench/results/2026-11-23-h100-fa3/
-  full-compile-stats.jsonl): backward units 235-275 s at 5.8-6.4 GiB; forward `hdimall` units
-  864-973 s at 17.7-22.0 GiB; its `hdimdiff` unit (three head-dim pairs) 497 s at 13.2 GiB;
-- main's per-head-dim forward units (issue 24): 146-178 s at 5.95-7.04 GiB, 7 at once; 181-234 s
-  at 5.2-7.0 GiB in a 16-way slice (bf16, fp16, e4m3 x head dims 64-256, backward hdim128);
-- main's full set, 93 units at 16 jobs (2026-11-25, lease f, each in units.json): forward units
-  168-239 s at 4.7-7.11 GiB, head-dim pair units 193-326 s (mean 255 s) at 6.0-7.46 GiB,
-  backward units 180-349 s at 5.8-6.5 GiB;
-- every in-unit switch off: v2.8.3's backward hdim128 about 119 s; on a 2-core box (varlen
-  kept) main's forward hdim128 135 s at 4.96 GiB, backward 165 s at 6.18 GiB, the scheduler
-  32 s at 1.28 GiB, flash_api_stable.cpp 14 s at 0.51 GiB;
-- forward variants in one unit (_groups, 2026-11-26): 2-core box, main's hdim128 bf16 (126-127 s
-  and 6.14-6.25 GiB each apart): two 158-184 s (x 1.25-1.45), four 269 s (x 2.1) at 6.82 and
-  7.46 GiB; the full set on the H200 box (lease j, 12 jobs): 23 groups of five 312-495 s
-  (1.8-2.3 x a member at 16 jobs) at 6.4-8.9 GiB; fa-shim's plan there (lease k, 14
-  jobs in pools): 24 groups 392-544 s.
-Sized from their neighbours, not measured: flash_fwd_combine.cu, flash_api.cpp (as FA2's, 36 s at
-1.6 GiB), a per-head-dim pair unit (hdim64_256: a third of hdimdiff, each).
+for sm_90a on one core, and its compiler's peak memory, from the measured builds that
+docs/fa3-design.md#per-head-dim-units-their-cost-and-memory lists (on the H100 unless said).
 """
 
 from __future__ import annotations

@@ -160,8 +160,6 @@ class Fa3(Flavour):
         t = plan.source.tailoring
         return {"label": t.label.lstrip(".") or "full", "switches": dict(t.env)}
 
-    # ---------------------------------------------------------------------------- toolchain
-
     def archs(self, settings, torch, nvcc: Path) -> _archs.ArchChoice:
         """sm_90a, and nothing else: FA3's kernels are Hopper's (wgmma, TMA)."""
         if settings.cuda_archs:
@@ -223,8 +221,6 @@ class Fa3(Flavour):
     def _setup_units(self, plan: Plan) -> list[str]:
         """The units setup.py lists for the set, one per file (before any group)."""
         return _units.planned(plan.source.release, plan.source.tailoring)
-
-    # ------------------------------------------------------------------------------ prepare
 
     def lay_out(self, plan: Plan, tools: Tools, dest: Path) -> Path:
         """The trees as a checkout has them, patched; returns the hopper/ directory."""
@@ -308,8 +304,6 @@ class Fa3(Flavour):
             f"units, {len(commands)} compile commands, sm_90a"
         )
 
-    # ------------------------------------------------------------------ estimate and space
-
     def planned_sources(self, plan: Plan, tools: Tools) -> list[str]:
         """The units build.ninja compiles: setup.py's, forward variants grouped as tools say."""
         return list(self._layout(plan, tools))
@@ -332,14 +326,10 @@ class Fa3(Flavour):
         group = shape.get(GROUP, 1)
         return f"up to {group} forward variants of a head dim in one unit" if group > 1 else None
 
-    # ------------------------------------------------------------------------------- sdist
-
     def sdist_contents(self, settings) -> SdistSpec:
         # fa-shim's version: the line `auto` builds depends on the torch
         pins = {"fa3-release": settings.fa3_release}
         return SdistSpec(__version__, pins, ("LICENSE", _releases.FA3_DIR.relative_to(CHECKOUT)))
-
-    # ------------------------------------------------------------------------------ advice
 
     def unsupported_gpu(self, sm: int) -> tuple[str, str] | None:
         if sm != 90:

@@ -110,15 +110,9 @@ def tailoring(settings: Settings, known: tuple[str, ...]) -> Fa3Tailoring:
         for s in known
         if _owner(s) != "cuda-archs"  # the arch choice sets it (sm_90a only)
     )
-    label = [f"hdim{d}" for d in chosen] if len(chosen) < len(head_dims) else []
-    label += list(dtypes) if len(dtypes) < len(DTYPES) else []
-    label += ["fwd"] if settings.forward_only else []
-    label += ["no" + n for n in disabled]
-    return Fa3Tailoring(
-        chosen,
-        dtypes,
-        not settings.forward_only,
-        disabled,
-        env,
-        "." + ".".join(label) if label else "",
-    )
+    words = [f"hdim{d}" for d in chosen] if len(chosen) < len(head_dims) else []
+    words += list(dtypes) if len(dtypes) < len(DTYPES) else []
+    words += ["fwd"] if settings.forward_only else []
+    words += ["no" + n for n in disabled]
+    label = "." + ".".join(words) if words else ""
+    return Fa3Tailoring(chosen, dtypes, not settings.forward_only, disabled, env, label)

@@ -80,9 +80,6 @@ def expected_pin(release: Fa3Release, kind: Kind) -> str:
     return release.hopper_pin if kind is HOPPER else release.cutlass_pin
 
 
-# ------------------------------------------------------------------------------- locating
-
-
 def _checked(path: Path, kind: Kind, release: Fa3Release, origin: str) -> Tree:
     got, want = pin_of(path, kind), expected_pin(release, kind)
     if got != want:
@@ -178,9 +175,6 @@ def locate(
         _find(HOPPER, release, hopper, checkout, shared_dir, cache_root, download),
         _find(CUTLASS, release, cutlass, checkout, shared_dir, cache_root, download),
     )
-
-
-# ------------------------------------------------------------------------------ downloading
 
 
 def _download_failed(release: Fa3Release, kind: Kind, url: str, reason: str) -> FaShimError:

@@ -190,9 +190,6 @@ def tree_root(path: Path, kind: Kind) -> Path:
     )
 
 
-# ------------------------------------------------------------------------------- laying out
-
-
 def lay_out(trees: Iterable[Tree], dest: Path) -> Path:
     """Copy both trees to dest (made here) as a checkout has them and return dest/hopper; what
     is copied is pinned again, so a tree changed since `locate` is refused, not built."""
