@@ -1,9 +1,8 @@
-"""The release registries' files: each flavour keeps what it knows of an upstream release in a
-`release.toml` under vendored_patches/, which lists the patches applied to it: one file per
-distinct patch in the flavour's `patches/` directory, shared by the releases it applies to.
-Beside it, `units.json` holds each compile unit's measured peak memory and time (one architecture
-per job), folded by `bench/unit_table.py` from a real build's records (pipeline/_stats), so that
-a build plans its jobs by what its compilers showed (issue 24):
+"""A release directory's files under vendored_patches/: its `release.toml` (what a flavour knows of
+an upstream release), whose `patches` are files in the flavour's shared `patches/` directory, and
+`units.json`, each compile unit's measured peak memory and time (one architecture per job), folded
+by `bench/unit_table.py` from a build's records (pipeline/_stats) so that jobs are planned by what
+the compilers showed (issue 24):
 
     {"about": "...", "measured": [...], "units": {"<unit>": {"peak_mib": 6717, "seconds": 303.9}}}
 """

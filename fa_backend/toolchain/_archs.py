@@ -1,11 +1,10 @@
-"""Which GPU architectures to compile: the fewest that cover the GPUs the wheel is for.
+"""Which GPU architectures to compile: the fewest that cover the GPUs the wheel is for, asked of
+the CUDA driver (libcuda) directly, in milliseconds where importing torch costs seconds per hook.
 
 Each architecture multiplies the compile time of every kernel. An upstream setup.py knows only
 some (2.8.x: 80, 90, 100, 120) and silently drops others, so other GPUs are mapped onto the
 architecture whose code they run (sm_80 code runs on 8.6). `check_gencodes` verifies
-build.ninja against the choice; a release's Mechanism says how its setup.py takes them. The
-visible GPUs are asked of the CUDA driver (libcuda) directly: milliseconds, where importing torch
-to ask the same driver costs seconds per hook.
+build.ninja against the choice; a release's Mechanism says how its setup.py takes them.
 """
 
 from __future__ import annotations

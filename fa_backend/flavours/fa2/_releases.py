@@ -197,16 +197,11 @@ def _load(directory: Path) -> Release:
 def _check_values(version: str, data: dict) -> list[str]:
     problems = []
     try:
-        parsed = Version(version)
+        Version(version)
     except InvalidVersion:
         return [f"its directory name {version!r} is not a PEP 440 version"]
-    if "sdist" in data:
-        try:
-            name, found = parse_sdist_filename(data["sdist"])
-        except InvalidSdistFilename:
-            name, found = None, None
-        if name != canonicalize_name("flash-attn") or found != parsed:
-            problems.append(f"sdist = {data['sdist']!r} is not flash_attn-{version}.tar.gz")
+    if "sdist" in data and not is_sdist(data["sdist"], version):
+        problems.append(f"sdist = {data['sdist']!r} is not flash_attn-{version}.tar.gz")
     if "sha256" in data and not re.fullmatch(r"[0-9a-f]{64}", data["sha256"]):
         problems.append(f"sha256 = {data['sha256']!r} is not 64 lowercase hex digits")
     for key, table in (("archs", ARCH_MECHANISMS), ("kernel-space", KERNEL_SPACES)):
@@ -214,6 +209,15 @@ def _check_values(version: str, data: dict) -> list[str]:
             hint = key_hint(data[key], table)
             problems.append(f"{key} = {data[key]!r} is none of {', '.join(table)}{hint}")
     return problems
+
+
+def is_sdist(filename: str, version: str) -> bool:
+    """Whether filename names flash-attn <version>'s sdist."""
+    try:
+        name, found = parse_sdist_filename(filename)
+    except InvalidSdistFilename:
+        return False
+    return name == canonicalize_name("flash-attn") and found == Version(version)
 
 
 def _check_patches(present: set[str], needed: dict[str, str]) -> list[str]:

@@ -13,7 +13,6 @@ import re
 import tarfile
 from pathlib import Path
 
-from packaging.utils import InvalidSdistFilename, canonicalize_name, parse_sdist_filename
 from packaging.version import Version
 
 from ...core import _atomic, _log
@@ -34,18 +33,10 @@ class Sdist:
     origin: str
 
 
-def _matches(path: Path, version: str) -> bool:
-    try:
-        name, found = parse_sdist_filename(path.name)
-    except InvalidSdistFilename:
-        return False
-    return name == canonicalize_name("flash-attn") and found == Version(version)
-
-
 def _in_dir(directory: Path, version: str) -> Path | None:
     if not directory.is_dir():
         return None
-    found = sorted(p for p in directory.glob("*.tar.gz") if _matches(p, version))
+    found = sorted(p for p in directory.glob("*.tar.gz") if _releases.is_sdist(p.name, version))
     return found[0] if found else None
 
 
@@ -100,7 +91,7 @@ def locate(settings: Settings) -> Sdist:
                 f"the sdist {settings.sdist} (setting sdist) does not exist.",
                 fix="pass the path of a flash_attn-<version>.tar.gz file.",
             )
-        if not _matches(settings.sdist, version):
+        if not _releases.is_sdist(settings.sdist.name, version):
             raise FaShimError(
                 f"{settings.sdist.name} is not the flash-attn {version} sdist.",
                 fix="pass -C flash-attn-version=<its version> too, or the right file.",

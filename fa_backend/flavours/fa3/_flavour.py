@@ -27,10 +27,7 @@ from . import _costs, _groups, _kernels, _releases, _settings, _sources, _trees,
 ARCH = "90a"  # hopper/setup.py compiles its *_sm90.cu sources for exactly this
 # what hopper/setup.py's ninja rules compile: its *_sm90.cu kernels for sm_90a, the helper units
 # (the scheduler, the split combine) for sm_80 too, whatever the SM80 switch says
-_GENCODES = {
-    "kernel": {"compute_90a:sm_90a"},
-    "helper": {"compute_90a:sm_90a", "compute_80:sm_80"},
-}
+_GENCODES = {"kernel": {"compute_90a:sm_90a"}, "helper": {"compute_90a:sm_90a", "compute_80:sm_80"}}
 # ninja starts edges in file order: the slowest units (backward, then forward) go first
 HEAVY_FIRST = ("flash_bwd_*", "flash_fwd_hdim*", "flash_fwd_*")
 # the runtime guard's way in; the kernel-set label's sources (checked after prepare)
