@@ -14,7 +14,7 @@ from ..core._errors import FaShimError
 from ..flavours import _registry
 from ..toolchain._mangling import is_torch_symbol
 from ..toolchain._torch import TorchInfo
-from ..wheel import _wheelfile as _record
+from ..wheel import _wheelfile
 from . import _stable_abi
 from ._checks import (
     Gpu,
@@ -35,9 +35,9 @@ __all__ = ["Gpu", "VerifyReport", "gpus_here", "torch_here", "verify_path", "ver
 
 
 def check_record(wheel: Path) -> Check:
-    """verify's `record` check: a wheel's members against its RECORD (wheel/_record)."""
+    """verify's `record` check: a wheel's members against its RECORD (wheel/_wheelfile)."""
     try:
-        found = _record.problems(wheel)
+        found = _wheelfile.problems(wheel)
     except (zipfile.BadZipFile, OSError) as exc:
         return Check("record", FAIL, f"the wheel does not read as a zip ({exc})")
     if found:
