@@ -6,18 +6,21 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import os
+import shlex
 from collections.abc import Iterator
 from pathlib import Path
 
 from ..core import _log
 from ..core._errors import FaShimError, NotLocal
 from ..flavours import _registry
-from ..flavours._interface import Flavour, Tools
+from ..flavours._interface import Flavour, Plan, Tools
 from ..fleet import _objects, _wheel_cache
-from ..pipeline import _build, _estimate, _seal
+from ..pipeline import _build, _progress, _seal
 from ..resources import PROJECT
 from ..toolchain import _jobs, _preflight, _requirements
+from ..toolchain._compile_commands import ABI_DEFINE, Command
 from ..verify import _verify
 from ..verify._elf import CudaCode
 from ..verify._report import ERROR, WARNING
@@ -30,7 +33,6 @@ from ._toolchain_sections import (
     torch_section,
 )
 
-GIB = 1024**3
 HIT_SECONDS = "3-5 s"  # recorded cache hits (docs/benchmarks.md): the copy and its verify
 
 
@@ -67,13 +69,23 @@ def _stop(report, data: dict, exc: FaShimError) -> None:
         report.problem("build", ERROR, "a build would stop: " + exc.cause, exc.fix or "")
 
 
-def build_section(report, project: Path) -> None:
+def planned(project: Path) -> tuple[Plan | None, Tools | None, FaShimError | None]:
+    """The build's own plan and toolchain here, offline (doctor never downloads), or what
+    stopped them; the plan is None when it was the plan that stopped."""
+    plan = None
+    try:
+        with in_project(project):  # pip runs the backend there: its [tool.fa-shim] counts
+            plan = _build.plan({"offline": "true"})
+            return plan, _build.toolchain(plan), None
+    except FaShimError as exc:
+        return plan, None, exc
+
+
+def build_section(report, project: Path, plan, tools, exc: FaShimError | None) -> None:
     """The wheel, kernel set, architectures, estimate and wheel-cache state of a build here."""
     data: dict = {}
-    try:
-        with in_project(project):
-            plan = _build.plan({"offline": "true"})  # doctor never downloads
-    except NotLocal as exc:  # doctor's own offline: a build stops only where the user's is
+    # doctor's own offline: a build stops at missing sources only where the user's is offline
+    if plan is None and isinstance(exc, NotLocal):
         with in_project(project):
             if _registry.load_settings({}).offline:
                 _stop(report, data, exc)
@@ -86,20 +98,16 @@ def build_section(report, project: Path) -> None:
             "(run doctor again afterwards for the estimate and the wheel-cache state)",
         )
         return
-    except FaShimError as exc:
-        _stop(report, data, exc)
-        return
-    data.update(wheel=plan.wheel_name, kernel_set=plan.kernel_set)
-    try:
-        tools = _build.toolchain(plan)
-    except FaShimError as exc:
+    if plan is not None:
+        data.update(wheel=plan.wheel_name, kernel_set=plan.kernel_set)
+    if exc is not None:
         _stop(report, data, exc)
         return
     lines = [plan.wheel_name]
     data["archs"] = list(tools.archs.targets) if tools.archs else None
     sources = plan.flavour.planned_sources(plan, tools)
     if sources is not None:
-        preview = _estimate.preview(plan, tools, sources, _jobs.available_cores())
+        preview = _progress.preview(plan, tools, sources, _jobs.available_cores())
         data["estimate_s"] = round(preview.seconds) if preview.seconds is not None else None
         data["sources"] = len(sources)
         first, *rest = preview.lines  # what a build prints before compiling
@@ -127,6 +135,27 @@ def build_section(report, project: Path) -> None:
     report.add("build", data, *lines)
 
 
+def preflight_section(report, torch, nvcc) -> None:
+    """The build's preflight probe, run on the flags fa-shim injects into CXX and nvcc."""
+    if torch is None:
+        return
+    flags = [f"-std={torch.cxx_std}", f"{ABI_DEFINE}{torch.abi}"]
+    cxx = [*shlex.split(os.environ.get("CXX", "c++")), *flags, "-fPIC", "-c", "x.cpp", "-o", "x.o"]
+    commands = [Command("cxx", "x.cpp", tuple(cxx))]
+    if nvcc is not None:
+        ccbin = ["-ccbin", os.environ["NVCC_CCBIN"]] if os.environ.get("NVCC_CCBIN") else []
+        argv = [str(nvcc.path), *ccbin, *flags, "-Xcompiler", "-fPIC", "-c", "x.cu", "-o", "x.o"]
+        commands.append(Command("nvcc", "x.cu", tuple(argv)))
+    try:
+        results = _preflight.check(commands, Path.cwd())
+    except FaShimError as exc:
+        report.add("preflight", {"ok": False, "error": exc.cause}, "FAILED (see problems)")
+        report.problem("preflight", "error", exc.cause, exc.fix or "")
+        return
+    text = ", ".join(f"{r['kind']} abi={r['abi']} __cplusplus={r['cplusplus']}" for r in results)
+    report.add("preflight", {"ok": True, "results": json.loads(json.dumps(results))}, text)
+
+
 def archs_to_compile(flavour, settings, torch, nvcc) -> tuple[list[str], str]:
     """The sm_XX a build would compile: the build's own choice (the flavour's archs)."""
     # the settings did not load (doctor then has empty ones): no version to map onto
@@ -139,27 +168,20 @@ def archs_to_compile(flavour, settings, torch, nvcc) -> tuple[list[str], str]:
     return list(choice.targets), str(choice.selection.source)
 
 
-def build_tools(project: Path) -> tuple[Tools | None, str]:
-    """The toolchain a build here would choose (_build.plan and _build.toolchain, offline), or
-    why no build could start."""
-    try:
-        with in_project(project):  # pip runs the backend there: its [tool.fa-shim] counts
-            return _build.toolchain(_build.plan({"offline": "true"})), ""
-    except NotLocal:
-        return None, "the sources are not on this machine yet"
-    except FaShimError as exc:
-        return None, exc.cause.rstrip(".")
-
-
 def _machine_and_gpus(
-    report: DoctorReport, flavour: Flavour, settings, torch, nvcc
+    report: DoctorReport, flavour: Flavour, settings, torch, nvcc, tools, exc
 ) -> list[_verify.Gpu] | None:
     if nvcc is not None:
         archs, source = archs_to_compile(flavour, settings, torch, nvcc)
     else:
         archs = []
         source = "no usable nvcc" if torch is not None and torch.cuda else "no CUDA torch"
-    tools, why = build_tools(report.project) if nvcc is not None else (None, source)
+    if nvcc is None:
+        tools, why = None, source
+    elif isinstance(exc, NotLocal):
+        why = "the sources are not on this machine yet"
+    else:
+        why = exc.cause.rstrip(".") if exc else ""
     cores, memory = _jobs.available_cores(), _jobs.available_memory()
     if tools is not None:  # the build's own decision for this configuration
         jobs, threads, shape = tools.jobs, tools.nvcc_threads, dict(tools.shape)
@@ -174,13 +196,13 @@ def _machine_and_gpus(
         "machine",
         {
             "cores": cores,
-            "available_memory_gib": round(memory / GIB, 1),
+            "available_memory_gib": round(memory / _jobs.GIB, 1),
             "jobs": jobs,
             "nvcc_threads": threads,
             **shape,
             "sized": sized,
         },
-        f"{cores} cores, {memory / GIB:.1f} GiB available -> {jobs} compile job(s) x "
+        f"{cores} cores, {_jobs.gib(memory)} available -> {jobs} compile job(s) x "
         f"{threads} nvcc thread(s)",
         f"({sized}; override with -C max-jobs=N -C nvcc-threads=N)",
     )
@@ -188,9 +210,9 @@ def _machine_and_gpus(
         report.problem(
             "machine",
             WARNING,
-            f"only {memory / GIB:.1f} GiB of memory is available; one nvcc job compiling a "
-            f"flash-attn kernel may take {_jobs.job_bytes(1) / GIB:.0f} GiB and the build may "
-            "be killed (OOM).",
+            f"only {_jobs.gib(memory)} of memory is available; one nvcc job compiling a "
+            f"flash-attn kernel may take {_jobs.job_bytes(1) / _jobs.GIB:.0f} GiB and the build "
+            "may be killed (OOM).",
             "free memory, or build fewer kernels and architectures: -C max-jobs=1 "
             "-C nvcc-threads=1 -C cuda-archs=<your GPU> (and -C head-dims=... for a tailored "
             "build).",
@@ -306,7 +328,7 @@ def diagnose(project: Path = PROJECT) -> DoctorReport:
     torch = torch_section(report, flavour, settings)
     nvcc = nvcc_section(report, settings, torch)
     compiler_section(report, torch)
-    _preflight.doctor(report, torch, nvcc)
+    preflight_section(report, torch, nvcc)
     ninja_section(report)
     objects = _objects.root_of(settings)
     report.add(
@@ -315,8 +337,9 @@ def diagnose(project: Path = PROJECT) -> DoctorReport:
         _objects.describe(objects) if settings.object_cache else "off (-C object-cache=false)",
     )
     report.add("seal", dataclasses.asdict(_seal.choose()), _seal.choose().describe())
-    gpus = _machine_and_gpus(report, flavour, settings, torch, nvcc)
+    plan, tools, exc = planned(project)
+    gpus = _machine_and_gpus(report, flavour, settings, torch, nvcc, tools, exc)
     _installed_section(report, flavour, torch, gpus)
     requirements_section(report)  # the build's own checks, plan and cache lookup
-    build_section(report, project)
+    build_section(report, project, plan, tools, exc)
     return report

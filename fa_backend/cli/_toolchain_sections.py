@@ -83,7 +83,7 @@ def python_section(report: DoctorReport, flavour: Flavour) -> None:
 
 def torch_section(report: DoctorReport, flavour: Flavour, settings) -> _torch.TorchInfo | None:
     try:
-        # the build's very call: its plan (_doctor.build_tools) then reuses this answer
+        # the build's very call: its plan (_doctor.planned) then reuses this answer
         torch = _torch.probe(settings.torch_python, settings.resolved_cache_dir / "torch-probes")
     except FaShimError as exc:
         report.add("torch", {"error": exc.cause}, "not found")

@@ -26,7 +26,7 @@ from ..toolchain import _compile_commands, _compilers, _jobs, _preflight, _space
 from ..toolchain._torch import TorchInfo
 from ..wheel import _metadata
 from ..wheel._wheelfile import WheelWriter
-from . import _compile_plan, _estimate, _progress, _reproducible, _stats, _upstream
+from . import _compile_plan, _progress, _reproducible, _stats, _upstream
 from ._compile_plan import Prepared
 from ._plan import check_prepared_metadata, plan, write_metadata
 from ._provenance import GUARD, PROVENANCE, fa_shim_sources, fingerprint, provenance
@@ -94,7 +94,7 @@ def prepare(plan: Plan, scratch: Path, tools: Tools | None = None) -> Prepared:
     plan.flavour.check(plan, tools, commands)
     # the launcher's records, where the upstream run keeps them (Prepared.stats_file)
     _preflight.check(commands, ninja_file.parent, stats=_stats.stats_file(source.parent))
-    sources = _estimate.build_sources(commands)
+    sources = _progress.build_sources(commands)
     units = _compile_plan.make(
         plan, tools, sources, _jobs.available_cores(), _jobs.available_memory()
     )
@@ -135,7 +135,7 @@ def object_cache(plan: Plan, tools: Tools, source: Path, commands) -> frozenset[
     hits = _objects.cached(spec)
     names = {str((cwd / c.values("-o")[-1]).resolve()): c.file.rsplit("/", 1)[-1] for c in units}
     served = frozenset(names[o] for o in hits)
-    rest = [n for n in _estimate.build_sources(commands) if n not in served]
+    rest = [n for n in _progress.build_sources(commands) if n not in served]
     if hits:
         under = ", ".join(sorted({r["built_under"] for r in hits.values()}))
         _log.info(

@@ -19,8 +19,6 @@ from . import _stats
 if TYPE_CHECKING:
     from ..flavours._interface import Plan, Tools
 
-GIB = 1024**3
-
 
 @dataclasses.dataclass
 class Prepared:
@@ -90,11 +88,10 @@ def make(plan: Plan, tools: Tools, sources: Sequence[str], cores: int, memory: i
         pools = _pools.plan(peaks, slots, memory, seconds)
         if settings.max_jobs and pools.jobs != settings.max_jobs:
             pools = _pools.Pools(settings.max_jobs)  # the setting's jobs, as given
-        largest = max(peaks.values(), default=0) / GIB
+        largest = _jobs.gib(max(peaks.values(), default=0))
         _log.info(
             f"compile plan: {_pools.describe(pools)}; each unit's expected peak from its "
-            f"release's measurements (largest {largest:.1f} GiB, {memory / GIB:.1f} GiB "
-            "available)"
+            f"release's measurements (largest {largest}, {_jobs.gib(memory)} available)"
         )
     order = (
         _schedule.best_order(seconds, pools.jobs, pools.pool_of, pools.depths) if seconds else []

@@ -5,6 +5,7 @@ also updates one line on /dev/tty; stderr gets plain lines at most every 30 s.""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import re
@@ -19,11 +20,74 @@ from ..core import _log
 from ..core._errors import FaShimError
 from ..schedule import _schedule
 from ..toolchain import _jobs
-from . import _estimate, _stats
+from . import _stats
 
 MODES = ("auto", "tty", "stderr", "none")
 INTERVAL_ENV = "_FA_SHIM_PROGRESS_INTERVAL_S"
 TICK_S = 1.0
+SUGGEST_ABOVE_SECONDS = 30 * 60
+
+
+@dataclasses.dataclass(frozen=True)
+class Preview:
+    seconds: float | None  # None: the flavour has no cost model
+    lines: tuple[str, ...]  # the block, without the "fa-shim: " prefix
+    machine: _schedule.Machine
+    cost: _schedule.Cost  # what progress rescales by the sources compiled (uniform: no model)
+
+
+def build_sources(commands) -> list[str]:
+    """The sources a prepared build compiles (basenames of build.ninja's commands)."""
+    return [c.file.rsplit("/", 1)[-1] for c in commands]
+
+
+def preview(plan, tools, sources: Sequence[str], cores: int, cached: int = 0) -> Preview:
+    """The estimate block; `cached`: the units the object cache serves besides `sources`."""
+    archs = tools.archs
+    machine = _schedule.Machine(
+        tools.jobs, tools.nvcc_threads or 1, cores, len(archs.targets) if archs else 1
+    )
+    costs = plan.flavour.costs(plan)
+    cost = costs.seconds if costs else None
+    seconds = _schedule.predict(sources, machine, cost) if cost else None
+    n = machine.archs
+    lines = [
+        f"about to compile {len(sources)} source(s) x {n} architecture{'s' * (n != 1)}"
+        f" (kernel set {plan.flavour.kernel_set_name(plan)})",
+    ]
+    if archs:
+        lines.append(
+            f"  architectures: {', '.join(archs.selection.archs)} from {archs.selection.source}"
+            f" -> sm_{', sm_'.join(archs.targets)}"
+            + (
+                ""
+                if archs.selection.source.startswith(("setting", "the visible"))
+                else " (set -C cuda-archs=... to build for your GPU only)"
+            )
+        )
+    lines.append(
+        f"  jobs: {machine.jobs} compile job(s) x {machine.threads} nvcc thread(s) on "
+        f"{cores} core(s)"
+    )
+    if seconds is None:
+        dist = plan.flavour.names.dist
+        lines.append(f"  estimate: none for {dist} (fa-shim has no cost model for its sources)")
+    else:
+        of = f"{cached} of {cached + len(sources)} units cached, " if cached else ""
+        lines.append(
+            f"  estimate: {_schedule.time_range(seconds)} ({of}a per-source cost model "
+            "calibrated on measured builds: docs/benchmarks.md)"
+        )
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
+    if load > cores:  # others' work shares the cores: the model assumes them free
+        lines.append(
+            f"  note: this machine is busy (load average {load:.1f} on {cores} core(s)); "
+            "the estimate assumes the cores are free"
+        )
+    if seconds is not None and seconds > SUGGEST_ABOVE_SECONDS and costs.faster:
+        for alt, setting in costs.faster(tools, sources, machine):
+            lines.append(f"  faster: {setting}: {_schedule.time_range(alt)}")
+    return Preview(seconds, tuple(lines), machine, cost or _schedule.uniform)
 
 
 def check_mode(setting: str) -> str:
@@ -209,14 +273,14 @@ def watching(plan, prep) -> Iterator[None]:
     """Around the compile of a prepared build: the estimate block, then progress."""
     display = Display(plan.settings.progress, prep.log)
     try:
-        every = _estimate.build_sources(prep.commands)
+        every = build_sources(prep.commands)
         sources = [s for s in every if s not in prep.cached]
-        preview = _estimate.preview(
+        block = preview(
             plan, prep.tools, sources, _jobs.available_cores(), len(every) - len(sources)
         )
-        for line in preview.lines:
+        for line in block.lines:
             display.line(line)
-        with Monitor(display, sources, prep.stats_file, preview.machine, preview.cost):
+        with Monitor(display, sources, prep.stats_file, block.machine, block.cost):
             yield
     finally:
         display.close()

@@ -1,10 +1,6 @@
-"""How many compile jobs (ninja -j / MAX_JOBS) and nvcc threads (NVCC_THREADS) to run.
-
-Memory, not cores, kills flash-attn builds: one nvcc job on one kernel file for one architecture
-peaks at 4-6 GB (measured), and each of `nvcc --threads N`'s concurrent architectures adds to it.
-Upstream's default (cores/2 jobs, 4 threads, free memory / 9 GB) over-subscribes small machines
-and ignores container limits; `plan_jobs` sizes both from the cores and *available* memory.
-"""
+"""How many compile jobs (ninja -j / MAX_JOBS) and nvcc threads (NVCC_THREADS) to run. Memory,
+not cores, kills flash-attn builds (one nvcc job, one kernel, one arch: 4-6 GB measured), and
+upstream's default ignores container limits: `plan_jobs` sizes both from *available* memory."""
 
 from __future__ import annotations
 
@@ -16,6 +12,10 @@ GIB = 1024**3
 JOB_BYTES_ONE_ARCH = 6 * GIB  # top of the measured 4-6 GB: an OOM costs more than a slower build
 JOB_BYTES_PER_EXTRA_ARCH = 1 * GIB  # 6 + 3 = 9 GB at 4 concurrent archs, upstream's figure
 CGROUP = Path("/sys/fs/cgroup")
+
+
+def gib(n: float) -> str:
+    return f"{n / GIB:.1f} GiB"
 
 
 def job_bytes(concurrent_archs: int) -> int:
@@ -135,7 +135,7 @@ def describe(
     """The build's one line on its compile jobs, with why they are fewer than planned."""
     return (
         f"{jobs} compile job(s) x {threads} nvcc thread(s) ({cores} cores, "
-        f"{memory / GIB:.1f} GiB available, {n_archs} architecture(s)"
+        f"{gib(memory)} available, {n_archs} architecture(s)"
         + (f"; {cut}" if cut else "")
         + "; override with -C max-jobs / -C nvcc-threads)"
     )

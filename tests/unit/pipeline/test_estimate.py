@@ -1,4 +1,4 @@
-"""The estimate block printed before compiling and by doctor (fa_backend/pipeline/_estimate.py),
+"""The estimate block printed before compiling and by doctor (fa_backend/pipeline/_progress.py),
 from real plans (the sample and the pinned flash-attn 2.8.3 sdist, planned by the FA2 flavour)
 and real toolchain decisions: what will be compiled, where the architectures come from, the
 jobs, the flavour's cost model through schedule/_schedule, the faster settings of a long build,
@@ -15,7 +15,7 @@ from conftest import REPO, SAMPLE_VERSION, SHARED_SDISTS, fa2_plan, planned
 
 from fa_backend.flavours._interface import Tools
 from fa_backend.flavours.fa2 import _costs
-from fa_backend.pipeline import _estimate
+from fa_backend.pipeline import _progress
 from fa_backend.schedule import _schedule
 from fa_backend.toolchain._archs import ArchChoice, Selection
 from fa_backend.toolchain._compile_commands import Command
@@ -39,7 +39,7 @@ def test_build_sources_are_the_basenames_build_ninja_compiles():
         Command("cxx", "/b/csrc/flash_attn/flash_api.cpp", ()),
         Command("nvcc", "/b/csrc/flash_attn/src/flash_fwd_hdim128_bf16_sm80.cu", ()),
     ]
-    assert _estimate.build_sources(commands) == [
+    assert _progress.build_sources(commands) == [
         "flash_api.cpp",
         "flash_fwd_hdim128_bf16_sm80.cu",
     ]
@@ -48,7 +48,7 @@ def test_build_sources_are_the_basenames_build_ninja_compiles():
 def test_a_short_build_says_what_how_and_how_long(sample_sdist_dir):
     plan = fa2_plan(sample_sdist_dir)
     tools = Tools(nvcc=None, archs=ONE_ARCH, jobs=2, nvcc_threads=None, compiler_cache=None)
-    preview = _estimate.preview(plan, tools, ["flash_api.cpp"], cores=2)
+    preview = _progress.preview(plan, tools, ["flash_api.cpp"], cores=2)
     assert preview.machine == _schedule.Machine(jobs=2, threads=1, cores=2, archs=1)
     assert _block(preview) == [
         "about to compile 1 source(s) x 1 architecture (kernel set full)",
@@ -63,8 +63,8 @@ def test_a_long_full_build_suggests_faster_settings():
     plan = fa2_plan(SHARED_SDISTS, "2.8.3")
     tools = Tools(nvcc=None, archs=TWO_ARCHS, jobs=2, nvcc_threads=1, compiler_cache=None)
     sources = plan.flavour.planned_sources(plan, tools)
-    preview = _estimate.preview(plan, tools, sources, cores=2)
-    assert preview.seconds > _estimate.SUGGEST_ABOVE_SECONDS
+    preview = _progress.preview(plan, tools, sources, cores=2)
+    assert preview.seconds > _progress.SUGGEST_ABOVE_SECONDS
     block = _block(preview)
     assert (
         block[0] == f"about to compile {len(sources)} source(s) x 2 architectures (kernel set full)"
@@ -113,7 +113,7 @@ def test_the_2_core_boxs_tailored_build_is_estimated_from_its_plan(sample_sdist_
     tools = Tools(None, sm80, jobs=2, nvcc_threads=1, compiler_cache=None, shape={"tu_parts": 1})
     sources = plan.flavour.planned_sources(plan, tools)
     assert sorted(sources) == sorted([*TAILORED_SM80, "flash_api.cpp"])
-    preview = _estimate.preview(plan, tools, sources, cores=2)
+    preview = _progress.preview(plan, tools, sources, cores=2)
     low, high = (preview.seconds * f for f in _schedule.RANGE)
     assert low <= measured["wall_s"] <= high, (preview.seconds, measured["wall_s"])
     assert f"  estimate: {_schedule.time_range(preview.seconds)}" in "\n".join(preview.lines)
@@ -125,7 +125,7 @@ def test_a_flavour_without_a_cost_model_says_so_and_progress_counts_sources(
     sdist = sample_sdist_dir / f"flash_attn-{SAMPLE_VERSION}.tar.gz"
     plan = planned(demo_flavour, {"demo-sdist": str(sdist)})
     tools = Tools(nvcc=None, archs=None, jobs=1, nvcc_threads=None, compiler_cache=None)
-    preview = _estimate.preview(plan, tools, ["flash_api.cpp"], cores=4)
+    preview = _progress.preview(plan, tools, ["flash_api.cpp"], cores=4)
     assert preview.seconds is None and preview.cost is _schedule.uniform
     assert _block(preview) == [
         "about to compile 1 source(s) x 1 architecture (kernel set sample)",
