@@ -1,7 +1,7 @@
 """One wheel-cache entry on disk, whole or absent: <root>/<key>/ holds the wheel,
-fingerprint.json (what the key was computed from) and entry.json (the wheel's name, sha256 and
-size; how and where it was built). A new entry is assembled in a `.fa-shim-*.part` directory
-and renamed into place; a wheel that is not the bytes entry.json names is never served."""
+fingerprint.json and entry.json (the wheel's name, sha256 and size; how and where it was built),
+assembled in a `.fa-shim-*.part` directory and renamed into place; a wheel that is not the bytes
+entry.json names is never served."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import dataclasses
 import json
 import os
 import shutil
+import stat
 import tempfile
 import time
 from pathlib import Path
@@ -17,12 +18,38 @@ from pathlib import Path
 from ..core import _atomic
 from ..core._digest import sha256_of
 from ..wheel._wheelfile import publish
-from . import _shared_dirs
 
 ENTRY = "entry.json"
 FINGERPRINT = "fingerprint.json"
 PARTIAL = ".fa-shim-*.part"  # a writer's temporary name: a file or an entry being assembled
 SWEEP_AGE_S = 3600  # a shared .part older than this has no live writer: the next build sweeps it
+
+
+# Directories in a shared cache get the umask widened to the write access its root gives group or
+# others (a setgid team root, a sticky 1777 one): others then take locks, replace damaged entries.
+def fix_mode(path: Path, root: Path) -> None:
+    """Give a directory fa-shim just made its shared mode (mkdir's is masked by the umask)."""
+    mode = 0o777 & ~_atomic.umask()
+    with contextlib.suppress(OSError):
+        st = root.stat()
+        if st.st_mode & stat.S_IWGRP:
+            mode |= stat.S_IRWXG
+        if st.st_mode & stat.S_IWOTH:
+            mode |= stat.S_IRWXO
+    os.chmod(path, mode | (path.stat().st_mode & stat.S_ISGID))
+
+
+def make(path: Path, root: Path) -> Path:
+    """path (under root) and each missing directory above it made, with the shared mode."""
+    root.mkdir(parents=True, exist_ok=True)
+    if path.parent != root and path.parent != path:
+        make(path.parent, root)
+    try:
+        path.mkdir()
+    except FileExistsError:
+        return path
+    fix_mode(path, root)
+    return path
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,7 +107,7 @@ def store(root: Path, key: str, wheel: Path, fingerprint: dict, built: dict) -> 
         return _write_into(entry, wheel, fingerprint, built)
     parts = Path(tempfile.mkdtemp(dir=root, prefix=".fa-shim-", suffix=".part"))
     try:
-        _shared_dirs.fix_mode(parts, root)
+        fix_mode(parts, root)
         _write_into(parts, wheel, fingerprint, built)
         os.rename(parts, entry)
     except BaseException:

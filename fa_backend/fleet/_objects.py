@@ -1,9 +1,7 @@
-"""The object cache: each torch-free kernel object kept under the inputs that make it, so that a
-build for another torch, Python or C++ ABI with the same toolkit compiles only the binding
-(docs/guides/build-speed.md, "Object cache"). A unit's key is the bytes of its source and of
-the tree's include directories, the nvcc command line less this build's directories and what
-only torch's or Python's headers read (`_TORCH_ONLY`), and the compilers' `--version`. The
-launcher serves each unit (resources/object_cache.serve) from the spec `write_spec` writes."""
+"""The object cache: each torch-free kernel object kept under the inputs that make it (source and
+include bytes, the nvcc command line less this build's directories and `_TORCH_ONLY`, compiler
+versions), so that a build for another torch, Python or C++ ABI compiles only the binding
+(docs/guides/build-speed.md); the launcher serves each unit from the spec `write_spec` writes."""
 
 from __future__ import annotations
 
@@ -16,7 +14,7 @@ from pathlib import Path
 from ..core._digest import sha256_of
 from ..resources import object_cache
 from ..resources.object_cache import SPEC_NAME, under
-from . import _shared_dirs
+from . import _entries
 
 FORMAT = 1
 # defines torch's cpp_extension adds that only torch's and pybind11's headers read, and the C++
@@ -106,9 +104,9 @@ class Keys:
 
 
 def make_root(root: Path, team_root: Path | None) -> None:
-    """The root and its locks' directory, open to a team as its wheel cache is (_shared_dirs)."""
-    _shared_dirs.make(root, team_root or root)
-    _shared_dirs.make(root / ".locks", team_root or root)
+    """The root and its locks' directory, open to a team as its wheel cache is (_entries.make)."""
+    _entries.make(root, team_root or root)
+    _entries.make(root / ".locks", team_root or root)
 
 
 def write_spec(

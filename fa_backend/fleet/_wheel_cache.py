@@ -2,12 +2,7 @@
 everywhere"): <root>/<key>/ the entry (_entries), <root>/install.py a teammate's install
 (resources/team_install.py), <root>/torch-<v>/[<set>/] hard links per torch.__version__ (and
 tailored kernel set) for --find-links, <root>/index/torch-<v>/ a PEP 503 index of it, and
-<root>/.locks/<key>.lock one builder per key on any host (docs/guides/fleet.md).
-
-A wheel's name does not say its GPU archs: a view keeps the first arch set's file of a name (a
-later superset replaces it), and a build for others is only in its entry (install.py tells them
-apart).
-"""
+<root>/.locks/<key>.lock one builder per key on any host (docs/guides/fleet.md)."""
 
 from __future__ import annotations
 
@@ -29,7 +24,7 @@ from ..core._errors import FaShimError
 from ..resources import INSTALLER, PROJECT
 from ..resources.runtime_guard import PROVENANCE
 from ..wheel._wheelfile import publish
-from . import _entries, _shared_dirs
+from . import _entries
 
 
 def key(fingerprint: dict) -> str:
@@ -49,7 +44,7 @@ def locked(root: Path, entry_key: str, timeout: float, heartbeat: float) -> Iter
             f"waiting for it (at most {timeout:.0f} s, -C wheel-cache-lock-timeout)"
         )
 
-    _shared_dirs.make(path.parent, root)  # others take their locks here too
+    _entries.make(path.parent, root)  # others take their locks here too
     fix = "wait for that build (its heartbeat is alive), stop it, or raise "
     fix += "-C wheel-cache-lock-timeout."
     what, held_by = "wheel-cache", "another build of the same wheel"
@@ -103,10 +98,10 @@ def _recorded(wheel: Path) -> dict:
 
 
 def link_for_torch(root: Path, wheel: Path, torch_version: str) -> Path:
-    """The wheel in its torch's view (the module docstring): a hard link made under a temporary
-    name and renamed into place (the same bytes, no second copy); a copy where the file system
-    links nothing. A file of that name built for other GPUs stays (a warning says so), unless
-    this build's GPU code covers its: the view holds the most complete arch set built."""
+    """The wheel in its torch's view: a hard link renamed into place (a copy where the file
+    system links nothing). A wheel's name does not say its GPU archs: a file of that name built
+    for other GPUs stays (a warning says so) unless this build's covers its; install.py tells
+    the entries apart."""
     recorded = _recorded(wheel)
     kernel_set = recorded.get("kernel_set_name") or "full"
     view = torch_dir(root, torch_version) / ("" if kernel_set == "full" else kernel_set)
@@ -120,7 +115,7 @@ def link_for_torch(root: Path, wheel: Path, torch_version: str) -> Path:
                 f"`python {root / INSTALL_PY}` takes it on those GPUs"
             )
             return target
-    _shared_dirs.make(view, root)
+    _entries.make(view, root)
     part = root / f".fa-shim-{uuid.uuid4().hex[:12]}.part"  # the top level's: swept when stale
     try:
         os.link(wheel, part)
@@ -179,11 +174,9 @@ def obtain(
     torch_version: str | None = None,
 ) -> Path:
     """The wheel of this fingerprint published into out_dir: the cached one when it passes
-    `check`, else a fresh `build()`, stored (with `built()`, how it was made) when the cache is
-    writable. One builder per key: the others wait for its lock, then hit. A cache whose lock
-    cannot be taken (another user's .locks, a read-only mount) is only read: a valid wheel is
-    still served. With torch_version, the wheel is also linked into that torch's directory
-    (a hit too: an entry stored before these directories existed gets its link)."""
+    `check`, else a fresh `build()`, stored when the cache is writable (one builder per key; a
+    cache whose lock cannot be taken is only read). With torch_version, a hit too is linked
+    into that torch's directory."""
     entry_key = key(fingerprint)
     read_only = _atomic.unwritable(root)  # e.g. shared storage mounted read-only
     if read_only:
@@ -239,7 +232,7 @@ def write_index(root: Path, torch_version: str) -> None:
         dist = canonicalize_name(parse_wheel_filename(wheel.name)[0])
         pages.setdefault(dist, []).append(f'<a href="{href}">{wheel.name}</a><br>')
     for dist, links in pages.items():
-        _shared_dirs.make(index / dist, root)
+        _entries.make(index / dist, root)
         _atomic.write(index / dist / "index.html", _page(links).encode())
     links = [f'<a href="{dist}/">{dist}</a><br>' for dist in sorted(pages)]
     _atomic.write(index / "index.html", _page(links).encode())
