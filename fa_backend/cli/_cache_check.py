@@ -1,7 +1,6 @@
 """Auditing a wheel cache (`python -m fa_backend cache ...`, docs/guides/fleet.md): `check`
-checks every entry (sha256, RECORD, verify where built for this torch) and lists leftover
-`.fa-shim-*.part` names, `check --rebuild` builds this environment's entry again and compares
-the bytes, `requirements` prints the hashed requirement line of what install.py takes here."""
+(sha256, RECORD, verify; leftover `.fa-shim-*.part` names), `check --rebuild` (the bytes of a
+rebuild here) and `requirements` (the hashed line of what install.py takes here)."""
 
 from __future__ import annotations
 

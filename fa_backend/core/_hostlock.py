@@ -1,8 +1,7 @@
-"""A lock that holds across hosts on shared storage (NFS, EFS, Lustre, a local disk): the wheel
-cache's per-wheel lock and the CUDA toolkit's. Not flock/fcntl (`nolock` NFS mounts make those
-host-local silently): an exclusive create, its mtime refreshed every `heartbeat`; a waiter that
-sees it unchanged for STALE_BEATS heartbeats (or a holder gone on this machine) renames it
-aside and creates its own. docs/guides/fleet.md."""
+"""A lock that holds across hosts on shared storage: the wheel cache's and the CUDA toolkit's.
+Not flock/fcntl (`nolock` NFS mounts make those host-local silently): an exclusive create, its
+mtime refreshed every `heartbeat`; a waiter that sees it unchanged for STALE_BEATS heartbeats
+(or its holder gone here) renames it aside and creates its own (docs/guides/fleet.md)."""
 
 from __future__ import annotations
 

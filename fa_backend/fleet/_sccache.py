@@ -1,7 +1,6 @@
 """sccache as a compile cache shared by nodes (docs/guides/fleet.md): the user's configuration
-passed through, plus SCCACHE_BASEDIRS unless set (read when the server starts, so fa-shim starts
-it and checks the setting took), the build's hit rate, and with sccache-dist a check of the
-scheduler before anything compiles (unreachable, every unit would compile here)."""
+plus SCCACHE_BASEDIRS (fa-shim starts the server and checks it took), the build's hit rate, and
+with sccache-dist a check of the scheduler before anything compiles."""
 
 from __future__ import annotations
 
@@ -32,9 +31,8 @@ def defaults(env: dict[str, str]) -> dict[str, str]:
         dirs = [os.path.realpath(d) for d in dirs if d and os.path.isabs(d) and d != os.sep]
         added["SCCACHE_BASEDIRS"] = os.pathsep.join(dict.fromkeys(dirs))
     if not env.get("SCCACHE_SERVER_UDS"):
-        # a socket file, not a TCP port: the sealed build child has a network namespace of its
-        # own, where the server's loopback port does not exist but a file does (short: the
-        # 108-byte limit of a socket path rules out a deep TMPDIR)
+        # a socket file, not a TCP port: the sealed child's own network namespace has no server
+        # port but has files (short: a socket path's 108-byte limit rules out a deep TMPDIR)
         added["SCCACHE_SERVER_UDS"] = f"/tmp/fa-shim-sccache-{os.getpid()}.sock"
     return added
 

@@ -1,8 +1,7 @@
 """Compiler launcher, run by path (stdlib only) for every compile of torch's build.ninja:
-`python launcher.py STATS_FILE COMPILER [ARGS...]`. It runs the compiler, appends a JSON line
-with the TU's start, wall time, peak RSS and exit status to STATS_FILE (a line in
-STATS_FILE.started when it starts), and names a compiler death by signal in the log: the OOM
-killer's SIGKILL otherwise leaves nothing but "FAILED:" behind."""
+`python launcher.py STATS_FILE COMPILER [ARGS...]` appends the TU's start, wall time, peak RSS
+and exit status to STATS_FILE (and STATS_FILE.started), and names a death by signal in the
+log: the OOM killer's SIGKILL otherwise leaves nothing but "FAILED:" behind."""
 
 import json
 import os

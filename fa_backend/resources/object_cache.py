@@ -85,9 +85,8 @@ def _place(entry: Path, output: Path, depfile: Path | None, source: str) -> None
 
 
 def _neutral(obj: Path, abi: str) -> bool:
-    """Whether an object serves both C++ string ABIs: built with the new one and naming no symbol
-    it tags (`std::__cxx11::`, `[abi:cxx11]`), it uses no type whose layout the ABI changes (the
-    old ABI tags nothing, so only a new-ABI build can show it)."""
+    """Whether an object serves both C++ string ABIs: a new-ABI build naming no symbol it tags
+    (`std::__cxx11::`, `[abi:cxx11]`; the old ABI tags nothing) uses no type the ABI changes."""
     return abi == "1" and b"cxx11" not in obj.read_bytes()
 
 

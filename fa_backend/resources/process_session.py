@@ -1,8 +1,7 @@
-"""Ending the upstream build as a whole: every process of its session (standard library only:
-the upstream driver loads this file by path, the backend imports it). Not a process group:
-ninja puts each compile into a group of its own, while the session id survives reparenting, so
-/proc still finds the orphans. Run by path (`python process_session.py COMMAND...`), it runs
-COMMAND as the leader of a session that ends whole when the backend goes (compile probes)."""
+"""Ending the upstream build as a whole: every process of its session (standard library only).
+Not a process group: ninja gives each compile its own, while the session id survives
+reparenting. Run by path (`python process_session.py COMMAND...`), it runs COMMAND as the
+leader of a session that ends whole when the backend goes (compile probes)."""
 
 from __future__ import annotations
 

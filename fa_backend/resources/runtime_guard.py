@@ -1,8 +1,7 @@
 """Load flash_attn_2_cuda, or say why not and how to fix it. Standard library only: fa-shim
-copies this file into every wheel as flash_attn/_fa_shim_guard.py. It compares the running torch
-with the wheel's provenance (release, CUDA major, string ABI; a stable-ABI module's floor) and
-raises ImportError naming both sides and the rebuild command (--no-deps: a forced reinstall of
-dependencies would reinstall torch). docs/explanations/import-guard.md."""
+copies this file into every wheel as flash_attn/_fa_shim_guard.py. A running torch that differs
+from the wheel's provenance raises ImportError naming both sides and the rebuild command (--no-deps:
+it must not reinstall torch). docs/explanations/import-guard.md."""
 
 from __future__ import annotations
 

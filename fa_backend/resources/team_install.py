@@ -1,20 +1,13 @@
 """Install the team's wheel from this wheel cache into the environment of the Python that runs
-this file: `python /shared/fa/install.py`. Standard library only: it runs where neither fa-shim
-nor `packaging` is installed. fa-shim keeps it in the cache root (written on every build and hit).
+this file: `python /shared/fa/install.py` (standard library only: neither fa-shim nor
+`packaging` need be installed; fa-shim writes it into the cache root on every build and hit).
 
-It reads each entry's wheel for what the wheel itself records (<dist-info>/fa_shim_provenance.json)
-and takes the one that fits this environment:
-- torch: what the wheel's own import guard accepts (its `mismatches`, loaded from the wheel: one
-  rule for "built for this torch": the release, the CUDA major and the C++ ABI, or a stable-ABI
-  module's floor);
-- the Python: the wheel's tag (cpXY-cpXY, or cpXY-abi3 for every CPython from X.Y);
-- the GPUs torch sees: each one runs code the wheel holds (sm_80 code runs on 8.6); --archs
-  names them where torch sees none;
-- the kernel set asked for (--kernel-set, default full).
-It checks the wheel's sha256 against its entry, then installs it with this environment's pip (or
-uv with --uv) with --no-deps and --no-index: nothing else moves (torch least of all), no index or
-sdist is looked at. Without a fitting wheel it names what is missing and the line that builds it.
-"""
+It takes the entry whose wheel (by its <dist-info>/fa_shim_provenance.json) fits here: a torch
+the wheel's own import guard accepts, the Python its tag names (cpXY or cpXY-abi3), code for
+every GPU torch sees (--archs where it sees none), and the kernel set asked for (--kernel-set,
+default full). It checks the wheel's sha256, then installs it with this environment's pip (or
+uv with --uv) with --no-deps and --no-index: nothing else moves, torch least of all. Without a
+fitting wheel it names what is missing and the line that builds it."""
 
 from __future__ import annotations
 

@@ -1,13 +1,8 @@
-"""Runs upstream setup.py in a child interpreter, under fa-shim's rules.
-
-Executed by path (`python upstream_driver.py SPEC.json`), so it imports nothing from fa_backend:
-only the standard library, setuptools and torch of the build. It
-  * forbids the network to upstream's own Python: a URL it opens, a connection, datagram or name
-    lookup it makes ends the build (exit 86) with a message (children are sealed by _seal);
-  * injects `-std=` and `-D_GLIBCXX_USE_CXX11_ABI=` into the cxx and nvcc flags of every
-    extension, independently of how setup.py is written (it wraps setuptools.setup);
-  * records the build.ninja files torch writes; in "prepare" mode stops right after that.
-"""
+"""Runs upstream setup.py in a child interpreter, under fa-shim's rules; executed by path
+(`python upstream_driver.py SPEC.json`), so it imports nothing from fa_backend. It forbids the
+network to upstream's Python (exit 86; children are sealed by _seal), injects `-std=` and
+`-D_GLIBCXX_USE_CXX11_ABI=` into every extension's flags (it wraps setuptools.setup), and
+records the build.ninja files torch writes ("prepare" mode stops right after that)."""
 
 import fnmatch
 import importlib.util
@@ -104,11 +99,9 @@ _EDGE = re.compile(
 
 
 def schedule_ninja(text, spec):
-    """build.ninja's compile edges in the order fa-shim planned, with its pools: ninja starts
-    edges in file order, and the slowest units must not start last. spec["unit_order"]
-    (basenames) orders them, else spec["heavy_sources_first"] (patterns); the link line keeps
-    upstream's order. spec["pools"] ({pool: depth}) and spec["unit_pools"] ({basename: pool})
-    cap how many units of a memory class run at once."""
+    """build.ninja's compile edges in the order fa-shim planned (ninja starts edges in file
+    order: the slowest must not start last), by spec["unit_order"], else
+    spec["heavy_sources_first"]; spec["pools"] and spec["unit_pools"] cap each memory class."""
     items: list = []  # plain lines; each compile edge with the indented lines that follow it
     in_pool = False  # a pool of an earlier pass, declared again below
     for line in text.split("\n"):

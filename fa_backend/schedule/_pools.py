@@ -1,10 +1,6 @@
 """Compile jobs planned from each unit's own expected peak memory: ninja pools cap the heavy
-units, so that they never run in a number that cannot fit, while light ones fill the cores.
-
-Units fall into memory classes (peak rounded up to a GiB); a plan is the number of jobs and, per
-class, how many may run at once (a pool's depth). Depths grow a step at a time where the
-simulated build ends soonest, while the worst moment fits; the plan that ends first wins.
-"""
+units (memory classes, peaks rounded up to a GiB) to a number that fits, while light ones fill
+the cores. Depths grow a step at a time where the simulated build ends soonest."""
 
 from __future__ import annotations
 
@@ -90,9 +86,8 @@ def plan(
     )
     if free is not None and free.jobs == top:
         return free  # every unit may run with every other: no pool
-    # grown greedily, pools over more slots can end later than over fewer (the full FA3 set on
-    # 16 cores: 2,871 s over 16 slots, 2,409 s over 14), so every count above the free plan's is
-    # grown and simulated
+    # grown greedily, more slots can end later (the full FA3 set on 16 cores: 2,871 s over 16
+    # slots, 2,409 s over 14), so every count above the free plan's is grown and simulated
     first = free.jobs + 1 if free else 1
     grown = [_grown(peaks, slots, memory, order, times) for slots in range(first, top + 1)]
     candidates = [p for p in (free, *grown) if p is not None]

@@ -1,10 +1,6 @@
-"""How long compiling a set of sources takes on a machine: list scheduling of per-source costs.
-
-A source's cost is one core's time for one architecture (each flavour's cost model, measured),
-scaled by the architectures, nvcc threads and cores and scheduled on the compile jobs, plus a
-fixed overhead. The same model gives the ETA while compiling (`remaining`), rescaled by how
-fast this build's finished sources really were.
-"""
+"""How long compiling a set of sources takes on a machine: list scheduling of per-source costs
+(one core's time for one architecture, from each flavour's measured cost model), scaled by the
+architectures, nvcc threads and cores; while compiling it gives the ETA (`remaining`)."""
 
 from __future__ import annotations
 
@@ -73,10 +69,9 @@ def remaining(
     machine: Machine,
     cost: Cost,
 ) -> float:
-    """Seconds until the last source is compiled: `running` are (name, seconds so far),
-    `finished` (name, seconds it took). Model times are scaled by the median of the finished
-    sources' measured/modelled ratios (a cached or misjudged source moves a sum, not a median);
-    one running past that by the median of those slower than it so far, else a tenth more."""
+    """Seconds until the last source is compiled: model times scaled by the median of the
+    `finished` sources' measured/modelled ratios (a misjudged one moves a sum, not a median); a
+    `running` one past that by the median of those slower than it so far, else a tenth more."""
 
     def model(name: str) -> float:
         return max(machine.scale(cost(name)), 1e-9)  # a zero cost divides nothing
@@ -120,9 +115,8 @@ def simulate(
     running: Sequence[tuple[float, str]] = (),
     now: float = 0.0,
 ) -> float:
-    """The makespan ninja gives these units started in `order` on `slots` jobs: a free slot
-    takes the first unit in order whose pool (if any) has room, as ninja's ready queue does.
-    A build carried on from a stop starts at `now` with `running`'s (end, name) on slots."""
+    """The makespan ninja gives these units started in `order` on `slots` jobs (a free slot takes
+    the first whose pool has room); a build carried on from a stop starts at `now`."""
     pool_of, depths = pool_of or {}, depths or {}
     if not depths:  # no pool: each unit in turn takes the slot that frees first
         free = [end for end, _ in running] + [now] * (max(1, slots) - len(running))
@@ -167,10 +161,9 @@ def best_order(
     pool_of: Mapping[str, str] | None = None,
     depths: Mapping[str, int] | None = None,
 ) -> list[str]:
-    """The order to start the units in: longest first, then improved by swapping pairs where
-    that shortens the mean makespan over a few spreads of the times (+-10 %, fixed seeds):
-    longest first leaves cores idle at the end (FA2's full set: 7.5 % over the bound; the
-    search gets 1-2 %, docs/benchmarks.md). Deterministic."""
+    """The order to start the units in: longest first (7.5 % over the bound on FA2's full set),
+    improved by pair swaps that shorten the mean makespan over seeded +-10 % spreads of the
+    times (1-2 %, docs/benchmarks.md). Deterministic."""
     names = sorted(seconds, key=lambda n: (-seconds[n], n))
     if len(names) <= max(1, slots):
         return names

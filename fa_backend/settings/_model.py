@@ -17,8 +17,7 @@ ENV_PREFIX = "FA_SHIM_"
 @dataclasses.dataclass(frozen=True)
 class Setting:
     """One setting: its key (-C key, FA_SHIM_KEY, [tool.fa-shim] key), default, kind (how
-    _settings.convert reads it), help text, an int's largest value, and for a directory that
-    must exist `missing`: the fix when it does not."""
+    _settings.convert reads it), help text, an int's maximum, and a must-exist directory's fix."""
 
     key: str
     default: Any

@@ -244,9 +244,8 @@ _CACHES = ("cache-dir", "wheel-cache-dir")
 
 
 def _name_places(settings: Settings, existing: Sequence[str]) -> None:
-    """The directories settings name, told to the error messages (core/_failures.name_place): a
-    full disk is then "setting wheel-cache-dir", not "TMPDIR". The caches and `existing` (the
-    keys of directories that must exist) are checked to be directories."""
+    """Tell the error messages the directories settings name (a full disk is then "setting
+    wheel-cache-dir", not "TMPDIR"); the caches and `existing` must be directories."""
     for key in (*existing, *_CACHES):
         path = getattr(settings, key.replace("-", "_"))
         if path is None:

@@ -1,7 +1,6 @@
-"""Download an sdist from the package index the user's pip is configured for. Not `pip download`:
-for an sdist it runs flash-attn's setup.py, which imports torch (pypa/pip#1884). pip's merged
-configuration (else PIP_* and uv's index variables) and the simple repository API (PEP 691, PEP
-503); credentials in an index URL go to that host only, as basic auth, and are never printed."""
+"""Download an sdist from the index the user's pip is configured for (pip's configuration, else
+PIP_* and uv's variables; PEP 691/503), not by `pip download`, which runs setup.py (pypa/pip#1884).
+Credentials in an index URL go to that host only, as basic auth, and are never printed."""
 
 from __future__ import annotations
 

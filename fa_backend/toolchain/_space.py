@@ -1,8 +1,5 @@
-"""Free disk space, checked before the work that needs it: "needs N GB on DIR, has M".
-
-Extraction needs what the archive's members add up to; the compile's scratch peak and the wheel
-are scaled from measured builds by kernel and architecture count, erring high.
-"""
+"""Free disk space, checked before the work that needs it: "needs N GB on DIR, has M"; the
+compile's scratch peak and the wheel are scaled from measured builds, erring high."""
 
 from __future__ import annotations
 
@@ -18,8 +15,7 @@ from ..core._errors import FaShimError
 MB = 1000**2
 GB = 1000**3
 # docs/benchmarks.md, "Disk space": a tailored 2.8.3 build (4 kernels, sm_90) peaked at 356 MB
-# of scratch, ~30 MB per kernel TU; its wheel was 3.7 MB, the full one-arch wheel 62.6 MB.
-# A full build's peak is estimated from these (not measured): 72 kernels x archs.
+# of scratch, its wheel 3.7 MB (the full one-arch wheel 62.6 MB); a full build's is estimated.
 SCRATCH_BASE = 200 * MB
 SCRATCH_PER_KERNEL_ARCH = 40 * MB
 WHEEL_PER_KERNEL_ARCH = 1 * MB

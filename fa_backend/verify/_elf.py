@@ -45,8 +45,7 @@ class CudaCode:
 
 def parse_fatbin(stream: BinaryIO, start: int = 0, size: int | None = None) -> list[CudaCode]:
     """The code entries of every fatbin container in a .nv_fatbin section, header by header
-    (payloads skipped; entry: u16 kind, u16, u32 header size, u64 payload, u32 sm at 28, u64 flags
-    at 40)."""
+    (entry: u16 kind, u16, u32 header size, u64 payload, u32 sm at 28, u64 flags at 40)."""
     if size is None:
         size = stream.seek(0, os.SEEK_END) - start
     end_of_section = start + size

@@ -1,7 +1,6 @@
 """A module built against torch's stable ABI (FA3's flash_api_stable.cpp), checked by its symbols
-alone: no C++ symbol of torch (std:: is libstdc++'s), and each C shim function it takes
-(aoti_torch_*, torch_*) declared in this torch's headers, not gated newer than its floor, and
-exported."""
+alone: no C++ symbol of torch, and each C shim function it takes (aoti_torch_*, torch_*)
+declared in this torch's headers, not gated newer than its floor, and exported."""
 
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
 """Names, versions, tags and the core metadata: computed once, used by prepare_metadata and
-build_wheel alike, so what pip resolved is what it installs. Each flavour has one Names (its
-index name, import package, compiled module, tag family, project directory): the metadata,
-the repack, verify and the runtime guard read it, never a flavour's name."""
+build_wheel alike, so what pip resolved is what it installs. Each flavour's one Names (index
+name, import package, module, tag family, project directory) is read, never its name."""
 
 from __future__ import annotations
 
@@ -61,9 +60,8 @@ def limited_api_tag(limited_api: str | None) -> str:
 
 
 def wheel_tag(names: Names, limited_api: str | None = None) -> tags.Tag:
-    """The most specific tag of this interpreter on the plain linux platform (never manylinux:
-    the wheel links the local torch and CUDA); for a limited-API module (FA3) <cpXY>-abi3, XY
-    the Py_LIMITED_API it is compiled with, which this interpreter must accept."""
+    """This interpreter's most specific tag on plain linux (never manylinux: the wheel links the
+    local torch and CUDA); for a limited-API module (FA3) <cpXY>-abi3, XY its Py_LIMITED_API."""
     plain = [p for p in tags.platform_tags() if p.startswith("linux_")]
     interpreter = tags.interpreter_name() + tags.interpreter_version()
     since = limited_api_tag(limited_api)

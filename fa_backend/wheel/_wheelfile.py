@@ -1,7 +1,5 @@
-"""A small, deterministic wheel writer: sorted entries, SOURCE_DATE_EPOCH or fixed times, modes
-0o644/0o755, RECORD (csv) last, members streamed (a module of hundreds of MB is never held in
-memory), and an atomic publish (a temporary file renamed into place only once complete); and
-the check of a wheel's RECORD against its members (PEP 376/427)."""
+"""A small, deterministic wheel writer (sorted entries, fixed times and modes, members streamed,
+RECORD last, an atomic publish), and the check of a wheel's RECORD against its members."""
 
 from __future__ import annotations
 
