@@ -1,6 +1,7 @@
 """The network seal around the upstream build child: a fresh network namespace where the kernel
 allows one (the child and all it starts see only their own loopback), else proxy variables that
-point at a closed loopback port; in-process Python is stopped by the driver's audit hook."""
+point at a closed loopback port; in-process Python is stopped by the driver's audit hook. Its own
+module, standard library and core._log only: test_network_seal imports it with a bare Python."""
 
 from __future__ import annotations
 
