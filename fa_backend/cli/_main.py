@@ -4,6 +4,7 @@ fingerprint, prebuild, cache)."""
 from __future__ import annotations
 
 import argparse
+import collections
 import dataclasses
 import json
 import os
@@ -263,10 +264,10 @@ def render(rows: list[Row]) -> str:
     widths = [max(len(row[i]) for row in table) for i in range(4)]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in table]
     lines += [f"{r.python}: failed: {r.reason}" for r in rows if r.result == "failed"]
-    built = sum(r.result == "built" for r in rows)
-    cached = sum(r.result == "cached" for r in rows)
-    failed = sum(r.result == "failed" for r in rows)
-    lines.append(f"prebuild: {built} built, {cached} cached, {failed} failed")
+    count = collections.Counter(r.result for r in rows)
+    lines.append(
+        f"prebuild: {count['built']} built, {count['cached']} cached, {count['failed']} failed"
+    )
     return "\n".join(lines)
 
 

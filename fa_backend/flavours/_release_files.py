@@ -69,20 +69,21 @@ def patch_files(data: dict, directory: Path) -> tuple[tuple[Path, ...], list[str
 class UnitTable:
     units: Mapping[str, Mapping[str, float]]
 
-    def peak_bytes(self, *names: str) -> int | None:
-        """The first of these names the table has, its peak in bytes."""
+    def _first(self, names: tuple[str, ...], field: str) -> float | None:
+        """The field of the first of these names the table has it for."""
         for name in names:
-            unit = self.units.get(name)
-            if unit and unit.get("peak_mib"):
-                return int(unit["peak_mib"] * MIB)
+            value = self.units.get(name, {}).get(field)
+            if value:
+                return value
         return None
 
+    def peak_bytes(self, *names: str) -> int | None:
+        peak = self._first(names, "peak_mib")
+        return None if peak is None else int(peak * MIB)
+
     def seconds(self, *names: str) -> float | None:
-        for name in names:
-            unit = self.units.get(name)
-            if unit and unit.get("seconds"):
-                return float(unit["seconds"])
-        return None
+        seconds = self._first(names, "seconds")
+        return None if seconds is None else float(seconds)
 
 
 def load_units(release_dir: Path) -> UnitTable | None:
