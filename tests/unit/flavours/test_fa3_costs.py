@@ -14,6 +14,7 @@ from packaging import tags
 from fa_backend.flavours import _registry, _release_files
 from fa_backend.flavours._interface import Plan
 from fa_backend.flavours.fa3 import _costs, _flavour, _groups, _kernels, _releases
+from fa_backend.pipeline import _stats
 from fa_backend.schedule import _schedule
 from fa_backend.toolchain._torch import TorchInfo
 
@@ -136,3 +137,22 @@ def test_in_unit_switches_shrink_a_unit(off, factor):
     features = ",".join(["local", "varlen", "appendkv", "cluster", "softcap"][:off])
     t = _tailoring(disable=features) if features else _tailoring()
     assert _costs.unit_seconds("flash_bwd_hdim128_bf16_sm90.cu", t) == pytest.approx(256 * factor)
+
+
+BIG_BOX = REPO / "bench" / "results" / "2026-11-28-h200x4-fa3-full" / "fa3-full-tus.jsonl"
+
+
+def test_the_full_set_on_the_64_core_box_replays_as_it_ran():
+    """Issue 45: main-0251105a's full set in groups of five as fa-shim planned it on the 64-core
+    box (62 jobs, 802 s wall): the order its cost model gives, replayed on each unit's recorded
+    time, ends when the build's compile phase did, within 1.05 x max(longest, sum/62), and the
+    recorded longest unit starts in the first wave."""
+    rows = _stats.compiled(BIG_BOX)
+    recorded = {Path(r["source"]).name: float(r["seconds"]) for r in rows}
+    assert len(recorded) == 89
+    cost = _costs.cost_model(_tailoring())
+    order = _schedule.best_order({n: cost(n) for n in recorded}, 62)
+    replayed = _schedule.simulate(order, recorded, 62)
+    assert abs(replayed - _stats.compile_span(rows)) < 2.0
+    assert replayed <= 1.05 * max(max(recorded.values()), sum(recorded.values()) / 62)
+    assert order.index(max(recorded, key=recorded.get)) < 62
