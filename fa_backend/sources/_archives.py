@@ -8,6 +8,7 @@ import gzip
 import shutil
 import tarfile
 import zlib
+from collections.abc import Callable
 from pathlib import Path, PurePosixPath
 
 from ..core import _failures
@@ -49,15 +50,21 @@ def unsafe_error(archive: Path, exc: UnsafeMember, fix: str) -> FaShimError:
     )
 
 
-def extract(archive: Path, dest: Path, what: str) -> None:
+def extract(
+    archive: Path, dest: Path, what: str, unused: Callable[[tuple[str, ...]], bool] | None = None
+) -> None:
     """Unpack a .tar.gz into dest, made here and removed again if anything fails. UnsafeMember
-    and the BROKEN errors propagate; a full disk is the one no-space error naming `what`."""
+    and the BROKEN errors propagate; a full disk is the one no-space error naming `what`.
+    Members `unused` says no build reads (by their path parts) are checked like the others,
+    then left in the archive."""
     dest.mkdir(parents=True)  # FileExistsError: never write into a directory we did not make
     try:
         with tarfile.open(archive, "r:gz") as tar:
-            members = tar.getmembers()
-            for member in members:
-                member_parts(member)  # all checked before the first byte is written
+            members = []
+            for member in tar.getmembers():
+                parts = member_parts(member)  # all checked before the first byte is written
+                if unused is None or not unused(parts):
+                    members.append(member)
             if hasattr(tarfile, "data_filter"):
                 tar.extractall(dest, members, filter="data")
             else:  # pragma: no cover - Python without PEP 706: every member checked above

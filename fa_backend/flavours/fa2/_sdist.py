@@ -168,10 +168,21 @@ def check_version(sdist: Sdist, pkg_info: str) -> None:
     )
 
 
+def _not_built(parts: tuple[str, ...]) -> bool:
+    """What no CUDA build of any release reads, two thirds of a recent sdist's 9,800 files:
+    ROCm's csrc/composable_kernel and CUTLASS beside its headers (tests, examples, tools, its
+    Python package). setup.py includes csrc/cutlass/include alone; leaving the rest in the
+    archive saves seconds of every lay-out and 60 MB of scratch."""
+    inside = parts[1:4]  # below the sdist's one top directory
+    if inside[:2] == ("csrc", "composable_kernel"):
+        return True
+    return inside[:2] == ("csrc", "cutlass") and len(parts) > 4 and inside[2] != "include"
+
+
 def extract(sdist: Sdist, dest: Path) -> Path:
     """Unpack safely into dest, which this makes (a failure removes it); the source root."""
     try:
-        _archives.extract(sdist.path, dest, "extracting the sdist")
+        _archives.extract(sdist.path, dest, "extracting the sdist", unused=_not_built)
     except _archives.UnsafeMember as exc:
         raise _archives.unsafe_error(sdist.path, exc, _replace_fix(sdist)) from None
     except _archives.BROKEN as exc:  # BadGzipFile is an OSError: the archive, not the disk

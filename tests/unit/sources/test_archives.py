@@ -91,3 +91,26 @@ def test_a_safe_archive_extracts_with_its_top_directory(tmp_path):
 def test_more_than_one_top_directory_is_refused_when_asked(tmp_path):
     with pytest.raises(tarfile.TarError, match="more than one top directory"):
         _archives.member_parts(_file("b/x"), top="a")
+
+
+def test_members_no_build_reads_are_checked_then_left_in_the_archive(tmp_path):
+    """FA2's sdist (flavours/fa2/_sdist._not_built): ROCm's composable_kernel and CUTLASS beside
+    its headers stay in the archive; an unsafe member among them still refuses the archive."""
+    from fa_backend.flavours.fa2 import _sdist
+
+    top = "flash_attn-9.9"
+    kept = [f"{top}/{p}" for p in ("setup.py", "csrc/cutlass/include/cutlass/cutlass.h",
+            "csrc/cutlass/LICENSE.txt", "csrc/flash_attn/flash_api.cpp")]  # fmt: skip
+    left = [f"{top}/csrc/{p}" for p in ("composable_kernel/include/ck.hpp",
+            "cutlass/test/unit/a.cu", "cutlass/examples/00/x.cu",
+            "cutlass/python/cutlass/__init__.py", "cutlass/tools/util/u.h")]  # fmt: skip
+    archive = _tarball(tmp_path / "a.tar.gz", *map(_file, kept + left))
+    _archives.extract(archive, tmp_path / "src", "extracting", unused=_sdist._not_built)
+    found = {str(p.relative_to(tmp_path / "src")) for p in (tmp_path / "src").rglob("*")}
+    assert set(kept) <= found and not found & set(left)
+    assert not (tmp_path / "src" / top / "csrc" / "composable_kernel").exists()
+    unsafe = _typed(f"{top}/csrc/composable_kernel/link", tarfile.SYMTYPE, "/etc/passwd")
+    archive = _tarball(tmp_path / "b.tar.gz", *map(_file, kept), unsafe)
+    with pytest.raises(_archives.UnsafeMember, match="a symbolic link"):
+        _archives.extract(archive, tmp_path / "src2", "extracting", unused=_sdist._not_built)
+    assert not (tmp_path / "src2").exists()
