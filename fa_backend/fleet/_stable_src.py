@@ -1,12 +1,16 @@
 """A build tree at the same absolute path on every node, so that a shared compiler cache hits:
 nvcc hands cudafe++ and cicc the .cu file's resolved absolute path, which sccache hashes as it
-is. Slot n, /tmp/fa-shim-src-<n>, is held by a flock on its .lock file (docs/guides/fleet.md).
+is. The slot named by the sources, /tmp/fa-shim-src-<digest>, whatever else builds on the node;
+while another build of those sources holds it, the first free of /tmp/fa-shim-src-<n>. A slot
+is held by a flock on its .lock file (docs/guides/fleet.md).
 """
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
+import json
 import os
 import shutil
 from collections.abc import Iterator
@@ -19,9 +23,9 @@ PREFIX = "fa-shim-src-"
 SLOTS = 32
 
 
-def _lock(n: int) -> int | None:
-    """An open, locked file descriptor for slot n, or None when another build holds it."""
-    path = ROOT / f"{PREFIX}{n}.lock"
+def _lock(name: str) -> int | None:
+    """An open, locked file descriptor for the slot, or None when another build holds it."""
+    path = ROOT / f"{name}.lock"
     try:
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)  # other users take it after us
     except PermissionError:
@@ -40,17 +44,23 @@ def _lock(n: int) -> int | None:
 
 
 @contextlib.contextmanager
-def place(scratch: Path, enabled: bool, keep: bool = False) -> Iterator[Path]:
-    """Where to prepare and compile: `scratch` itself, or with `enabled` a held slot directory.
+def place(
+    scratch: Path, enabled: bool, keep: bool = False, sources: dict | None = None
+) -> Iterator[Path]:
+    """Where to prepare and compile: `scratch` itself, or with `enabled` a held slot directory,
+    first the one `sources` (the flavour's identity of what it lays out) names: a numbered slot
+    is another one whenever a build of other sources holds slot 0, here or on the next node.
     With `keep` (setting keep-build-dir) the slot's tree is moved into scratch at the end."""
     if not enabled:
         yield scratch
         return
-    for n in range(SLOTS):
-        fd = _lock(n)
+    digest = hashlib.sha256(json.dumps(sources, sort_keys=True).encode()).hexdigest()[:16]
+    named = [f"{PREFIX}{digest}"] if sources is not None else []
+    for name in [*named, *(f"{PREFIX}{n}" for n in range(SLOTS))]:
+        fd = _lock(name)
         if fd is None:
             continue
-        slot = ROOT / f"{PREFIX}{n}"
+        slot = ROOT / name
         try:
             shutil.rmtree(slot, ignore_errors=True)  # what a killed build left (its lock is free)
             slot.mkdir(mode=0o700)

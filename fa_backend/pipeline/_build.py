@@ -236,7 +236,8 @@ def fresh_wheel(plan: Plan, tools: Tools, scratch: Path, how: dict | None = None
     # a compiler cache shared by nodes: the same source path everywhere, sccache's hit rate;
     # CUDA device code records its source path (_reproducible): the same path for every build
     shared = _sccache.is_sccache(tools.compiler_cache) or tools.nvcc is not None
-    place = _stable_src.place(scratch, shared, plan.settings.keep_build_dir)
+    sources = plan.flavour.sources(plan, with_origin=False)
+    place = _stable_src.place(scratch, shared, plan.settings.keep_build_dir, sources)
     with place as where, _sccache.session(tools.compiler_cache):
         with _failures.doing(f"preparing the sources in {where}"):
             prep = prepare(plan, where, tools)
