@@ -54,7 +54,8 @@ def place(
     if not enabled:
         yield scratch
         return
-    digest = hashlib.sha256(json.dumps(sources, sort_keys=True).encode()).hexdigest()[:16]
+    identity = json.dumps(sources, sort_keys=True, default=str).encode()
+    digest = hashlib.sha256(identity).hexdigest()[:16]
     named = [f"{PREFIX}{digest}"] if sources is not None else []
     for name in [*named, *(f"{PREFIX}{n}" for n in range(SLOTS))]:
         fd = _lock(name)
