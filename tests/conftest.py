@@ -9,6 +9,7 @@ import hashlib
 import importlib.util
 import io
 import json
+import math
 import os
 import re
 import shlex
@@ -501,14 +502,36 @@ def pytest_collection_modifyitems(config, items):
     if misplaced:
         raise pytest.UsageError("\n".join(sorted(misplaced)) + "\n(docs/development.md, Tiers)")
     # the cheap tiers first: a broken unit fails the run in seconds, not after the builds; under
-    # xdist the build lane first, as it is the longest one (the other worker starts the units)
+    # xdist the build lane first, as it is the longest one (the other worker starts the units),
+    # and after the units the other files longest first by the recorded run, so that whichever
+    # worker is free takes the next-longest and the two end together (a file new since the
+    # record counts as the longest: it runs early, where its time cannot make the tail)
     workers = hasattr(config, "workerinput")
-    items.sort(
-        key=lambda item: (
-            workers and not in_build_lane(item.nodeid),
-            TIERS.index(tier_of(item.path)),
-        )
-    )
+    recorded = recorded_file_seconds() if workers else {}
+
+    def key(item) -> tuple[int, int, float]:
+        if not workers:
+            return 0, TIERS.index(tier_of(item.path)), 0.0
+        if in_build_lane(item.nodeid):
+            return 0, 0, 0.0
+        if tier_of(item.path) == "unit":
+            return 1, 0, 0.0
+        return 1, 1, -recorded.get(item.nodeid.split("::", 1)[0], math.inf)
+
+    items.sort(key=key)
+
+
+def recorded_file_seconds() -> dict[str, float]:
+    """Each test file's seconds in the recorded run (tests/durations.json); {} without one."""
+    try:
+        tests = json.loads((TESTS / "durations.json").read_text())["tests"]
+    except (OSError, ValueError, KeyError):
+        return {}
+    seconds: dict[str, float] = {}
+    for test in tests:
+        path = test["id"].split("::", 1)[0]
+        seconds[path] = seconds.get(path, 0.0) + test["setup"] + test["call"] + test["teardown"]
+    return seconds
 
 
 # ------------------------------------------------------------------------------ two lanes
