@@ -44,9 +44,7 @@ def _lock(name: str) -> int | None:
 
 
 @contextlib.contextmanager
-def place(
-    scratch: Path, enabled: bool, keep: bool = False, sources: dict | None = None
-) -> Iterator[Path]:
+def place(scratch: Path, enabled: bool, sources: dict, keep: bool = False) -> Iterator[Path]:
     """Where to prepare and compile: `scratch` itself, or with `enabled` a held slot directory,
     first the one `sources` (the flavour's identity of what it lays out) names: a numbered slot
     is another one whenever a build of other sources holds slot 0, here or on the next node.
@@ -56,8 +54,7 @@ def place(
         return
     identity = json.dumps(sources, sort_keys=True, default=str).encode()
     digest = hashlib.sha256(identity).hexdigest()[:16]
-    named = [f"{PREFIX}{digest}"] if sources is not None else []
-    for name in [*named, *(f"{PREFIX}{n}" for n in range(SLOTS))]:
+    for name in [f"{PREFIX}{digest}", *(f"{PREFIX}{n}" for n in range(SLOTS))]:
         fd = _lock(name)
         if fd is None:
             continue

@@ -237,7 +237,7 @@ def fresh_wheel(plan: Plan, tools: Tools, scratch: Path, how: dict | None = None
     # CUDA device code records its source path (_reproducible): the same path for every build
     shared = _sccache.is_sccache(tools.compiler_cache) or tools.nvcc is not None
     sources = plan.flavour.sources(plan, with_origin=False)
-    place = _stable_src.place(scratch, shared, plan.settings.keep_build_dir, sources)
+    place = _stable_src.place(scratch, shared, sources, plan.settings.keep_build_dir)
     with place as where, _sccache.session(tools.compiler_cache):
         with _failures.doing(f"preparing the sources in {where}"):
             prep = prepare(plan, where, tools)

@@ -173,10 +173,10 @@ def _not_built(parts: tuple[str, ...]) -> bool:
     ROCm's csrc/composable_kernel and CUTLASS beside its headers (tests, examples, tools, its
     Python package). setup.py includes csrc/cutlass/include alone; leaving the rest in the
     archive saves seconds of every lay-out and 60 MB of scratch."""
-    inside = parts[1:4]  # below the sdist's one top directory
+    inside = parts[1:]  # below the sdist's one top directory
     if inside[:2] == ("csrc", "composable_kernel"):
         return True
-    return inside[:2] == ("csrc", "cutlass") and len(parts) > 4 and inside[2] != "include"
+    return inside[:2] == ("csrc", "cutlass") and len(inside) > 3 and inside[2] != "include"
 
 
 def extract(sdist: Sdist, dest: Path) -> Path:
