@@ -17,7 +17,7 @@ from packaging.version import Version
 
 pytestmark = [pytest.mark.realbuild, pytest.mark.slow, pytest.mark.cuda_torch]
 
-KERNEL_SET = "hdim128.bf16.fwd.nodropout.noalibi.nosoftcap.nolocal.nounevenk"
+KERNEL_SET = "hdim32.bf16.fwd.nodropout.noalibi.nosoftcap.nolocal.nounevenk"
 
 
 @pytest.fixture(scope="module")

@@ -21,7 +21,7 @@ pytestmark = [pytest.mark.realbuild, pytest.mark.slow]
 
 # the default release, exactly: what the quick start (which names none) must build
 DEFAULT = "2.8.3.post2"
-LABEL = "cu130torch2.11cxx11abiTRUE.hdim128.bf16.fwd.nodropout.noalibi.nosoftcap.nolocal.nounevenk"
+LABEL = "cu130torch2.11cxx11abiTRUE.hdim32.bf16.fwd.nodropout.noalibi.nosoftcap.nolocal.nounevenk"
 
 
 def test_quick_start_verbatim_in_a_fresh_venv(quick_start):

@@ -3,7 +3,7 @@
 The wheel checked here is the one the README's quick start built and installed in a fresh venv
 (conftest's `quick_start`; tests/e2e/test_quickstart.py checks the newcomer's view of it): one
 real build of upstream's forward kernels serves both, as CI has 90 minutes on 2 cores. Its set
-(conftest.QUICK_START_SET): head dim 128, bf16, forward only, sm_80, upstream's five DISABLE
+(conftest.QUICK_START_SET): head dim 32, bf16, forward only, sm_80, upstream's five DISABLE
 switches, so 4 forward kernel sources (fwd and split-KV fwd, causal and not), each whole, as
 fa-shim compiles this set on 2 cores (in parts every source would cost what it costs whole, so
 twice the work: _costs.best_split), and flash_api.cpp. Then: the wheel's name and tags, its
@@ -38,12 +38,12 @@ pytestmark = [pytest.mark.realbuild, pytest.mark.slow]
 
 ARCH = "80"
 # upstream's five DISABLE switches keep the build short (6 kernels per source)
-KERNEL_SET = "hdim128.bf16.fwd.nodropout.noalibi.nosoftcap.nolocal.nounevenk"
+KERNEL_SET = "hdim32.bf16.fwd.nodropout.noalibi.nosoftcap.nolocal.nounevenk"
 TORCH_LABEL = "cu130torch2.11cxx11abiTRUE"
 VERSION = f"2.8.3.post2+{TORCH_LABEL}.{KERNEL_SET}"
 # The 4 forward kernels of the set plus flash_api.cpp: nothing else may be compiled.
 KERNELS = {
-    f"flash_{p}_hdim128_bf16{c}_sm80.cu" for p in ("fwd", "fwd_split") for c in ("", "_causal")
+    f"flash_{p}_hdim32_bf16{c}_sm80.cu" for p in ("fwd", "fwd_split") for c in ("", "_causal")
 }
 BACKWARD_MESSAGE = (
     f"flash-attn was built by fa-shim without the backward pass (kernel set {KERNEL_SET}); "
@@ -114,7 +114,7 @@ def test_provenance_names_torch_cuda_abi_archs_and_kernel_set(installed):
     assert prov["cuda_archs"] == [ARCH]
     kernel_set = prov["kernel_set"]
     assert kernel_set["kernel_set"] == KERNEL_SET
-    assert kernel_set["head_dims"] == [128]
+    assert kernel_set["head_dims"] == [32]
     assert kernel_set["dtypes"] == ["bf16"]
     assert kernel_set["backward"] is False
     assert prov["tu_parts"] == 1
@@ -137,7 +137,7 @@ def test_the_wheel_holds_the_module_and_the_guard(installed):
 
 
 def test_only_the_kernel_sets_kernels_are_in_the_module(installed):
-    """The .so defines the hdim128 bf16 forward launchers and nothing of what was left out."""
+    """The .so defines the hdim32 bf16 forward launchers and nothing of what was left out."""
     code = r"""
         import glob, json, sys
         from elftools.elf.elffile import ELFFile
@@ -161,7 +161,7 @@ def test_only_the_kernel_sets_kernels_are_in_the_module(installed):
     launchers = [n for n in names if re.search(r"run_mha_(fwd|bwd)_I", n)]
     assert launchers, names
     for name in launchers:
-        assert "Li128E" in name and "bfloat16" in name, name
+        assert "Li32E" in name and "bfloat16" in name, name
         assert "run_mha_bwd_I" not in name, name
 
 
@@ -213,7 +213,7 @@ def test_calls_reach_the_compiled_module(installed):
         import flash_attn_2_cuda
         from flash_attn import flash_attn_func
 
-        q, k, v = (torch.randn(1, 128, 2, 128, dtype=torch.bfloat16) for _ in range(3))
+        q, k, v = (torch.randn(1, 128, 2, 32, dtype=torch.bfloat16) for _ in range(3))
         out = {}
 
         def catch(name, call):
@@ -226,11 +226,11 @@ def test_calls_reach_the_compiled_module(installed):
 
         catch("func", lambda: flash_attn_func(q, k, v, causal=True))
         catch("fwd", lambda: flash_attn_2_cuda.fwd(
-            q, k, v, None, None, 0.0, 128 ** -0.5, True, -1, 0, 0.0, False, None))
+            q, k, v, None, None, 0.0, 32 ** -0.5, True, -1, 0, 0.0, False, None))
         o = torch.empty_like(q)
         lse = torch.empty(1, 2, 128, dtype=torch.float32)
         catch("bwd", lambda: flash_attn_2_cuda.bwd(
-            o, q, k, v, o, lse, None, None, None, None, 0.0, 128 ** -0.5, True, -1, 0, 0.0,
+            o, q, k, v, o, lse, None, None, None, None, 0.0, 32 ** -0.5, True, -1, 0, 0.0,
             False, None, None))
         print(json.dumps(out))
         """
