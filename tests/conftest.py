@@ -311,7 +311,7 @@ def torch_venv_variable(name: str) -> str:
     return f"FA_SHIM_TEST_{name.upper()}_PYTHON"
 
 
-def _torch_venv(tmp_path_factory, name: str, packages: list[str]) -> Path:
+def _torch_venv(tmp_path_factory, name: str, packages: list[str], base=sys.executable) -> Path:
     """Created once per test run and shared by every test that needs this torch (never reused
     between runs, so CI always starts clean; no test makes a CUDA torch venv of its own).
     For local iteration only, FA_SHIM_TEST_<NAME>_PYTHON=/path/to/venv/bin/python uses a venv
@@ -321,16 +321,18 @@ def _torch_venv(tmp_path_factory, name: str, packages: list[str]) -> Path:
         if not Path(given).is_file():
             pytest.fail(f"{torch_venv_variable(name)}={given}: no such interpreter", pytrace=False)
         return Path(given)
-    return uv_venv(tmp_path_factory.mktemp(f"venv-{name}") / "v", [*packages, *BUILD_TOOLS])
+    path = tmp_path_factory.mktemp(f"venv-{name}") / "v"
+    return uv_venv(path, [*packages, *BUILD_TOOLS], base)
 
 
-def uv_venv(path: Path, packages: list[str]) -> Path:
-    """A venv of this Python with `packages` and the pip `python -m venv` would bring, laid out
-    by uv from its cache: the multi-GB torch and its CUDA libraries in seconds (pip copies them,
-    1-3 minutes a venv). pip's find-links (this machine's local torch builds) are uv's too."""
+def uv_venv(path: Path, packages: list[str], base=sys.executable) -> Path:
+    """A venv of `base` (this Python) with `packages` and the pip `python -m venv` would bring,
+    laid out by uv from its cache: the multi-GB torch and its CUDA libraries in seconds (pip
+    copies them, 1-3 minutes a venv). pip's find-links (this machine's local torch builds) are
+    uv's too."""
     env = {**os.environ, "UV_CACHE_DIR": str(UV_CACHE)}
     links = [a for d in os.environ.get("PIP_FIND_LINKS", "").split() for a in ("--find-links", d)]
-    run(["uv", "venv", "-q", "--python", sys.executable, path], env=env)
+    run(["uv", "venv", "-q", "--python", base, path], env=env)
     python = path / "bin" / "python"
     pip = f"pip=={ensurepip.version()}"
     run(["uv", "pip", "install", "-q", "--python", python, *links, pip, *packages], env=env)
@@ -341,6 +343,34 @@ def uv_venv(path: Path, packages: list[str]) -> Path:
 def torch211_python(tmp_path_factory) -> Path:
     """A venv with the CUDA 13.0 torch 2.11.0 from PyPI (~7 GB): imports fine without a GPU."""
     return _torch_venv(tmp_path_factory, "torch211", ["torch==2.11.0", "einops"])
+
+
+# A second CPython minor for the caches that hold two Pythons' wheels: pyenv's on the CI box.
+SECOND_MINOR = "3.12" if sys.version_info[:2] != (3, 12) else "3.11"
+
+
+def second_python() -> Path:
+    """An interpreter of SECOND_MINOR (pyenv's, else one on PATH) that runs, with its headers."""
+    pyenv = Path(os.environ.get("PYENV_ROOT") or Path.home() / ".pyenv")
+    found = sorted(pyenv.glob(f"versions/{SECOND_MINOR}.*/bin/python{SECOND_MINOR}"))
+    found += [Path(p) for p in [shutil.which(f"python{SECOND_MINOR}")] if p]
+    code = "import os, sysconfig as s; assert os.path.isfile(s.get_path('include') + '/Python.h')"
+    for python in found:
+        if subprocess.run([python, "-c", code], capture_output=True).returncode == 0:
+            return python
+    pytest.fail(
+        f"no Python {SECOND_MINOR} with its headers here (looked in {pyenv}/versions and on "
+        f"PATH): install one, e.g. `pyenv install {SECOND_MINOR}`",
+        pytrace=False,
+    )
+
+
+@pytest.fixture(scope="session")
+def torch211_second_python(tmp_path_factory) -> Path:
+    """torch 2.11.0 (CUDA 13.0) under the second Python: its CUDA libraries are the torch211
+    venv's, from uv's cache, so only torch's own wheel is new."""
+    packages = ["torch==2.11.0"]
+    return _torch_venv(tmp_path_factory, "torch211second", packages, second_python())
 
 
 @pytest.fixture(scope="session")
@@ -484,6 +514,7 @@ TIERS = ("unit", "integration", "e2e")
 _MARKED_FIXTURES = {
     "upstream_sdists": ["network"],
     "torch211_python": ["cuda_torch", "slow"],
+    "torch211_second_python": ["cuda_torch", "slow"],
     "torch2141_python": ["cuda_torch", "slow"],
     "torch26_python": ["cuda_torch", "slow"],
     "torch291_python": ["cuda_torch", "slow"],

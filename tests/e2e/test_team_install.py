@@ -6,10 +6,11 @@ gives for their frontend, unpinned, with the package index reachable (where upst
 sorts above theirs): they get the wheel built for their own torch, Python and CUDA; upstream's
 setup.py never runs; torch never changes.
 
-The cache holds the sample built against two torches: this machine's CPU torch 2.13 and the
-session's CUDA 13.0 torch 2.11. pip and uv install for real into a venv with torch 2.13 inside
-it (uv looks at nothing outside the venv), and resolve (--dry-run) in the torch 2.11 venv, which
-no test installs into."""
+The cache holds the sample built against two torches under two Pythons: this machine's CPU
+torch 2.13 and the session's CUDA 13.0 torch 2.11, both under this Python, and torch 2.11 under
+a second Python (conftest.SECOND_MINOR). pip and uv install for real into a venv with torch 2.13
+inside it (uv looks at nothing outside the venv), and resolve (--dry-run) in the torch 2.11
+venvs, which no test installs into."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ import json
 import os
 import re
 import shutil
+import sys
 import zipfile
 from pathlib import Path
 
@@ -28,6 +30,7 @@ from conftest import (
     PY,
     REPO,
     SAMPLE_VERSION,
+    SECOND_MINOR,
     T211_LABEL,
     pip_wheel_cmd,
     run,
@@ -42,6 +45,8 @@ pytestmark = pytest.mark.slow
 
 FLEET = REPO / "docs" / "guides" / "fleet.md"
 DOCS_ROOT = "/shared/fa"  # the cache the guide's lines name
+TAG = f"cp{sys.version_info[0]}{sys.version_info[1]}"  # this Python's, and the second's
+SECOND_TAG = "cp" + SECOND_MINOR.replace(".", "")
 
 
 def teammate_line(frontend: str) -> str:
@@ -67,13 +72,14 @@ def venv_env(python: Path, uv_cache: Path) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def team_cache(tmp_path_factory, sample_sdist_dir, torch211_python) -> Path:
-    """One wheel cache with the sample built against torch 2.13 (CPU) and torch 2.11 (cu130)."""
+def team_cache(tmp_path_factory, sample_sdist_dir, torch211_python, torch211_second_python) -> Path:
+    """One wheel cache with the sample built against torch 2.13 (CPU) and torch 2.11 (cu130),
+    and against torch 2.11 under the second Python."""
     tmp = tmp_path_factory.mktemp("team")
     root = tmp / "fa"
     env = {k: v for k, v in os.environ.items() if not k.startswith("FA_SHIM_")}
     env["XDG_CACHE_HOME"] = str(tmp / "xdg")
-    for python in (PY, torch211_python):
+    for python in (PY, torch211_python, torch211_second_python):
         proc = run(
             pip_wheel_cmd(
                 python, tmp / "out", *sample_settings(sample_sdist_dir),
@@ -95,6 +101,16 @@ def t213(tmp_path_factory) -> Path:
 
 def install_py(python: Path, root: Path, *args: str, env: dict, check: bool = True):
     return run([python, root / "install.py", *args], env=env, check=check)
+
+
+def entry_of(root: Path, label: str, tag: str = TAG) -> Path:
+    """The entry (its entry.json) of the sample built for torch `label` under Python `tag`."""
+    (entry,) = [
+        e
+        for e in root.glob("*/entry.json")
+        if label in e.read_text() and f"-{tag}-{tag}-" in json.loads(e.read_text())["wheel"]
+    ]
+    return entry
 
 
 def test_the_install_command_installs_the_wheel_of_the_installed_torch(team_cache, t213, uv_cache):
@@ -128,7 +144,7 @@ def test_the_install_command_picks_another_torchs_wheel_and_names_a_miss(
     and the build line; a wheel whose bytes are not its entry's is refused."""
     env = venv_env(torch211_python, uv_cache)
     dry = install_py(torch211_python, team_cache, "--dry-run", env=env)
-    (entry,) = [e for e in team_cache.glob("*/entry.json") if T211_LABEL in e.read_text()]
+    entry = entry_of(team_cache, T211_LABEL)
     wheel = entry.parent / json.loads(entry.read_text())["wheel"]
     assert dry.stdout.split() == [
         str(torch211_python), "-m", "pip", "install", "--no-deps", "--no-index",
@@ -148,12 +164,12 @@ def test_the_install_command_picks_another_torchs_wheel_and_names_a_miss(
         ln for ln in miss.stderr.splitlines() if ln.startswith(("install.py:", "  the cache has"))
     ]
     assert head == (
-        f"install.py: no flash-attn wheel for torch 2.11.0+cu130, cp311, sm_80, kernel set "
+        f"install.py: no flash-attn wheel for torch 2.11.0+cu130, {TAG}, sm_80, kernel set "
         f"hdim128.bf16 in {team_cache}; build it: {torch211_python} -m pip install "
         f"--no-build-isolation --no-deps {REPO} -C wheel-cache-dir={team_cache} -C cuda-archs=80 "
         "(and the -C settings of kernel set hdim128.bf16)"
     ), head
-    assert len(has) == 2 and any("torch 2.11.0+cu130, cp311-cp311" in h for h in has), has
+    assert len(has) == 3 and any(f"torch 2.11.0+cu130, {TAG}-{TAG}" in h for h in has), has
     copy = shutil.copytree(team_cache, tmp_path / "fa", symlinks=True)
     tampered = copy / wheel.relative_to(team_cache)
     data = bytearray(tampered.read_bytes())
@@ -164,9 +180,45 @@ def test_the_install_command_picks_another_torchs_wheel_and_names_a_miss(
     assert f"{tampered} is not the wheel its entry recorded" in refused.stderr
 
 
+def test_each_python_gets_its_own_wheel_and_a_python_without_one_is_named(
+    team_cache, torch211_second_python, uv_cache, tmp_path
+):
+    """In torch 2.11's venv of the second Python (--dry-run): install.py and the guide's pip line
+    take that Python's wheel of the two one torch directory holds. With that wheel gone, install.py
+    names the Python in its miss and the build line; the pip line fails on flash-attn's own line
+    without reaching setup.py."""
+    python = torch211_second_python
+    env = venv_env(python, uv_cache)
+    entry = entry_of(team_cache, T211_LABEL, SECOND_TAG)
+    wheel = entry.parent / json.loads(entry.read_text())["wheel"]
+    dry = install_py(python, team_cache, "--dry-run", env=env)
+    assert dry.stdout.split()[-1] == str(wheel), dry.stdout
+    pip_line = in_venv(teammate_line("pip"), team_cache, "--dry-run", "-q", "--report -")
+    (chosen,) = json.loads(run(pip_line, env=env).stdout)["install"]
+    assert chosen["download_info"]["url"].endswith(f"-{SECOND_TAG}-{SECOND_TAG}-linux_x86_64.whl")
+    copy = shutil.copytree(team_cache, tmp_path / "fa", symlinks=True)
+    for view in copy.rglob(f"*-{SECOND_TAG}-*.whl"):  # the entry's wheel and its views
+        view.unlink()
+    shutil.rmtree(copy / entry.parent.name)
+    miss = install_py(python, copy, env=env, check=False)
+    assert miss.returncode == 1 and "Traceback" not in miss.stderr
+    head = next(ln for ln in miss.stderr.splitlines() if ln.startswith("install.py:"))
+    assert head == (
+        f"install.py: no flash-attn wheel for torch 2.11.0+cu130, {SECOND_TAG}, kernel set full "
+        f"in {copy}; build it: {python} -m pip install --no-build-isolation --no-deps {REPO} "
+        f"-C wheel-cache-dir={copy}"
+    ), head
+    (has,) = [ln for ln in miss.stderr.splitlines() if f"torch 2.11.0+cu130, {TAG}-{TAG}" in ln]
+    assert f"(its tags do not take {SECOND_TAG} on " in has, has
+    pip = run(in_venv(teammate_line("pip"), copy, "--dry-run"), env=env, check=False)
+    out = " ".join((pip.stdout + pip.stderr).split())
+    assert pip.returncode != 0 and "No matching distribution found for flash-attn" in out, out
+    assert "setup.py" not in out
+
+
 def test_pip_and_uv_install_the_wheel_of_the_installed_torch(team_cache, t213, uv_cache):
     viewed = sorted(w.name for w in team_cache.glob("torch-*/*.whl"))
-    assert len(viewed) == 2 and any(T211_LABEL.lower() in w.lower() for w in viewed)
+    assert len(viewed) == 3 and any(T211_LABEL.lower() in w.lower() for w in viewed)
     assert not list(team_cache.glob("*.whl"))  # no top level a frontend could swap torch from
     python = t213
     env = venv_env(python, uv_cache)
@@ -341,7 +393,7 @@ def test_the_install_command_takes_the_entry_whose_archs_cover_the_gpus(
     root = tmp_path / "fa"
     root.mkdir()
     shutil.copy(team_cache / "install.py", root)
-    (wheel,) = (team_cache / "torch-2.11.0+cu130").glob("*.whl")
+    (wheel,) = (team_cache / "torch-2.11.0+cu130").glob(f"*-{TAG}-*.whl")
     for archs in (["80"], ["90", "100"]):
         _arch_entry(root, wheel, archs)
     env = venv_env(torch211_python, uv_cache)
@@ -350,6 +402,6 @@ def test_the_install_command_takes_the_entry_whose_archs_cover_the_gpus(
         assert dry.stdout.split()[-1] == str(root / entry / wheel.name), (gpus, dry.stdout)
     miss = install_py(torch211_python, root, "--archs", "80,90", env=env, check=False)
     assert miss.returncode == 1 and "Traceback" not in miss.stderr
-    assert "cp311, sm_80, sm_90, kernel set full" in miss.stderr
+    assert f"{TAG}, sm_80, sm_90, kernel set full" in miss.stderr
     assert "-C cuda-archs=80,90" in miss.stderr
     assert "(no code for sm_90)" in miss.stderr and "(no code for sm_80)" in miss.stderr
