@@ -54,6 +54,18 @@ def _listening(port: int) -> bool:
         return s.connect_ex(("127.0.0.1", port)) == 0
 
 
+def _stale(path: Path) -> bool:
+    """A socket file that is still there and that no server listens on."""
+    with socket.socket(socket.AF_UNIX) as s:
+        try:
+            s.connect(str(path))
+        except FileNotFoundError:
+            return False  # removed since it was listed
+        except OSError:
+            return True
+    return False
+
+
 def _wait_for(port: int, proc: subprocess.Popen, what: str, seconds: float = 30) -> None:
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
@@ -159,7 +171,10 @@ class Node:
         )
         seconds = time.monotonic() - start
         assert not _listening(self.port), "fa-shim left the sccache server it started running"
-        left = set(Path("/tmp").glob("fa-shim-sccache-*.sock")) - sockets
+        # another worker's build may be running its own server meanwhile: a socket it still
+        # listens on is that build's; one nobody listens on was left behind
+        new = set(Path("/tmp").glob("fa-shim-sccache-*.sock")) - sockets
+        left = {sock for sock in new if _stale(sock)}
         assert not left, f"the stopped server's socket stays behind: {left}"
         return proc, seconds
 
