@@ -10,8 +10,8 @@ cu12 headers, downloaded once per machine).
   compiles only flash_api.cpp: the kernel objects of the torch 2.9.1 build (the new ABI, naming
   no std::__cxx11 symbol) serve it from the object cache.
 
-Each builds the smallest set that compiles real kernels (conftest.SMALLEST_REAL_SET with head dim
-32: bf16, forward only, upstream's five DISABLE switches: 4 kernels and flash_api.cpp), verifies,
+Each builds the smallest set that compiles real kernels (conftest.SMALLEST_REAL_SET: head dim 32,
+bf16, forward only, upstream's five DISABLE switches: 4 kernels and flash_api.cpp), verifies,
 carries its label and tags, and imports under its torch (no GPU here: import only).
 FlashAttention-3's stable line is prepared with the same nvcc under torch 2.9.1 (upstream needs
 CUDA 12.3 or newer).
@@ -50,7 +50,6 @@ def _build(python: Path, tmp: Path, cache: Path, archs: str, env: dict, *options
     settings = {
         "sdist-dir": str(SHARED_SDISTS),
         **SMALLEST_REAL_SET,
-        "head-dims": "32",  # its four kernel sources compile about a quarter sooner than 128's
         "cuda-archs": archs,
         "compiler-cache": "none",
         "cache-dir": str(cache),

@@ -229,12 +229,7 @@ def test_build_servers_compile_a_real_flash_attn_kernel(tmp_path, cluster, torch
     sccache = fleet._sccache()
     env = _client_env(tmp_path / "client", cluster)
     env["SCCACHE_SERVER_UDS"] = f"/tmp/fa-shim-dist-test-{os.getpid()}.sock"
-    settings = {
-        "sdist-dir": str(SHARED_SDISTS),
-        **SMALLEST_REAL_SET,
-        "head-dims": "32",
-        "compiler-cache": sccache,
-    }
+    settings = {"sdist-dir": str(SHARED_SDISTS), **SMALLEST_REAL_SET, "compiler-cache": sccache}
     Path(env["SCCACHE_SERVER_UDS"]).unlink(missing_ok=True)
     # started first: prepare's toolchain probe runs through sccache too, and would otherwise
     # start a server of its own on this socket

@@ -30,7 +30,6 @@ pytestmark = [pytest.mark.realbuild, pytest.mark.slow]
 SETTINGS = {
     "sdist-dir": str(SHARED_SDISTS),
     **SMALLEST_REAL_SET,
-    "head-dims": "32",
     "compiler-cache": "none",
 }
 LABEL = "cu130torch2.14cxx11abiTRUE.hdim32.bf16.fwd.nodropout.noalibi.nosoftcap.nolocal.nounevenk"
