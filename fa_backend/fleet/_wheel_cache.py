@@ -1,7 +1,9 @@
 """Finished wheels, kept by the full fingerprint of what went into them ("build once, use
 everywhere"): <root>/<key>/ the entry (_entries), <root>/install.py a teammate's install
 (resources/team_install.py), <root>/torch-<v>/[<set>/] hard links per torch.__version__ (and
-tailored kernel set) for --find-links, <root>/index/torch-<v>/ a PEP 503 index of it, and
+tailored kernel set) for --find-links, or for a module on torch's stable ABI, which serves every
+torch from its floor of one CUDA major, <root>/stable-cu<N>-torch<floor>plus/, <root>/index/<view>/
+a PEP 503 index of each such view, and
 <root>/.locks/<key>.lock one builder per key on any host (docs/guides/fleet.md)."""
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from ..core._digest import sha256_of
 from ..core._errors import FaShimError
 from ..resources import INSTALLER, PROJECT
 from ..resources.runtime_guard import PROVENANCE
+from ..wheel._metadata import stable_abi_label
 from ..wheel._wheelfile import publish
 from . import _entries
 
@@ -60,9 +63,17 @@ def lookup(root: Path, entry_key: str, wheel_name: str) -> Path | None:
     return entry.wheel if entry else None
 
 
-def torch_dir(root: Path, torch_version: str) -> Path:
-    """Where the wheels built against this torch.__version__ are found (the module docstring)."""
-    return root / f"torch-{torch_version}"
+def view_of(wheel: Path, torch_version: str) -> tuple[str, str]:
+    """The view a wheel built against this torch.__version__ belongs in (the module docstring),
+    and whom it serves: torch-2.11.0+cu130, or stable-cu13-torch2.10plus for a stable-ABI module,
+    which serves torch >= 2.10 of CUDA 13."""
+    torch = _recorded(wheel).get("torch") or {}
+    floor = torch.get("stable_abi")
+    if not floor:
+        return f"torch-{torch_version}", f"torch {torch_version}"
+    label = stable_abi_label(torch.get("cuda"), floor)  # cu13.torch2.10plus
+    cuda = str(torch.get("cuda") or "").split(".")[0]
+    return "stable-" + label.replace(".", "-", 1), f"torch >= {floor} of CUDA {cuda}"
 
 
 INSTALL_PY = "install.py"
@@ -97,14 +108,14 @@ def _recorded(wheel: Path) -> dict:
         return {}
 
 
-def link_for_torch(root: Path, wheel: Path, torch_version: str) -> Path:
-    """The wheel in its torch's view: a hard link renamed into place (a copy where the file
+def link_into(root: Path, wheel: Path, view: str) -> Path:
+    """The wheel in its view: a hard link renamed into place (a copy where the file
     system links nothing). A wheel's name does not say its GPU archs: a file of that name built
     for other GPUs stays (a warning says so) unless this build's covers its; install.py tells
     the entries apart."""
     recorded = _recorded(wheel)
     kernel_set = recorded.get("kernel_set_name") or "full"
-    view = torch_dir(root, torch_version) / ("" if kernel_set == "full" else kernel_set)
+    view = root / view / ("" if kernel_set == "full" else kernel_set)
     target = view / wheel.name
     if target.is_file() and not os.path.samefile(target, wheel):
         theirs, ours = _recorded(target).get("cuda_archs"), recorded.get("cuda_archs")
@@ -209,16 +220,16 @@ def obtain(
         return deliver(wheel, out_dir)
 
 
-def index_dir(root: Path, torch_version: str) -> Path:
-    """The PEP 503 simple index of this torch's view (its full sets): `pip install --index-url
+def index_dir(root: Path, view: str) -> Path:
+    """The PEP 503 simple index of a view (its full sets): `pip install --index-url
     file://<it> flash-attn`, or a uv index with `explicit = true` (docs/guides/fleet.md)."""
-    return root / "index" / f"torch-{torch_version}"
+    return root / "index" / view
 
 
-def write_index(root: Path, torch_version: str) -> None:
-    """The torch's index rewritten from its view: a page per distribution linking each wheel
-    relative to the page (a share may be mounted elsewhere) with the sha256 its entry recorded."""
-    view, index = torch_dir(root, torch_version), index_dir(root, torch_version)
+def write_index(root: Path, name: str) -> None:
+    """The view's index rewritten from it: a page per distribution linking each wheel relative
+    to the page (a share may be mounted elsewhere) with the sha256 its entry recorded."""
+    view, index = root / name, index_dir(root, name)
     recorded = {}
     for directory in _entries.all_entries(root):
         entry = _entries.load(directory)
@@ -243,18 +254,19 @@ def _page(links: list[str]) -> str:
 
 
 def _torch_view(root: Path, wheel: Path, torch_version: str) -> None:
+    view, whom = view_of(wheel, torch_version)
     try:
-        link_for_torch(root, wheel, torch_version)
-        write_index(root, torch_version)
+        link_into(root, wheel, view)
+        write_index(root, view)
         keep_installer(root)
     except OSError as exc:  # the entry and the flat copy are kept: a warning, not a failure
         _log.warn(
-            f"the wheel is kept in {root}, but not in {torch_dir(root, torch_version)} or "
+            f"the wheel is kept in {root}, but not in {root / view} or "
             f"{root / INSTALL_PY} ({exc.strerror or exc}: {exc.filename or root})"
         )
         return
     dist = parse_wheel_filename(wheel.name)[0]
-    _log.info(f"teammates with torch {torch_version} install it with: {install_line(root, dist)}")
+    _log.info(f"teammates with {whom} install it with: {install_line(root, dist)}")
 
 
 def deliver(wheel: Path, out_dir: Path) -> Path:

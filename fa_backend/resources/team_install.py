@@ -5,9 +5,10 @@ this file: `python /shared/fa/install.py` (standard library only: neither fa-shi
 It takes the entry whose wheel (by its <dist-info>/fa_shim_provenance.json) fits here: a torch
 the wheel's own import guard accepts, the Python its tag names (cpXY or cpXY-abi3), code for
 every GPU torch sees (--archs where it sees none), and the kernel set asked for (--kernel-set,
-default full). It checks the wheel's sha256, then installs it with this environment's pip (or
-uv with --uv) with --no-deps and --no-index: nothing else moves, torch least of all. Without a
-fitting wheel it names what is missing and the line that builds it."""
+default full); of a wheel for this torch release and one on torch's stable ABI (any torch from a
+floor), the first unless --binding stable. It checks the wheel's sha256, then installs it with
+this environment's pip (or uv with --uv) with --no-deps and --no-index: nothing else moves, torch
+least of all. Without a fitting wheel it names what is missing and the line that builds it."""
 
 from __future__ import annotations
 
@@ -113,6 +114,9 @@ class Entry:
             named.get("kernel_set") or named.get("label") if isinstance(named, dict) else None
         )
         self.mtime = os.stat(os.path.join(directory, "entry.json")).st_mtime
+        self.binding = (
+            "stable" if (self.provenance.get("torch") or {}).get("stable_abi") else "torch"
+        )
 
     def describe(self) -> str:
         torch = self.provenance.get("torch") or {}
@@ -124,9 +128,12 @@ class Entry:
         code = ",".join(f"sm_{a}" for a in self.archs) or "no GPU code"
         return f"{built}, {tag}, {code}, kernel set {self.kernel_set or '?'}"
 
-    def why_not(self, running: dict, kernel_set: str, gpus: list[str] | None) -> str | None:
+    def why_not(self, running: dict, kernel_set: str, gpus: list[str] | None, binding=None):
         if self.guard is None or not self.provenance:
             return "not a wheel of fa-shim (no import guard or provenance)"
+        if binding and self.binding != binding:
+            built = "torch's stable ABI" if self.binding == "stable" else "one torch release"
+            return f"built for {built}, not --binding {binding}"
         guard = types.ModuleType("_fa_shim_guard")
         exec(compile(self.guard, self.wheel + GUARD, "exec"), guard.__dict__)
         differ = guard.mismatches(self.provenance.get("torch") or {}, running)
@@ -158,9 +165,11 @@ def entries(root: str, dist: str | None = None) -> list[Entry]:
     return found
 
 
-def build_line(root: str, running: dict, kernel_set: str, gpus: list[str] | None) -> str:
+def build_line(
+    root: str, running: dict, kernel_set: str, gpus: list[str] | None, binding: str | None = None
+) -> str:
     line = f"{sys.executable} -m pip install --no-build-isolation --no-deps {FA_SHIM}"
-    line += f" -C wheel-cache-dir={root}"
+    line += f" -C wheel-cache-dir={root}" + (" -C torch-abi=stable" if binding == "stable" else "")
     if gpus and running.get("cuda"):
         line += f" -C cuda-archs={','.join(gpus)}"
     if kernel_set != "full":
@@ -168,23 +177,28 @@ def build_line(root: str, running: dict, kernel_set: str, gpus: list[str] | None
     return line
 
 
-def choose(root: str, dist: str, kernel_set: str, archs: list[str] | None) -> tuple[Entry, dict]:
+def choose(
+    root: str, dist: str, kernel_set: str, archs: list[str] | None, binding: str | None = None
+) -> tuple[Entry, dict]:
     running = running_torch()
     gpus = archs or running["gpus"]
     fit, near = [], []
     for entry in entries(root, dist):
-        why = entry.why_not(running, kernel_set, gpus)
+        why = entry.why_not(running, kernel_set, gpus, binding)
         (near if why else fit).append((entry, why))
     if not fit:
         code = f", sm_{', sm_'.join(gpus)}" if gpus and running["cuda"] else ""
+        line = build_line(root, running, kernel_set, gpus, binding)
         lines = [
             f"no {dist} wheel for torch {running['version']}, {python_tag()}{code}, kernel set "
-            f"{kernel_set} in {root}; build it: {build_line(root, running, kernel_set, gpus)}"
+            f"{kernel_set} in {root}; build it: {line}"
         ]
         lines += [f"  the cache has {e.describe()} ({why})" for e, why in near[:12]]
         raise Miss("\n".join(lines))
-    # several fit (e.g. builds for different GPU sets): the one with the most code, then the newest
-    fit.sort(key=lambda pair: (len(pair[0].archs), pair[0].mtime), reverse=True)
+    # several fit (builds for different GPU sets, a per-torch and a stable-ABI build): the one with
+    # the most code, then the one for this torch release (dropout under CUDA graph capture: the
+    # stable ABI has no graph-safe random state), then the newest
+    fit.sort(key=lambda p: (len(p[0].archs), p[0].binding == "torch", p[0].mtime), reverse=True)
     entry = fit[0][0]
     if running["cuda"] and not gpus:
         _say(
@@ -228,6 +242,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("dist", nargs="?", default="flash-attn", help="default: flash-attn")
     parser.add_argument("--kernel-set", default="full", help="e.g. hdim128.bf16 (default: full)")
     parser.add_argument("--archs", help="the GPUs to serve, e.g. 80,90 (default: those torch sees)")
+    parser.add_argument(
+        "--binding",
+        choices=("torch", "stable"),
+        help="only a wheel for this torch release, or only one on torch's stable ABI (default: "
+        "the first where both fit)",
+    )
     parser.add_argument("--uv", nargs="?", const="uv", help="install with uv (or this uv)")
     parser.add_argument("--dry-run", action="store_true", help="say what would be installed")
     parser.add_argument(
@@ -240,7 +260,7 @@ def main(argv: list[str] | None = None) -> int:
         _say(f"{args.uv} not found on PATH; run without --uv to install with pip")
         return 1
     try:
-        entry, running = choose(ROOT, args.dist, args.kernel_set, archs)
+        entry, running = choose(ROOT, args.dist, args.kernel_set, archs, args.binding)
         if args.requirement:
             print(f"{args.dist}=={entry.version} --hash=sha256:{entry.record['sha256']}")
             return 0

@@ -174,7 +174,8 @@ def test_the_same_wheel_serves_torch_2_14_from_the_wheel_cache(
 ):
     """A torch upgrade: `pip install ./flash-attn-3` beside torch 2.14.1 finds the wheel the
     2.11.0 build stored (the fingerprint leaves the torch release out), compiles nothing, and
-    the module verifies against 2.14.1's own libraries and headers, and imports."""
+    the module verifies against 2.14.1's own libraries and headers, and imports. The cache's
+    view of it is stable-cu13-torch2.9plus/, no torch's own."""
     _, _, built_info, _, _, wheel = fa3_installed
     python, site = overlay_venv(torch2141_python, tmp_path / "venv")
     proc = _install(python, tmp_path, wheel_cache)
@@ -183,6 +184,10 @@ def test_the_same_wheel_serves_torch_2_14_from_the_wheel_cache(
     assert "building against torch 2.14.1+cu130" in output
     assert f"wheel cache hit: {wheel}" in output
     assert "running upstream setup.py" not in output  # nothing prepared, nothing compiled
+    # its view is named for the torches it serves, not for either that installed it
+    assert "teammates with torch >= 2.9.0 of CUDA 13 install it with" in output
+    assert len(list(wheel_cache.glob(f"stable-cu13-torch2.9plus/**/{WHEEL}"))) == 1
+    assert not list(wheel_cache.glob(f"torch-*/**/{WHEEL}"))
     (dist_info,) = site.glob("flash_attn_3-*.dist-info")
     assert (dist_info / "RECORD").read_text() == (built_info / "RECORD").read_text()
     code, report = _verify(python, "flash_attn_3")

@@ -119,7 +119,7 @@ def test_views_keep_each_arch_set_and_kernel_set_apart(tmp_path, capfd):
     assert not list(root.glob("*.whl"))
     err = capfd.readouterr().err
     assert f"{view / name} is the build for sm_80, and stays: this one (sm_90) is only in" in err
-    index = _wheel_cache.index_dir(root, "2.11.0+cu130")
+    index = _wheel_cache.index_dir(root, "torch-2.11.0+cu130")
     assert 'href="demo/"' in (index / "index.html").read_text()
     page = (index / "demo" / "index.html").read_text()  # the view's full set, its entry's hash
     digest = hashlib.sha256(entry_80.read_bytes()).hexdigest()
@@ -142,9 +142,30 @@ def test_the_torchs_view_and_index_keep_the_build_whose_archs_cover_the_others(t
     both = root / _wheel_cache.key({"archs": ["80", "90"], "n": 2}) / name
     view = root / "torch-2.11.0+cu130"
     assert (view / name).stat().st_ino == both.stat().st_ino
-    page = (_wheel_cache.index_dir(root, "2.11.0+cu130") / "demo" / "index.html").read_text()
+    page = (_wheel_cache.index_dir(root, "torch-2.11.0+cu130") / "demo" / "index.html").read_text()
     assert f"#sha256={hashlib.sha256(both.read_bytes()).hexdigest()}" in page
     assert page.count("<a href") == 1
     err = capfd.readouterr().err
     assert f"{view / name} is the build for sm_80, and stays: this one (sm_90)" in err
     assert f"{view / name} is the build for sm_80,sm_90, and stays: this one (sm_90)" in err
+
+
+def test_a_stable_abi_wheel_is_viewed_for_every_torch_it_serves(tmp_path, capfd):
+    """A module on torch's stable ABI (its provenance names the floor) built under torch 2.14.1
+    serves every torch >= 2.10 of CUDA 13: its view and index are named for that, never for the
+    torch that built it, and the log says whom it serves."""
+    root, name = tmp_path / "cache", "demo-1.0+cu13.torch2.10plus-cp310-abi3-linux_x86_64.whl"
+    (tmp_path / "b").mkdir()
+    with zipfile.ZipFile(tmp_path / "b" / name, "w") as z:
+        prov = {"kernel_set_name": "full", "torch": {"stable_abi": "2.10.0", "cuda": "13.0"}}
+        z.writestr("demo-1.0.dist-info/fa_shim_provenance.json", json.dumps(prov))
+    _wheel_cache.obtain(
+        root, {"s": 1}, name, tmp_path / "out", lambda w: None, lambda: tmp_path / "b" / name,
+        600, 15, torch_version="2.14.1+cu130",
+    )  # fmt: skip
+    assert not list(root.glob("torch-*"))
+    assert [p.name for p in (root / "stable-cu13-torch2.10plus").iterdir()] == [name]
+    page = _wheel_cache.index_dir(root, "stable-cu13-torch2.10plus") / "demo" / "index.html"
+    assert f"../../../stable-cu13-torch2.10plus/{quote(name)}#sha256=" in page.read_text()
+    err = capfd.readouterr().err
+    assert "teammates with torch >= 2.10.0 of CUDA 13 install it with: python " in err
