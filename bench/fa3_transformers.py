@@ -1,14 +1,17 @@
-"""transformers' attn_implementation="flash_attention_3" on the FA3 that fa-shim built (GPU).
+"""transformers' attn_implementation="flash_attention_3" (or, with `2`, "flash_attention_2") on
+the FlashAttention that fa-shim built (GPU).
 
-A small Llama made from a config (random weights, nothing downloaded: head dim 128, bf16, 4
-heads, 2 layers) runs twice with the same weights: once on torch's SDPA, once on
-flash_attention_3. Printed as JSON: where transformers found flash_attn_interface (it must be the
-fa-shim wheel's), the FA3 kernels the profiler saw in the flash_attention_3 forward, and the
-differences against SDPA in logits, in the gradients of a loss, and in greedy tokens.
+A small Llama made from a config (random weights, nothing downloaded: head dim 128, or --head-dim,
+bf16, 2 layers) runs twice with the same weights: once on torch's SDPA, once on
+flash_attention_3 (2). Printed as JSON: where transformers found the module (flash_attn_interface,
+flash_attn: it must be the fa-shim wheel's), the kernels the profiler saw in the flash forward,
+and the differences against SDPA in logits, in the gradients of a loss, and in greedy tokens.
 
     python bench/fa3_transformers.py > fa3-transformers.json
+    python bench/fa3_transformers.py 2 --head-dim 32 > fa2-transformers.json
 
-Needs a Hopper GPU, transformers and an installed flash-attn-3 built with head dim 128 and bf16.
+Needs a GPU (Hopper for FA3), transformers and an installed flash-attn-3 (flash-attn) built with
+the head dim and bf16.
 """
 
 from __future__ import annotations
@@ -39,8 +42,10 @@ def _grads(model, ids) -> dict[str, torch.Tensor]:
     return {n: p.grad.float() for n, p in model.named_parameters() if p.grad is not None}
 
 
-# upstream hopper/'s kernels are flash::FlashAttn*Sm90; torch's own flash kernels, pytorch_flash::
-FA3_KERNEL = "flash::FlashAttnFwdSm90"
+# upstream hopper/'s kernels are flash::FlashAttn*Sm90, FA2's flash::flash_fwd_kernel (and
+# flash_fwd_splitkv_kernel); torch's own flash kernels are pytorch_flash::
+KERNELS = {"3": "flash::FlashAttnFwdSm90", "2": "flash::flash_fwd"}
+MODULES = {"3": "flash_attn_interface", "2": "flash_attn"}
 
 
 def _kernels(model, ids) -> list[str]:
@@ -54,24 +59,30 @@ def _kernels(model, ids) -> list[str]:
     return sorted(names, key=lambda n: not any(a in n.lower() for a in attention))
 
 
-def main() -> int:
-    import flash_attn_interface
+def main(argv=None) -> int:
+    import importlib
+
     import transformers
     from transformers import LlamaConfig
-    from transformers.utils import is_flash_attn_3_available
+    from transformers import utils as hf_utils
 
+    args = sys.argv[1:] if argv is None else argv
+    fa = args[0] if args and args[0] in KERNELS else "3"
+    head_dim = int(args[args.index("--head-dim") + 1]) if "--head-dim" in args else 128
+    implementation, kernel = f"flash_attention_{fa}", KERNELS[fa]
+    module = importlib.import_module(MODULES[fa])
     config = LlamaConfig(
         vocab_size=1024,
-        hidden_size=512,
+        hidden_size=4 * head_dim,
         intermediate_size=1024,
         num_hidden_layers=2,
-        num_attention_heads=4,  # head dim 128: the tailored set's only one
+        num_attention_heads=4,  # the head dim: the tailored set's only one
         num_key_value_heads=4,
         max_position_embeddings=2048,
     )
     torch.manual_seed(0)
     sdpa = _model(config, "sdpa")
-    fa3 = _model(config, "flash_attention_3", {k: v.cpu() for k, v in sdpa.state_dict().items()})
+    fa3 = _model(config, implementation, {k: v.cpu() for k, v in sdpa.state_dict().items()})
     ids = torch.randint(0, config.vocab_size, (2, 512), device="cuda")
 
     with torch.no_grad():
@@ -91,24 +102,26 @@ def main() -> int:
         "transformers": transformers.__version__,
         "torch": torch.__version__,
         "gpu": torch.cuda.get_device_name(),
-        "is_flash_attn_3_available": is_flash_attn_3_available(),
-        "flash_attn_interface": flash_attn_interface.__file__,
+        f"is_flash_attn_{fa}_available": getattr(hf_utils, f"is_flash_attn_{fa}_available")(),
+        MODULES[fa]: module.__file__,
         "attn_implementation": [m.config._attn_implementation for m in (sdpa, fa3)],
         "sdpa_forward_kernels": [n[:160] for n in sdpa_kernels[:6]],
-        "fa3_forward_kernels": [n[:160] for n in fa3_kernels[:6]],
-        "fa3_kernel_in_sdpa_forward": any(FA3_KERNEL in n for n in sdpa_kernels),
-        "fa3_kernel_in_fa3_forward": any(FA3_KERNEL in n for n in fa3_kernels),
+        f"fa{fa}_forward_kernels": [n[:160] for n in fa3_kernels[:6]],
+        f"fa{fa}_kernel_in_sdpa_forward": any(kernel in n for n in sdpa_kernels),
+        f"fa{fa}_kernel_in_fa{fa}_forward": any(kernel in n for n in fa3_kernels),
         "logits_max_abs_diff": (logits[0] - logits[1]).abs().max().item(),
         "logits_max_abs": logits[0].abs().max().item(),
         "argmax_agreement": (logits[0].argmax(-1) == logits[1].argmax(-1)).float().mean().item(),
         "grad_max_rel_norm_diff": rel,
         "grad_tensors": len(grads[0]),
         "greedy_tokens_equal": tokens[0] == tokens[1],
-        "greedy_tokens": {"sdpa": tokens[0], "flash_attention_3": tokens[1]},
+        "greedy_tokens": {"sdpa": tokens[0], implementation: tokens[1]},
     }
     json.dump(report, sys.stdout, indent=1)
     print()
-    ran = report["fa3_kernel_in_fa3_forward"] and not report["fa3_kernel_in_sdpa_forward"]
+    ran = (
+        report[f"fa{fa}_kernel_in_fa{fa}_forward"] and not report[f"fa{fa}_kernel_in_sdpa_forward"]
+    )
     return 0 if ran else 1
 
 

@@ -12,6 +12,10 @@ stratified by dtype and causal. The same seed gives the same ids on every machin
     select --plan full      a sample of every test function (forward and backward, fp16 and
                             bf16, causal and not, varlen, kvcache, several head dims): all must
                             pass (or skip).
+    select --plan set --head-dims 32 --dtypes bf16
+                            a sample of every test function's cases that a forward + backward
+                            set of these head dims and dtypes serves (--per-function each): all
+                            must pass (or skip).
     select --plan tailored  for a wheel built with head-dims=128, dtypes=bf16, forward-only:
                             "included" cases, which the kernel set serves and which must pass,
                             and "excluded" cases, which need a left-out kernel and must fail with
@@ -485,6 +489,20 @@ def select(args) -> int:
                     }
                 )
         plan["groups"]["full"] = {"file": source.name, "cases": group}
+    elif args.plan == "set":
+        ks = KernelSet(tuple(args.head_dims), tuple(args.dtypes), True)
+        group = []
+        for test in tests:
+            keep = lambda c, t=test: not ks.missing(t, c)  # noqa: E731
+            for case in sample(test, env, args.per_function, rng_for(test.name), keep):
+                group.append(
+                    {
+                        "id": f"{source.name}::{test.name}[{case.node}]",
+                        "expect": "pass",
+                        **_describe(test, case),
+                    }
+                )
+        plan["groups"]["set"] = {"file": source.name, "cases": group}
     else:
         ks = TAILORED
         variant = out / "test_flash_attn_fa_shim_bf16.py"
@@ -733,7 +751,9 @@ def main(argv=None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("select")
     p.add_argument("test_file")
-    p.add_argument("--plan", choices=("full", "tailored"), required=True)
+    p.add_argument("--plan", choices=("full", "tailored", "set"), required=True)
+    p.add_argument("--head-dims", type=int, nargs="+", default=[128], help="set: its head dims")
+    p.add_argument("--dtypes", nargs="+", default=["bf16"], help="set: its dtypes (fp16, bf16)")
     p.add_argument("--out", required=True)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--per-function", type=int, default=30, help="full plan: cases per test")

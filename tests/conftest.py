@@ -601,9 +601,9 @@ def recorded_file_seconds() -> dict[str, float]:
 BUILD_LANE = frozenset(
     f"tests/e2e/test_{name}.py"
     for name in (
-        "quickstart", "real_build", "object_cache_torch", "toolkit_build", "cuda12_builds",
-        "fa2_kernel_headers", "fa2_backward_parts", "fa3_build", "fa3_unit_symbols",
-        "fleet_dist",
+        "quickstart", "real_build", "object_cache_torch", "fa2_stable_abi", "toolkit_build",
+        "cuda12_builds", "fa2_kernel_headers", "fa2_backward_parts", "fa3_build",
+        "fa3_unit_symbols", "fleet_dist",
     )
 )  # fmt: skip
 
@@ -881,6 +881,26 @@ def quick_start(tmp_path_factory) -> QuickStart:
         ["bash", "-e", "-c", command], cwd=checkout, env=env, capture_output=True, text=True
     )
     return QuickStart(command, tmp, checkout, python, env, fresh, proc, time.monotonic() - start)
+
+
+def rebuild_quick_start_set(quick_start: QuickStart, python: Path, dest: Path, *settings: str):
+    """`pip wheel` of the quick start's set by `python` (another torch's venv) into dest/dist,
+    with the quick start's fa-shim caches (its object cache, its wheel cache): (log, wheel)."""
+    if quick_start.proc.returncode:
+        pytest.fail(
+            f"the quick start's build failed: see test_quickstart\n{quick_start.proc.stderr}"
+        )
+    env = clean_env(
+        **QUICK_START_SET,
+        FA_SHIM_SDIST_DIR=str(SHARED_SDISTS),
+        XDG_CACHE_HOME=str(quick_start.tmp / "xdg-cache"),
+    )
+    env["PIP_NO_CACHE_DIR"] = "1"
+    command = [python, "-m", "pip", "wheel", "-v", "--no-build-isolation", "--no-deps",
+               "--no-index", "-w", dest / "dist", REPO, *settings]  # fmt: skip
+    proc = run(command, env=env, cwd=dest)
+    (wheel,) = (dest / "dist").glob("*.whl")
+    return proc.stdout + proc.stderr, wheel
 
 
 # ------------------------------------------------------------------------- FA2 kernel sets

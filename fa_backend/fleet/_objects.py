@@ -17,8 +17,8 @@ from ..resources.object_cache import SPEC_NAME, under
 from . import _entries
 
 FORMAT = 1
-# defines torch's cpp_extension adds that only torch's and pybind11's headers read, and the C++
-# ABI's, which the launcher keeps in an entry's name unless the object shows it needs none
+# defines torch's cpp_extension adds that only torch's, pybind11's and Python's headers read, and
+# the C++ ABI's, which the launcher keeps in an entry's name unless the object shows it needs none
 ABI_DEFINE = "-D_GLIBCXX_USE_CXX11_ABI="
 _TORCH_ONLY = (
     ABI_DEFINE,
@@ -27,6 +27,7 @@ _TORCH_ONLY = (
     "-DPYBIND11_COMPILER_TYPE=",
     "-DPYBIND11_STDLIB=",
     "-DPYBIND11_BUILD_ABI=",
+    "-DPy_LIMITED_API=",  # torch adds it to every source of a py_limited_api extension
 )
 # flags whose value names this build's files or its parallelism, not what is compiled
 _VALUED = {"-o", "--output-file", "--dependency-output", "-MF", "-ccbin", "--compiler-bindir"}

@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import QUICK_START_SET, REPO, SHARED_SDISTS, clean_env, overlay_venv, run
+from conftest import REPO, clean_env, overlay_venv, rebuild_quick_start_set, run
 from packaging.version import Version
 
 pytestmark = [pytest.mark.realbuild, pytest.mark.slow, pytest.mark.cuda_torch]
@@ -22,29 +22,11 @@ KERNEL_SET = "hdim32.bf16.fwd.nodropout.noalibi.nosoftcap.nolocal.nounevenk"
 
 @pytest.fixture(scope="module")
 def rebuilt(quick_start, torch2141_python, tmp_path_factory) -> dict:
-    if quick_start.proc.returncode:
-        pytest.fail(
-            f"the quick start's build failed: see test_quickstart\n{quick_start.proc.stderr}"
-        )
     tmp = tmp_path_factory.mktemp("object-cache-torch")
-    xdg = quick_start.tmp / "xdg-cache"  # the quick start's fa-shim caches: its object cache
-    env = clean_env(
-        **QUICK_START_SET, FA_SHIM_SDIST_DIR=str(SHARED_SDISTS), XDG_CACHE_HOME=str(xdg)
-    )
-    env["PIP_NO_CACHE_DIR"] = "1"
-    proc = run(
-        [
-            torch2141_python, "-m", "pip", "wheel", "-v", "--no-build-isolation", "--no-deps",
-            "--no-index", "-w", tmp / "dist", REPO,
-        ],
-        env=env,
-        cwd=tmp,
-    )  # fmt: skip
-    (wheel,) = (tmp / "dist").glob("*.whl")
-    objects = [
-        json.loads(p.read_text()) for p in (xdg / "fa-shim" / "objects").glob("*/object.json")
-    ]
-    return {"log": proc.stdout + proc.stderr, "wheel": wheel, "objects": objects, "tmp": tmp}
+    log, wheel = rebuild_quick_start_set(quick_start, torch2141_python, tmp)
+    objects = quick_start.tmp / "xdg-cache" / "fa-shim" / "objects"  # the quick start's
+    objects = [json.loads(p.read_text()) for p in objects.glob("*/object.json")]
+    return {"log": log, "wheel": wheel, "objects": objects, "tmp": tmp}
 
 
 def test_the_new_torch_compiles_only_the_binding(rebuilt):

@@ -85,6 +85,16 @@ ROWS = [
         "setting 'wheel-cache-heartbeat' from config_settings (-C) is empty",
     ),
     ("empty-list", "`-C head-dims=`", "setting 'head-dims' from config_settings (-C) is empty"),
+    (
+        "torch-abi-typo",
+        "`-C torch-abi=stabel`",
+        "setting torch-abi is 'stabel', expected one of torch, stable (did you mean 'stable'?)",
+    ),
+    (
+        "torch-abi-no-stable-line",
+        "`-C torch-abi=stable` for a release fa-shim has no stable-ABI binding of",
+        "has no binding on torch's stable ABI in fa-shim",
+    ),
     ("sdist-is-a-directory", "`-C sdist=` a directory", "(setting sdist) is a directory"),
     (
         "directory-named-like-sdist",
@@ -236,6 +246,10 @@ def _set_up(row: str, case: Case, tmp_path: Path) -> None:
             case.prepare(*case.settings)
         else:
             case.prepare(*case.settings, "-C", f"{key}=")
+    elif row == "torch-abi-typo":
+        case.prepare(*case.settings, "-C", "torch-abi=stabel")
+    elif row == "torch-abi-no-stable-line":
+        case.prepare(*case.settings, "-C", "torch-abi=stable")
     elif row == "sdist-is-a-directory":
         case.prepare(*case.settings, "-C", f"sdist={sdists}")
     elif row == "directory-named-like-sdist":

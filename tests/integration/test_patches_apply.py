@@ -1,7 +1,7 @@
-"""Every supported upstream release's vendored patches on its real pinned sdist (from
-FA_SHIM_TEST_SDIST_SEED, else the package index: marked network), applied by GNU patch as a
-build does: strictly, and with what fa-shim relies on afterwards. The pins themselves:
-tests/unit/flavours/fa2/test_versions.py; prepared under the CUDA torches:
+"""Every supported upstream release's vendored patches (and its stable-ABI line's after them) on
+its real pinned sdist (from FA_SHIM_TEST_SDIST_SEED, else the package index: marked network),
+applied by GNU patch as a build does: strictly, and with what fa-shim relies on afterwards. The
+pins themselves: tests/unit/flavours/fa2/test_versions.py; prepared under the CUDA torches:
 tests/e2e/test_versions_prepare.py."""
 
 from __future__ import annotations
@@ -32,3 +32,12 @@ def test_vendored_patches_apply_strictly(version, upstream_sdists, tmp_path):
         assert 'os.getenv("FLASH_ATTN_CUDA_ARCHS", "80;90")' in setup
     if version == "2.8.1":
         assert 'bare_metal_version >= Version("12.8")' in setup
+    stable = _releases.release(version).stable
+    if stable:  # -C torch-abi=stable: its patches apply after the release's own
+        _patches.apply_all(_patches.read(stable.patches), source)
+        setup = (source / "setup.py").read_text()
+        assert '"csrc/flash_attn_stable/flash_api_stable.cpp",' in setup
+        assert '"csrc/flash_attn/flash_api.cpp"' not in setup and "py_limited_api=True" in setup
+        binding = (source / "csrc/flash_attn_stable/flash_api_stable.cpp").read_text()
+        assert "STABLE_TORCH_LIBRARY(flash_attn_2_stable, m)" in binding
+        assert (source / "flash_attn/_fa_shim_stable.py").is_file()

@@ -188,6 +188,26 @@ MALFORMED = {
             "patches lists '../2.8.3/release.toml', which is not a file in",
         ],
     ),
+    "stable line": (
+        GOOD + '[stable]\ntorch-target = "two"\npatches = []\nfloor = 1\n',
+        {},
+        [
+            "[stable] has unknown key 'floor'",
+            "[stable] torch-target = 'two' is not a torch version",
+            "[stable] patches is empty",
+        ],
+    ),
+    "stable line repeats a patch": (
+        GOOD
+        + 'patches = ["01-compress-mode.patch"]\n[stable]\ntorch-target = "2.10.0"\n'
+        + 'patches = ["01-compress-mode.patch", "61-no-such.patch"]\n',
+        {},
+        [
+            "[stable] patches repeats 01-compress-mode.patch",
+            "[stable] patches lists '61-no-such.patch', which is not a file in",
+        ],
+    ),
+    "stable not a table": (GOOD + 'stable = "yes"\n', {}, ["stable = 'yes' is not a table"]),
     "patch beside the toml": (
         GOOD,
         {"30-tu-parts.patch": "Reason: x\n"},

@@ -8,14 +8,60 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
+from packaging.version import Version
+
 from ...core import _log
+from ...core._errors import FaShimError
 from ...sources import _patches
 from ...toolchain import _archs, _jobs, _space
 from ...wheel import _metadata
 from ...wheel._metadata import Names
 from ...wheel._sdist_self import SdistSpec
 from .._interface import Costs, Flavour, Plan, Sizing, Tools
+from .._vocabulary import did_you_mean
 from . import _costs, _kernels, _releases, _sdist, _settings, _tu_parts
+
+TORCH_ABIS = ("torch", "stable")
+
+
+def stable_line(settings, torch) -> _releases.StableLine | None:
+    """The release's stable-ABI binding where -C torch-abi=stable asks for it (None: the
+    per-torch build), refused for a release without one or a torch it does not serve."""
+    word = str(settings.torch_abi).strip().lower()
+    if word not in TORCH_ABIS:
+        raise FaShimError(
+            f"setting torch-abi is {settings.torch_abi!r}, expected one of "
+            f"{', '.join(TORCH_ABIS)}{did_you_mean(word, TORCH_ABIS, ' (did you mean {!r}?)')}.",
+            fix="pass -C torch-abi=torch (the default: a wheel for this torch) or "
+            "-C torch-abi=stable (one wheel for every torch >= 2.10).",
+        )
+    if word == "torch":
+        return None
+    version = settings.flash_attn_version
+    line = _releases.release(version).stable if version else None
+    per_torch = "or build the per-torch wheel: -C torch-abi=torch (docs/guides/stable-abi.md)"
+    if line is None:
+        having = [v for v in _releases.known() if _releases.release(v).stable]
+        raise FaShimError(
+            f"flash-attn {version} has no binding on torch's stable ABI in fa-shim "
+            f"(-C torch-abi=stable; releases with one: {', '.join(having) or 'none'}).",
+            fix=f"build one of those (-C flash-attn-version={having[-1] if having else '...'}), "
+            + per_torch
+            + ".",
+        )
+    if torch.cuda is None:
+        raise FaShimError(
+            f"torch {torch.version} has no CUDA: -C torch-abi=stable builds flash-attn's CUDA "
+            "kernels for the CUDA major of the torch it is built with.",
+            fix="install a CUDA build of torch >= " + line.torch_target + ".",
+        )
+    if Version(Version(torch.version).public) < Version(line.torch_target):
+        raise FaShimError(
+            f"-C torch-abi=stable builds flash-attn {version} on torch's stable ABI, for torch >= "
+            f"{line.torch_target}; this torch is {torch.version}.",
+            fix=f"install torch >= {line.torch_target}, " + per_torch + ".",
+        )
+    return line
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,18 +95,26 @@ class Fa2(Flavour):
 
     def plan(self, settings, torch) -> Plan:
         settings = _sdist.of_the_given_sdist(settings)
+        line = stable_line(settings, torch)  # refused before any sdist is fetched
         sdist = _sdist.locate(settings)
         patches = tuple(_releases.patches(sdist.version)) if sdist.pinned else ()
         tailoring = _kernels.tailoring(settings, sdist.version)
-        version = _metadata.full_version(sdist.version, torch.label + tailoring.label)
+        floor = line.torch_target if line else None
+        # a stable-ABI module claims no one torch release: its CUDA major and floor instead
+        bound = _metadata.stable_abi_label(torch.cuda, floor) if line else torch.label
+        version = _metadata.full_version(sdist.version, bound + tailoring.label)
         pkg_info = _metadata.read_pkg_info(sdist.path)
         _sdist.check_version(sdist, pkg_info)
         metadata = _metadata.core_metadata(
-            pkg_info, version, _metadata.torch_requirement(torch.version)
+            pkg_info, version, _metadata.torch_requirement(torch.version, floor)
         )
-        tag = _metadata.wheel_tag(self.names)
+        names = self.names
+        if line:
+            patches += tuple(_patches.read(line.patches))
+            names = dataclasses.replace(names, abi3=True)
+        tag = _metadata.wheel_tag(names, torch.limited_api if line else None)
         source = Fa2Source(sdist, tailoring)
-        return Plan(settings, torch, self, source, patches, version, tag, metadata)
+        return Plan(settings, torch, self, source, patches, version, tag, metadata, floor)
 
     def sources(self, plan: Plan, with_origin: bool) -> dict:
         sdist = plan.source.sdist

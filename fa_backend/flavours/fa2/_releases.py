@@ -91,6 +91,15 @@ KERNEL_SPACES = {
 
 
 @dataclasses.dataclass(frozen=True)
+class StableLine:
+    """A release's binding on torch's stable ABI (-C torch-abi=stable): its patches apply after
+    the release's own, which leaves the kernel sources, and so their objects, as they are."""
+
+    torch_target: str  # the oldest torch the module runs on (its TORCH_TARGET_VERSION)
+    patches: tuple[Path, ...]
+
+
+@dataclasses.dataclass(frozen=True)
 class Release:
     version: str
     sdist: str | None  # upstream's file name; None for a version fa-shim does not know
@@ -101,13 +110,14 @@ class Release:
     patches: tuple[Path, ...]
     naming: Naming = FA2_NAMING
     unit_table: str | None = None  # the release whose units.json its kernels share, else its own
+    stable: StableLine | None = None  # None: no stable-ABI binding
 
     @property
     def pinned(self) -> bool:
         return self.sha256 is not None
 
 
-_TYPES = {str: "a string", bool: "true or false", list: "a list"}
+_TYPES = {str: "a string", bool: "true or false", list: "a list", dict: "a table"}
 # key: (type, what it holds, required)
 _KEYS = {
     "sdist": (str, "upstream's file name, e.g. flash_attn-2.8.3.tar.gz", True),
@@ -119,6 +129,12 @@ _KEYS = {
     "unit-table": (
         str,
         "optional, the release whose measured units.json its kernel sources share",
+        False,
+    ),
+    "stable": (
+        dict,
+        "optional, [stable] torch-target (the oldest torch, e.g. 2.10.0) and patches (applied "
+        "after the others): the binding on torch's stable ABI",
         False,
     ),
 }
@@ -177,6 +193,8 @@ def _load(directory: Path) -> Release:
     }
     needed.pop(None, None)
     problems += _check_patches({_patches.topic(p) for p in patches}, needed)
+    stable, wrong = _stable_line(data.get("stable"), directory, {p.name for p in patches})
+    problems += wrong
     table = data.get("unit-table")
     if table and not (VENDORED / table / "units.json").is_file():
         problems.append(f"unit-table = {table!r} names no release with a units.json")
@@ -190,8 +208,28 @@ def _load(directory: Path) -> Release:
     assert archs is not None
     return Release(
         directory.name, data["sdist"], data["sha256"], archs, kernels, tu_parts, patches,
-        unit_table=table,
+        unit_table=table, stable=stable,
     )  # fmt: skip
+
+
+def _stable_line(table: dict | None, directory: Path, main: set[str]):
+    """The [stable] table as a StableLine (None without one), and what is wrong with it."""
+    if table is None:
+        return None, []
+    problems = [
+        f"[stable] has unknown key {k!r}" for k in table if k not in ("torch-target", "patches")
+    ]
+    target = table.get("torch-target")
+    try:
+        Version(str(target))
+    except InvalidVersion:
+        problems.append(f"[stable] torch-target = {target!r} is not a torch version, e.g. 2.10.0")
+    patches, wrong = patch_files(table, directory)
+    problems += [f"[stable] {w}" for w in wrong if "lies beside" not in w]
+    problems += [f"[stable] patches repeats {p.name}" for p in patches if p.name in main]
+    if not patches:
+        problems.append("[stable] patches is empty: the binding needs its patches")
+    return (None if problems else StableLine(str(target), patches)), problems
 
 
 def _check_values(version: str, data: dict) -> list[str]:

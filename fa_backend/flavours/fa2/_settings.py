@@ -36,6 +36,15 @@ OWN = (
         "Build a flash-attn version that has no pinned sha256 in vendored_patches/.",
     ),
     Setting(
+        "torch-abi",
+        "torch",
+        "str",
+        "`torch` (a wheel for the installed torch alone) or `stable`: the binding on torch's "
+        "stable ABI, one wheel (cp310-abi3) for every torch >= 2.10 of the CUDA major it is "
+        "built with, dropout kept; not inside CUDA graph capture with dropout_p > 0 "
+        "(docs/guides/stable-abi.md).",
+    ),
+    Setting(
         "tu-parts",
         None,
         "int",
