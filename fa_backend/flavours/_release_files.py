@@ -45,9 +45,12 @@ def key_hint(value: str, known: Iterable[str]) -> str:
     return did_you_mean(value, known, " (did you mean {!r}?)", cutoff=0.6)
 
 
-def patch_files(data: dict, directory: Path) -> tuple[tuple[Path, ...], list[str]]:
+def patch_files(
+    data: dict, directory: Path, strays: bool = True
+) -> tuple[tuple[Path, ...], list[str]]:
     """The `patches` of the release.toml in directory (file names in the flavour's patches/
-    beside it, in the order they apply) as paths, and what is wrong with them."""
+    beside it, in the order they apply) as paths, and what is wrong with them; with `strays`,
+    also the patch files lying beside the release.toml (asked once per release)."""
     patch_dir = directory.parent / PATCH_DIR
     listed = data.get("patches", [])
     if not isinstance(listed, list) or not all(isinstance(n, str) for n in listed):
@@ -60,7 +63,7 @@ def patch_files(data: dict, directory: Path) -> tuple[tuple[Path, ...], list[str
     problems += [  # the old layout: nothing would apply it
         f"{p.name} lies beside {RELEASE_FILE}, where nothing applies it (move it to {patch_dir}/ "
         "and list it in patches)"
-        for p in sorted(directory.glob("*.patch"))
+        for p in sorted(directory.glob("*.patch") if strays else ())
     ]
     return tuple(patch_dir / name for name in listed), problems
 

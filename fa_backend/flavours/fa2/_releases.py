@@ -224,8 +224,8 @@ def _stable_line(table: dict | None, directory: Path, main: set[str]):
         Version(str(target))
     except InvalidVersion:
         problems.append(f"[stable] torch-target = {target!r} is not a torch version, e.g. 2.10.0")
-    patches, wrong = patch_files(table, directory)
-    problems += [f"[stable] {w}" for w in wrong if "lies beside" not in w]
+    patches, wrong = patch_files(table, directory, strays=False)
+    problems += [f"[stable] {w}" for w in wrong]
     problems += [f"[stable] patches repeats {p.name}" for p in patches if p.name in main]
     if not patches:
         problems.append("[stable] patches is empty: the binding needs its patches")
