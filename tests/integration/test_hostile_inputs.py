@@ -95,6 +95,11 @@ ROWS = [
         "`-C torch-abi=stable` for a release fa-shim has no stable-ABI binding of",
         "has no binding on torch's stable ABI in fa-shim",
     ),
+    (
+        "torch-abi-cpu-torch",
+        "`-C torch-abi=stable` for 2.8.3.post2 beside a CPU-only torch",
+        "has no CUDA: -C torch-abi=stable builds flash-attn's CUDA kernels",
+    ),
     ("sdist-is-a-directory", "`-C sdist=` a directory", "(setting sdist) is a directory"),
     (
         "directory-named-like-sdist",
@@ -250,6 +255,8 @@ def _set_up(row: str, case: Case, tmp_path: Path) -> None:
         case.prepare(*case.settings, "-C", "torch-abi=stabel")
     elif row == "torch-abi-no-stable-line":
         case.prepare(*case.settings, "-C", "torch-abi=stable")
+    elif row == "torch-abi-cpu-torch":  # refused before its sdist is looked for
+        case.prepare("-C", "flash-attn-version=2.8.3.post2", "-C", "torch-abi=stable")
     elif row == "sdist-is-a-directory":
         case.prepare(*case.settings, "-C", f"sdist={sdists}")
     elif row == "directory-named-like-sdist":
