@@ -63,11 +63,11 @@ def lookup(root: Path, entry_key: str, wheel_name: str) -> Path | None:
     return entry.wheel if entry else None
 
 
-def view_of(wheel: Path, torch_version: str) -> tuple[str, str]:
-    """The view a wheel built against this torch.__version__ belongs in (the module docstring),
-    and whom it serves: torch-2.11.0+cu130, or stable-cu13-torch2.10plus for a stable-ABI module,
-    which serves torch >= 2.10 of CUDA 13."""
-    torch = _recorded(wheel).get("torch") or {}
+def view_of(recorded: dict, torch_version: str) -> tuple[str, str]:
+    """The view a wheel (its provenance) built against this torch.__version__ belongs in (the
+    module docstring), and whom it serves: torch-2.11.0+cu130, or stable-cu13-torch2.10plus for
+    a stable-ABI module, which serves torch >= 2.10 of CUDA 13."""
+    torch = recorded.get("torch") or {}
     floor = torch.get("stable_abi")
     if not floor:
         return f"torch-{torch_version}", f"torch {torch_version}"
@@ -108,12 +108,11 @@ def _recorded(wheel: Path) -> dict:
         return {}
 
 
-def link_into(root: Path, wheel: Path, view: str) -> Path:
-    """The wheel in its view: a hard link renamed into place (a copy where the file
-    system links nothing). A wheel's name does not say its GPU archs: a file of that name built
-    for other GPUs stays (a warning says so) unless this build's covers its; install.py tells
-    the entries apart."""
-    recorded = _recorded(wheel)
+def link_into(root: Path, wheel: Path, view: str, recorded: dict) -> Path:
+    """The wheel (its provenance `recorded`) in its view: a hard link renamed into place (a copy
+    where the file system links nothing). A wheel's name does not say its GPU archs: a file of
+    that name built for other GPUs stays (a warning says so) unless this build's covers its;
+    install.py tells the entries apart."""
     kernel_set = recorded.get("kernel_set_name") or "full"
     view = root / view / ("" if kernel_set == "full" else kernel_set)
     target = view / wheel.name
@@ -254,9 +253,10 @@ def _page(links: list[str]) -> str:
 
 
 def _torch_view(root: Path, wheel: Path, torch_version: str) -> None:
-    view, whom = view_of(wheel, torch_version)
+    recorded = _recorded(wheel)  # read once: the view and the link both ask it
+    view, whom = view_of(recorded, torch_version)
     try:
-        link_into(root, wheel, view)
+        link_into(root, wheel, view, recorded)
         write_index(root, view)
         keep_installer(root)
     except OSError as exc:  # the entry and the flat copy are kept: a warning, not a failure
