@@ -9,10 +9,14 @@ import importlib
 import json
 import os
 import re
+import shlex
 import sys
 from urllib.parse import unquote, urlparse
 
 PROVENANCE = "fa_shim_provenance.json"
+# Written into the .dist-info by the team cache's install.py (resources/team_install.py): the
+# command that installed this wheel, which installs the wheel for another torch as well.
+INSTALLED_BY = "fa_shim_installed_by.json"
 IGNORE_ENV = "FLASH_ATTN_IGNORE_TORCH_MISMATCH"
 _FALLBACK_SOURCE = "/path/to/fa-shim"
 
@@ -69,6 +73,21 @@ def rebuild_command(dist=None) -> str:
     return (
         f"{sys.executable} -m pip install --no-build-isolation --no-deps --force-reinstall {source}"
     )
+
+
+def team_command(dist=None) -> str | None:
+    """The team cache's install command this wheel came from, while that cache is reachable."""
+    dist = dist if dist is not None else _distribution()
+    try:
+        data = json.loads((dist and dist.read_text(INSTALLED_BY)) or "null")
+    except (OSError, ValueError):
+        return None
+    command = data.get("command") if isinstance(data, dict) else None
+    if not isinstance(command, list) or not all(isinstance(arg, str) for arg in command):
+        return None
+    if not command or not os.path.isfile(command[0]):
+        return None
+    return shlex.join([sys.executable, *command])
 
 
 def release(version: str) -> str:
@@ -170,20 +189,23 @@ def _message(
             + _describe(running["version"], running.get("cuda"), running["cxx11_abi"])
         )
     lines += [f"  {line}" for line in extra]
-    if built and built.get("stable_abi"):
+    team, stable = team_command(dist), bool(built and built.get("stable_abi"))
+    if team:  # a teammate's wheel: the cache it came from has (or names the build of) this one's
+        fix = f"install the team's {name} wheel for the installed torch (or its build line):"
+    else:
+        why = "builds what fits it" if stable else "compiles it for exactly this torch"
+        fix = f"rebuild {name} against the installed torch (fa-shim {why}):"
+    if stable:
         floor, cuda = built["stable_abi"], str(built.get("cuda") or "")
         lines += [
             f"Install a torch >= {floor} built for CUDA {_cuda_major(cuda)}, e.g.:",
             f"  pip install 'torch>={floor}' --index-url "
             f"https://download.pytorch.org/whl/cu{cuda.replace('.', '')}",
-            f"or rebuild {name} against the installed torch (fa-shim builds what fits it):",
+            f"or {fix}",
         ]
     else:
-        lines.append(
-            f"Rebuild {name} against the installed torch (fa-shim compiles it for exactly "
-            "this torch):"
-        )
-    lines.append(f"  {rebuild_command(dist)}")
+        lines.append(fix[0].upper() + fix[1:])
+    lines.append(f"  {team or rebuild_command(dist)}")
     return "\n".join(lines)
 
 

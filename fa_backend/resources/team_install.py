@@ -29,6 +29,7 @@ FA_SHIM = "/path/to/fa-shim"  # the checkout whose build wrote this file (fa-shi
 ROOT = os.path.dirname(os.path.abspath(__file__))
 PROVENANCE = "fa_shim_provenance.json"
 GUARD = "/_fa_shim_guard.py"
+INSTALLED_BY = "fa_shim_installed_by.json"  # the guard's (runtime_guard.INSTALLED_BY)
 
 
 def _say(text: str) -> None:
@@ -235,6 +236,39 @@ def install_command(wheel: str, dist: str, uv: str | None) -> list[str]:
             "--force-reinstall", wheel]  # fmt: skip
 
 
+def record_installer(dist: str, argv: list[str]) -> None:
+    """Write this command into the installed wheel's .dist-info (listed in its RECORD, so an
+    uninstall removes it): after torch moves, the wheel's import guard names it, and it installs
+    that torch's wheel or names its build."""
+    from importlib import metadata
+
+    places = list(dict.fromkeys(sysconfig.get_paths()[k] for k in ("platlib", "purelib")))
+    wanted = dist.lower().replace("-", "_")
+    found = [
+        d
+        for d in metadata.distributions(path=places)
+        if re.sub(r"[-_.]+", "_", d.metadata["Name"] or "").lower() == wanted
+    ]
+    record = next((f for f in (found[0].files if found else None) or () if f.name == "RECORD"), 0)
+    if not record:
+        _say(f"{dist} is not in {places[0]}: its import guard will name a rebuild, not this")
+        return
+    record = str(found[0].locate_file(record))
+    site = os.path.dirname(os.path.dirname(record))
+    path = os.path.join(os.path.dirname(record), INSTALLED_BY)
+    text = json.dumps({"command": [os.path.join(ROOT, "install.py"), *argv]})
+    try:  # RECORD names it before it exists: an uninstall never leaves it behind
+        with open(path + ".part", "w", encoding="utf-8") as f:
+            f.write(text)
+        with open(record, "a", encoding="utf-8") as f:
+            f.write(f"{os.path.relpath(path, site)},,\n")
+        os.replace(path + ".part", path)
+    except OSError as exc:
+        if os.path.exists(path + ".part"):
+            os.unlink(path + ".part")
+        _say(f"installed, but could not record how in {exc.filename or path}: {exc.strerror}")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="install.py", description="Install the team's wheel for this environment."
@@ -273,6 +307,7 @@ def main(argv: list[str] | None = None) -> int:
                 return 0
             if subprocess.run(command, check=False).returncode != 0:
                 raise Miss(f"`{' '.join(command)}` failed (its output is above)")
+        record_installer(args.dist, sys.argv[1:] if argv is None else argv)
     except Miss as exc:
         _say(str(exc))
         return 1

@@ -18,6 +18,7 @@ import hashlib
 import json
 import os
 import re
+import shlex
 import shutil
 import sys
 import zipfile
@@ -32,6 +33,7 @@ from conftest import (
     SAMPLE_VERSION,
     SECOND_MINOR,
     T211_LABEL,
+    UV_CACHE,
     pip_wheel_cmd,
     run,
     run_sample,
@@ -134,6 +136,38 @@ def test_the_install_command_installs_the_wheel_of_the_installed_torch(team_cach
         moved = {line for line in freeze ^ after if not line.startswith(("flash", "pip=="))}
         assert not moved, f"{how} changed what was installed: {moved}"
         run([t213, "-m", "pip", "uninstall", "-y", "-q", "flash-attn"], env=env)
+
+
+def test_a_torch_moved_under_the_teams_wheel_fails_naming_the_command_that_installed_it(
+    team_cache, uv_cache, tmp_path
+):
+    """The team's torch 2.11 wheel installed by install.py, then torch moved under it by the
+    frontend (`uv pip install torch==2.13.0+cpu`, silent, exit 0; `pip install -U torch` prints an
+    ERROR line and exits 0 too): importing flash_attn fails with the guard's message, whose last
+    line is the install command the wheel came from; run verbatim, it installs torch 2.13's wheel,
+    which runs. An uninstall leaves no file of the record behind."""
+    python = uv_venv(tmp_path / "venv", ["torch==2.11.0"])  # from uv's cache, in seconds
+    env = venv_env(python, uv_cache)
+    first = install_py(python, team_cache, env=env)
+    assert "could not record" not in first.stderr and "will name a rebuild" not in first.stderr
+    assert Version(run_sample(python)["version"]) == Version(f"{SAMPLE_VERSION}+{T211_LABEL}")
+    torch = run([PY, "-c", "import torch; print(torch.__version__)"]).stdout.strip()
+    links = [a for d in os.environ.get("PIP_FIND_LINKS", "").split() for a in ("--find-links", d)]
+    move = ["uv", "pip", "install", "--python", python, *links, f"torch=={torch}"]
+    run(move, env={**env, "UV_CACHE_DIR": str(UV_CACHE)})  # exits 0, says nothing
+    broken = run([python, "-c", "import flash_attn"], env=env, check=False)
+    assert broken.returncode == 1 and "built for a different torch" in broken.stderr
+    command = broken.stderr.strip().splitlines()[-1].strip()
+    assert command == shlex.join([str(python), str(team_cache / "install.py")]), broken.stderr
+    run(["bash", "-c", command], env=env)
+    ran = run_sample(python)
+    assert Version(ran["version"]) == Version(f"{SAMPLE_VERSION}+{HOST_LABEL}")
+    assert ran["torch"] == torch
+    run([python, "-m", "pip", "uninstall", "-y", "-q", "flash-attn"], env=env)
+    site = Path(
+        run([python, "-c", "import sysconfig; print(sysconfig.get_path('platlib'))"]).stdout.strip()
+    )
+    assert not list(site.glob("flash_attn*")), list(site.glob("flash_attn*"))
 
 
 def test_the_install_command_picks_another_torchs_wheel_and_names_a_miss(
