@@ -304,13 +304,15 @@ def consumer_project(path: Path, team_index: Path, torch_links: str) -> Path:
     assert doc["tool"]["uv"]["sources"] == {
         "flash-attn": {"index": team["name"]}, "torch": {"index": torch["name"]}
     }  # fmt: skip
+    assert "flash-attn" in doc["project"]["dependencies"]
+    others = [d for d in doc["project"]["dependencies"] if d != "flash-attn"]  # `uv add`s it
     path.mkdir()
     (path / "pyproject.toml").write_text(
         f"""[project]
 name = "consumer"
 version = "0.1"
 requires-python = "==3.11.*"
-dependencies = {json.dumps(doc["project"]["dependencies"])}
+dependencies = {json.dumps(others)}
 
 [build-system]
 requires = ["setuptools>=61"]
@@ -341,10 +343,11 @@ torch = {{ index = "{torch["name"]}" }}
 def test_a_project_syncs_and_pip_installs_the_teams_wheel_and_keeps_it(
     team_cache, t213, uv_cache, tmp_path
 ):
-    """The guide's consumer project in torch 2.13.0+cpu's venv, the index reachable: `uv sync
-    --inexact`, then `pip install .` with the guide's line, each installs the team's wheel (no
-    setup.py, torch and every other package unchanged), and a later `pip install --upgrade` from
-    the torch's directory with --only-binary keeps it."""
+    """The guide's consumer project in torch 2.13.0+cpu's venv, the index reachable: `uv add
+    flash-attn --no-sync` takes the team's source, `uv sync --inexact`, then `pip install .` with
+    the guide's line, each installs the team's wheel (no setup.py, torch and every other package
+    unchanged), and a later `pip install --upgrade` from the torch's directory with --only-binary
+    keeps it."""
     links = next(d for d in os.environ.get("PIP_FIND_LINKS", "").split() if Path(d, ".").is_dir())
     project = consumer_project(tmp_path / "consumer", team_cache / "index/torch-2.13.0+cpu", links)
     env = venv_env(t213, uv_cache)
@@ -353,6 +356,10 @@ def test_a_project_syncs_and_pip_installs_the_teams_wheel_and_keeps_it(
     pip_line = guide_block("pip install --index-url", "```bash").strip()
     upgrade = [t213, "-m", "pip", "install", "--upgrade", "--only-binary", "flash-attn",
                "--find-links", team_cache / "torch-2.13.0+cpu", "flash-attn"]  # fmt: skip
+    run(["uv", "add", "--no-sync", "flash-attn"], cwd=project, env=env)
+    lock = tomllib.loads((project / "uv.lock").read_text())
+    (locked,) = [p for p in lock["package"] if p["name"] == "flash-attn"]
+    assert Version(locked["version"]) == Version(f"{SAMPLE_VERSION}+{HOST_LABEL}"), locked
     for how in (["uv", "sync", "--inexact"], in_venv(pip_line, team_cache), upgrade):
         proc = run(how, cwd=project, env=env)
         assert "setup.py" not in proc.stdout + proc.stderr, how
