@@ -85,9 +85,9 @@ def team_command(dist=None) -> str | None:
     command = data.get("command") if isinstance(data, dict) else None
     if not isinstance(command, list) or not all(isinstance(arg, str) for arg in command):
         return None
-    if not command or not os.path.isfile(command[0]):
-        return None
-    return shlex.join([sys.executable, *command])
+    return (
+        shlex.join([sys.executable, *command]) if command and os.path.isfile(command[0]) else None
+    )
 
 
 def release(version: str) -> str:

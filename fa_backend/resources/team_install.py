@@ -32,6 +32,11 @@ GUARD = "/_fa_shim_guard.py"
 INSTALLED_BY = "fa_shim_installed_by.json"  # the guard's (runtime_guard.INSTALLED_BY)
 
 
+def normal(name: str | None) -> str:
+    """A distribution's name as wheel files spell it (PEP 503's normal form, "_" for "-")."""
+    return re.sub(r"[-_.]+", "_", name or "").lower()
+
+
 def _say(text: str) -> None:
     print(f"install.py: {text}", file=sys.stderr)
 
@@ -161,7 +166,7 @@ def entries(root: str, dist: str | None = None) -> list[Entry]:
             entry = Entry(directory, record)
         except (OSError, ValueError, KeyError, TypeError, IndexError, zipfile.BadZipFile):
             continue  # not an entry, or not a whole one (`cache check` reports those)
-        if dist is None or entry.dist == dist.lower().replace("-", "_"):
+        if dist is None or entry.dist == normal(dist):
             found.append(entry)
     return found
 
@@ -243,14 +248,10 @@ def record_installer(dist: str, argv: list[str]) -> None:
     from importlib import metadata
 
     places = list(dict.fromkeys(sysconfig.get_paths()[k] for k in ("platlib", "purelib")))
-    wanted = dist.lower().replace("-", "_")
-    found = [
-        d
-        for d in metadata.distributions(path=places)
-        if re.sub(r"[-_.]+", "_", d.metadata["Name"] or "").lower() == wanted
-    ]
-    record = next((f for f in (found[0].files if found else None) or () if f.name == "RECORD"), 0)
-    if not record:
+    wanted = normal(dist)
+    found = [d for d in metadata.distributions(path=places) if normal(d.metadata["Name"]) == wanted]
+    record = next((f for f in found[0].files or () if f.name == "RECORD"), None) if found else None
+    if record is None:
         _say(f"{dist} is not in {places[0]}: its import guard will name a rebuild, not this")
         return
     record = str(found[0].locate_file(record))
