@@ -14,21 +14,14 @@ from pathlib import Path
 from ..core._digest import sha256_of
 from ..resources import object_cache
 from ..resources.object_cache import SPEC_NAME, under
+from ..resources.upstream_driver import TORCH_ONLY_DEFINES
 from . import _entries
 
 FORMAT = 1
-# defines torch's cpp_extension adds that only torch's, pybind11's and Python's headers read, and
-# the C++ ABI's, which the launcher keeps in an entry's name unless the object shows it needs none
+# the C++ ABI's define, which the launcher keeps in an entry's name unless the object shows it
+# needs none, and those only torch's headers read (the driver leaves them out of kernel commands)
 ABI_DEFINE = "-D_GLIBCXX_USE_CXX11_ABI="
-_TORCH_ONLY = (
-    ABI_DEFINE,
-    "-DTORCH_EXTENSION_NAME=",
-    "-DTORCH_API_INCLUDE_EXTENSION_H",
-    "-DPYBIND11_COMPILER_TYPE=",
-    "-DPYBIND11_STDLIB=",
-    "-DPYBIND11_BUILD_ABI=",
-    "-DPy_LIMITED_API=",  # torch adds it to every source of a py_limited_api extension
-)
+_TORCH_ONLY = (ABI_DEFINE, *TORCH_ONLY_DEFINES)
 # flags whose value names this build's files or its parallelism, not what is compiled
 _VALUED = {"-o", "--output-file", "--dependency-output", "-MF", "-ccbin", "--compiler-bindir"}
 _VALUED |= {"--threads", "-t"}

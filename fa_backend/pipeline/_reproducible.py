@@ -27,16 +27,22 @@ def _variants(path: str | os.PathLike | None) -> list[str]:
     return list(dict.fromkeys([text, os.path.realpath(text)]))
 
 
-def prefix_maps(source_root: Path, torch: TorchInfo, cuda_home: Path | None) -> list[list[str]]:
+def prefix_maps(
+    source_root: Path, torch: TorchInfo | None, cuda_home: Path | None
+) -> list[list[str]]:
     """(old, new) pairs, the general ones first: GCC applies the last matching map. Only paths
-    the same on every node (sccache hashes the maps as arguments: TMPDIR would cost every hit)."""
-    places = [
-        (sysconfig.get_paths().get("include"), "python/include"),
-        (torch.site_dir, "site-packages"),
-        (torch.package_dir, "site-packages/torch"),
-        (cuda_home, "cuda"),
-        (source_root, "src"),
-    ]
+    the same on every node (sccache hashes the maps as arguments: TMPDIR would cost every hit);
+    torch None: for commands that read neither torch's nor Python's files."""
+    places = (
+        [
+            (sysconfig.get_paths().get("include"), "python/include"),
+            (torch.site_dir, "site-packages"),
+            (torch.package_dir, "site-packages/torch"),
+        ]
+        if torch
+        else []
+    )
+    places += [(cuda_home, "cuda"), (source_root, "src")]
     maps = {}
     for path, name in places:
         for old in _variants(path):
@@ -67,8 +73,11 @@ def flags(maps: list[list[str]], banner: str) -> dict[str, list[str]]:
 def compile_flags(plan, tools, source_root: Path) -> dict[str, list[str]]:
     """The prefix-map options of this build, for every extension's cxx and nvcc flags."""
     cuda_home = tools.nvcc.cuda_home if tools.nvcc else None
-    maps = prefix_maps(source_root, plan.torch, cuda_home)
-    return flags(maps, _compilers.host_compiler()["version"])
+    banner = _compilers.host_compiler()["version"]
+    made = flags(prefix_maps(source_root, plan.torch, cuda_home), banner)
+    if plan.flavour.torch_free_kernels(plan):  # maps naming a venv would make each one's differ
+        made["nvcc"] = flags(prefix_maps(source_root, None, cuda_home), banner)["nvcc"]
+    return made
 
 
 # ---------------------------------------------------------------------------- the provenance

@@ -107,8 +107,9 @@ def run_setup(
         "report": str(report_path),
         "abi": plan.torch.abi,
         "cxx_std": plan.torch.cxx_std,
-        # torch-free CUDA sources compile by their own -std: their objects serve every torch
-        "nvcc_own_std": plan.flavour.torch_free_kernels(plan),
+        # torch-free CUDA sources compile by their own -std, without torch's and Python's
+        # include paths and defines: their objects (and compiler caches) serve every torch
+        "torch_free_kernels": plan.flavour.torch_free_kernels(plan),
         "extra_sys_path": plan.torch.extra_sys_path,
         **plan.flavour.driver_spec(plan, tools, source),
         **(schedule or {}),

@@ -2,7 +2,9 @@
 (`python upstream_driver.py SPEC.json`), so it imports nothing from fa_backend. It forbids the
 network to upstream's Python (exit 86; children are sealed by _seal), injects `-std=` and
 `-D_GLIBCXX_USE_CXX11_ABI=` into every extension's flags (it wraps setuptools.setup), and
-records the build.ninja files torch writes ("prepare" mode stops right after that)."""
+records the build.ninja files torch writes ("prepare" mode stops right after that). Torch-free
+kernels compile without torch's and Python's include paths and torch-only defines, so that their
+commands are the same under every torch and Python of one C++ ABI (compiler caches' keys)."""
 
 import fnmatch
 import importlib.util
@@ -10,9 +12,19 @@ import json
 import os
 import re
 import runpy
+import shlex
 import socket
 import sys
 
+# defines torch's cpp_extension adds that only torch's, pybind11's and Python's headers read
+TORCH_ONLY_DEFINES = (
+    "-DTORCH_EXTENSION_NAME=",
+    "-DTORCH_API_INCLUDE_EXTENSION_H",
+    "-DPYBIND11_COMPILER_TYPE=",
+    "-DPYBIND11_STDLIB=",
+    "-DPYBIND11_BUILD_ABI=",
+    "-DPy_LIMITED_API=",  # torch adds it to every source of a py_limited_api extension
+)
 BLOCKED_EXIT = 86  # the exit status of a build the network guard ended (fa-shim imports it)
 SPEC: dict = {}  # the run's JSON spec, read by main()
 REPORT = {"ninja_files": [], "extensions": [], "blocked": None}
@@ -160,7 +172,7 @@ def _inject(ext):
     for key in ("cxx", "nvcc"):
         flags = args.get(key, [])
         stds = [n for n in map(_std_number, flags) if n]
-        if not (key == "nvcc" and stds and SPEC.get("nvcc_own_std")):
+        if not (key == "nvcc" and stds and SPEC.get("torch_free_kernels")):
             stds.append(int(SPEC["cxx_std"][3:]))  # torch's headers need torch's standard
         added = [
             *SPEC.get("defines", []),
@@ -176,6 +188,51 @@ def _inject(ext):
     REPORT["extensions"].append(
         {"name": ext.name, "sources": len(ext.sources), "injected": injected}
     )
+
+
+def torch_and_python_dirs(torch_dir, python_includes, venv_include, cuda_include):
+    """The include directories a torch-free kernel must not be given: torch's package and
+    Python's headers, and the venv's include directory (distutils adds it) unless it is the
+    toolkit's (a conda environment holds both)."""
+    dirs = [torch_dir, *python_includes]
+    if not cuda_include or os.path.realpath(venv_include) != os.path.realpath(cuda_include):
+        dirs.append(venv_include)
+    return [os.path.realpath(d) for d in dirs if d]
+
+
+def torch_free(flags, dirs):
+    """nvcc flags (each one shell-quoted word, as torch writes them) without the include paths
+    under `dirs` and torch's defines; the C++ ABI define stays, as every command needs it."""
+    kept = []
+    for quoted in flags or []:
+        words = shlex.split(quoted)
+        word = words[0] if len(words) == 1 else ""
+        path = os.path.realpath(word[2:]) if word.startswith("-I") else None
+        if word.startswith(TORCH_ONLY_DEFINES) or (
+            path and any(path == d or path.startswith(d + os.sep) for d in dirs)
+        ):
+            continue
+        kept.append(quoted)
+    return kept
+
+
+def _torch_free_kwargs(kwargs):
+    import sysconfig
+
+    import torch
+    from torch.utils import cpp_extension
+
+    paths = sysconfig.get_paths()
+    cuda_home = getattr(cpp_extension, "CUDA_HOME", None)
+    dirs = torch_and_python_dirs(
+        os.path.dirname(torch.__file__),
+        [paths.get("include"), paths.get("platinclude")],
+        os.path.join(sys.exec_prefix, "include"),
+        os.path.join(cuda_home, "include") if cuda_home else None,
+    )
+    for name in ("cuda_cflags", "cuda_post_cflags"):
+        if kwargs.get(name) is not None:
+            kwargs[name] = torch_free(kwargs[name], dirs)
 
 
 class _Prepared(BaseException):
@@ -197,6 +254,8 @@ def _install_hooks():
             path = kwargs.get("path", args[0] if args else None)
             REPORT["ninja_files"].append(os.path.abspath(path))
             _write_report()
+            if SPEC.get("torch_free_kernels"):  # torch passes its flags by keyword
+                _torch_free_kwargs(kwargs)
             written = original_write(*args, **kwargs)
             with open(path) as f:
                 text = f.read()

@@ -34,6 +34,8 @@ import pytest
 import test_fleet_cache as fleet  # its loopback helpers: free ports, sccache's path
 from conftest import REPO, SHARED_SDISTS, SMALLEST_REAL_SET, run
 
+from fa_backend.resources.upstream_driver import TORCH_ONLY_DEFINES
+
 pytestmark = pytest.mark.slow
 
 CHEAPEST = "flash_fwd_hdim32_bf16_causal_sm80.cu"  # of the set's 4 (flavours/fa2/_costs)
@@ -297,3 +299,69 @@ def test_a_scheduler_that_cannot_take_compiles_stops_the_build_first(
     assert f"sccache-dist's scheduler {scheduler.scheduler_url}/ (the [dist] section" in proc.stderr
     assert why in proc.stderr and "sccache --dist-status" in proc.stderr, proc.stderr[-2000:]
     assert not list((tmp_path / "out").glob("*.whl"))
+
+
+redis_url = fleet.redis_url  # the real Redis on loopback, started and stopped per test
+
+
+def _kernel_commands(python: Path, build: Path, sdists: Path, env: dict) -> list[dict]:
+    """The real set's nvcc commands as `prepare` writes them under `python`'s torch, in one
+    build directory (fa-shim's builds compile from one source slot: _stable_src)."""
+    shutil.rmtree(build, ignore_errors=True)
+    settings = {
+        "sdist-dir": str(sdists),
+        **SMALLEST_REAL_SET,
+        "compiler-cache": fleet._sccache(),
+        "object-cache": "false",
+    }
+    prepared = run(
+        [python, "-m", "fa_backend", "prepare", "--build-dir", build]
+        + [a for k, v in settings.items() for a in ("-C", f"{k}={v}")],
+        cwd=REPO,
+        env=env,
+    )
+    commands = json.loads(prepared.stdout)["compile_commands"]
+    return [c for c in commands if c["kind"] == "nvcc"]
+
+
+@pytest.mark.realbuild
+def test_a_second_torch_takes_the_kernel_from_redis_with_the_object_cache_off(
+    tmp_path, redis_url, torch211_python, torch2141_python, upstream_sdists
+):
+    """The kernels' commands name no torch or Python path and no torch define, so torch 2.14.1's
+    are torch 2.11's word for word (its headers want C++20; the kernels keep their own -std),
+    and sccache with a shared Redis serves the second torch's kernel unit whole."""
+    sccache, build = fleet._sccache(), tmp_path / "build"
+    by_torch, stats = {}, {}
+    for name, python in (("2.11", torch211_python), ("2.14.1", torch2141_python)):
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("FA_SHIM_", "SCCACHE_"))}
+        env.update(  # a node of its own: an empty local cache, its own server
+            SCCACHE_REDIS_ENDPOINT=redis_url,
+            SCCACHE_DIR=str(tmp_path / name / "sccache-local"),
+            SCCACHE_SERVER_PORT=str(fleet._free_port()),
+            XDG_CACHE_HOME=str(tmp_path / name / "xdg-cache"),
+        )
+        run([sccache, "--start-server"], env=env)
+        try:
+            kernels = by_torch[name] = _kernel_commands(python, build, upstream_sdists, env)
+            (kernel,) = [c for c in kernels if c["file"].endswith(CHEAPEST)]
+            output = Path(kernel["args"][kernel["args"].index("-o") + 1])
+            run([sccache, "--zero-stats"], env=env)
+            run(kernel["args"], cwd=output.parent, env=env)  # its launcher, through sccache
+            shown = run([sccache, "--show-stats", "--stats-format=json"], env=env).stdout
+            stats[name] = json.loads(shown)["stats"]
+        finally:
+            run([sccache, "--stop-server"], env=env, check=False)
+    first, second = by_torch["2.11"], by_torch["2.14.1"]
+    assert len(first) == 4 and first == second
+    words = [a for c in first for a in c["args"]]
+    venvs = ("site-packages", "/include/python", str(torch211_python.parent.parent))
+    assert not [a for a in words if any(v in a for v in venvs)], words  # torch's, Python's
+    assert not [a for a in words if a.startswith(TORCH_ONLY_DEFINES)], words
+    assert "-D_GLIBCXX_USE_CXX11_ABI=1" in first[0]["args"]  # the ABI flag stays
+    cold, warm = stats["2.11"], stats["2.14.1"]
+    assert sum(cold["cache_misses"]["counts"].values()) > 0 and not cold["cache_hits"]["counts"]
+    hits = sum(warm["cache_hits"]["counts"].values())
+    assert hits == sum(cold["cache_misses"]["counts"].values()), warm
+    assert not warm["cache_misses"]["counts"], warm  # every step from Redis, nothing compiled
+    print(f"\n{CHEAPEST} under torch 2.14.1: {hits} of {hits} steps from Redis")
