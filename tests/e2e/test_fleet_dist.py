@@ -338,9 +338,12 @@ def test_a_second_torch_takes_the_kernel_from_redis_with_the_object_cache_off(
         env.update(  # a node of its own: an empty local cache, its own server
             SCCACHE_REDIS_ENDPOINT=redis_url,
             SCCACHE_DIR=str(tmp_path / name / "sccache-local"),
-            SCCACHE_SERVER_PORT=str(fleet._free_port()),
+            # a socket file: the sealed build has no loopback port (test_build_servers_compile_
+            # a_real_flash_attn_kernel); started first, as prepare's probe runs through it
+            SCCACHE_SERVER_UDS=f"/tmp/fa-shim-redis-test-{os.getpid()}-{name}.sock",
             XDG_CACHE_HOME=str(tmp_path / name / "xdg-cache"),
         )
+        Path(env["SCCACHE_SERVER_UDS"]).unlink(missing_ok=True)
         run([sccache, "--start-server"], env=env)
         try:
             kernels = by_torch[name] = _kernel_commands(python, build, upstream_sdists, env)
@@ -352,6 +355,7 @@ def test_a_second_torch_takes_the_kernel_from_redis_with_the_object_cache_off(
             stats[name] = json.loads(shown)["stats"]
         finally:
             run([sccache, "--stop-server"], env=env, check=False)
+            Path(env["SCCACHE_SERVER_UDS"]).unlink(missing_ok=True)
     first, second = by_torch["2.11"], by_torch["2.14.1"]
     assert len(first) == 4 and first == second
     words = [a for c in first for a in c["args"]]
