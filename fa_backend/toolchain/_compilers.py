@@ -56,10 +56,9 @@ def _output(argv: list[str], timeout: float = 60, stderr: bool = False) -> str:
     return proc.stderr if stderr else proc.stdout
 
 
-@functools.cache
 def _banner(path: Path) -> str:
-    """`nvcc --version`'s output: one run answers both questions."""
-    return _output([str(path), "--version"])
+    """`nvcc --version`'s output: one run answers every question (and keys objects: program)."""
+    return (program(shlex.quote(str(path))) or ("", ""))[1]
 
 
 def nvcc_version(path: Path) -> Version | None:
