@@ -195,30 +195,15 @@ def fit(nvcc: Nvcc, torch: TorchInfo) -> str:
 
 
 # The environment the compilers read beyond their command lines: a change in any can change an
-# object. True: it reaches nvcc or the host compiler nvcc runs (nvcc's own variables, the nvcc
-# torch runs, the include search paths, gcc's own programs), so every kernel object's key holds
-# it (fleet/_objects); the wheel fingerprint holds them all (pipeline/_provenance). CC reaches
-# nvcc as torch's -ccbin, keyed as the host compiler nvcc runs (nvcc_inputs).
-COMPILER_ENV = {
-    "CXX": False,
-    "CC": False,
-    "CFLAGS": False,
-    "CXXFLAGS": False,
-    "CPPFLAGS": False,
-    "LDFLAGS": False,
-    "NVCC_PREPEND_FLAGS": True,
-    "NVCC_APPEND_FLAGS": True,
-    "NVCC_CCBIN": True,
-    "PYTORCH_NVCC": True,
-    "CPATH": True,
-    "C_INCLUDE_PATH": True,
-    "CPLUS_INCLUDE_PATH": True,
-    "GCC_EXEC_PREFIX": True,
-    "COMPILER_PATH": True,
-}
-NVCC_ENV = tuple(name for name, reaches_nvcc in COMPILER_ENV.items() if reaches_nvcc)
+# object. NVCC_ENV reaches nvcc or the host compiler nvcc runs (nvcc's own variables, the nvcc
+# torch runs, the include search paths, gcc's own programs): every kernel object's key holds it
+# (fleet/_objects), and the wheel fingerprint all of COMPILER_ENV (pipeline/_provenance). CC
+# reaches nvcc as torch's -ccbin, keyed as the host compiler nvcc runs (nvcc_inputs).
 INCLUDE_PATH_ENV = ("CPATH", "C_INCLUDE_PATH", "CPLUS_INCLUDE_PATH")
 NVCC_FLAGS_ENV = ("NVCC_PREPEND_FLAGS", "NVCC_APPEND_FLAGS")  # around every command's own
+NVCC_ENV = (*NVCC_FLAGS_ENV, "NVCC_CCBIN", "PYTORCH_NVCC", *INCLUDE_PATH_ENV)
+NVCC_ENV += ("GCC_EXEC_PREFIX", "COMPILER_PATH")
+COMPILER_ENV = ("CXX", "CC", "CFLAGS", "CXXFLAGS", "CPPFLAGS", "LDFLAGS", *NVCC_ENV)
 _CCBIN = ("-ccbin", "--compiler-bindir")
 
 
