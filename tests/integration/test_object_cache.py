@@ -201,9 +201,8 @@ def _value(name: str, tmp: Path) -> str:
     wrapper.parent.mkdir(exist_ok=True)
     wrapper.write_text(f'#!/bin/sh\nexec {shlex.quote(NVCC)} "$@"\n')
     wrapper.chmod(0o755)
-    gcc_lib = Path(
-        subprocess.run(["gcc", "-print-libgcc-file-name"], capture_output=True, text=True).stdout
-    ).parent
+    libgcc = subprocess.run(["gcc", "-print-libgcc-file-name"], capture_output=True, text=True)
+    gcc_lib = Path(libgcc.stdout.strip()).parent  # gcc's own programs' directory
     values = {
         "NVCC_APPEND_FLAGS": "-G",  # device debug code: the issue's poisoning
         "NVCC_PREPEND_FLAGS": "-lineinfo",
