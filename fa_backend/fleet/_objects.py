@@ -1,13 +1,15 @@
 """The object cache: each torch-free kernel object kept under the inputs that make it (source and
-include bytes, the nvcc command line less this build's directories and `_TORCH_ONLY`, compiler
-versions), so that a build for another torch, Python or C++ ABI compiles only the binding
-(docs/guides/build-speed.md); the launcher serves each unit from the spec `write_spec` writes."""
+include bytes, the nvcc command line less this build's directories and `_TORCH_ONLY`, and what
+reaches nvcc beyond it: toolchain/_compilers.nvcc_inputs), so that a build for another torch,
+Python or C++ ABI compiles only the binding (docs/guides/build-speed.md); the launcher serves each
+unit from the spec `write_spec` writes."""
 
 from __future__ import annotations
 
 import hashlib
 import json
-import subprocess
+import os
+import shlex
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -15,9 +17,10 @@ from ..core._digest import sha256_of
 from ..resources import object_cache
 from ..resources.object_cache import SPEC_NAME, under
 from ..resources.upstream_driver import TORCH_ONLY_DEFINES
+from ..toolchain._compilers import INCLUDE_PATH_ENV, NVCC_FLAGS_ENV
 from . import _entries
 
-FORMAT = 1
+FORMAT = 2  # 2: keyed on nvcc_inputs (the environment, nvcc and its host compiler)
 # the C++ ABI's define, which the launcher keeps in an entry's name unless the object shows it
 # needs none, and those only torch's headers read (the driver leaves them out of kernel commands)
 ABI_DEFINE = "-D_GLIBCXX_USE_CXX11_ABI="
@@ -37,22 +40,21 @@ def root_of(settings) -> Path:
     return settings.resolved_cache_dir / "objects"
 
 
-def _version(program: str) -> str:
-    try:
-        done = subprocess.run([program, "--version"], capture_output=True, text=True, check=False)
-    except OSError as exc:
-        return f"unavailable: {exc}"
-    return done.stdout.strip()
-
-
 class Keys:
-    """Each torch-free unit's key; `excluded` collects the include directories outside the tree
-    and the toolkit (torch's, Python's, a venv's) that no stored unit may have read."""
+    """Each torch-free unit's key; `excluded` collects the include directories that no stored unit
+    may have read: those outside the tree and the toolkit, and torch's and Python's (`foreign`)
+    wherever they lie (conda's nvcc: the toolkit root is the environment that holds them)."""
 
-    def __init__(self, tree: Path, toolkit: Path, nvcc: str, host: str):
-        self.tree, self.toolkit = tree.resolve(), toolkit.resolve()
-        self.tools = {"nvcc": _version(nvcc), "host": _version(host)}
-        self.excluded: set[Path] = set()
+    def __init__(self, tree: Path, toolkit: Path, inputs: dict, foreign: Sequence[str] = ()):
+        """inputs: what reaches nvcc beyond its command line (toolchain/_compilers.nvcc_inputs)."""
+        self.tree, self.toolkit, self.inputs = tree.resolve(), toolkit.resolve(), inputs
+        self.foreign = [Path(p).resolve() for p in foreign]
+        self.excluded: set[Path] = set(self.foreign)
+        env = inputs["env"]
+        # nvcc's flag variables around each command, the include search paths after it
+        self._before, self._after = (shlex.split(env[n] or "") for n in NVCC_FLAGS_ENV)
+        paths = [p for n in INCLUDE_PATH_ENV for p in (env[n] or "").split(os.pathsep) if p]
+        self._after += [f"-I{p}" for p in paths]
         self._hashes: dict[Path, str] = {}
 
     def _dir_hash(self, directory: Path) -> str:
@@ -69,7 +71,7 @@ class Keys:
 
     def key(self, args: Sequence[str], source: str, cwd: Path) -> str:
         """args: the command after the compiler; source: the unit's source path."""
-        kept, in_tree, words = [], set(), iter(args)
+        kept, in_tree, words = [], set(), iter([*self._before, *args, *self._after])
         for a in words:
             if a in _VALUED:
                 next(words, None)
@@ -81,8 +83,8 @@ class Keys:
                 if under(directory, [self.tree]):
                     in_tree.add(directory)
                     kept.append(f"-I{self._relative(str(directory))}")
-                elif not under(directory, [self.toolkit]):  # nvcc's version stands for it
-                    self.excluded.add(directory)
+                elif under(directory, self.foreign) or not under(directory, [self.toolkit]):
+                    self.excluded.add(directory)  # nvcc's version stands for the toolkit's
             elif not (a in _ALONE or a.startswith(_TORCH_ONLY + _PATH_MAPS) or a == source):
                 kept.append(self._relative(a))
         src = (cwd / source).resolve()
@@ -92,7 +94,7 @@ class Keys:
             "source_sha256": sha256_of(src),
             "tree": {str(d.relative_to(self.tree)): self._dir_hash(d) for d in sorted(in_tree)},
             "args": kept,
-            **self.tools,
+            "compilers": self.inputs,
         }
         return hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()[:32]
 

@@ -9,6 +9,7 @@ import dataclasses
 import hashlib
 import json
 import shutil
+import sysconfig
 import tempfile
 import time
 import zipfile
@@ -112,8 +113,14 @@ def object_cache(plan: Plan, tools: Tools, source: Path, commands) -> frozenset[
         return frozenset()
     units = [c for c in commands if c.kind == "nvcc"]
     cwd = source  # torch's build.ninja names absolute paths; relative ones are the setup dir's
-    host = next((c.values("-ccbin")[-1] for c in units if c.values("-ccbin")), "gcc")
-    keys = _objects.Keys(source.parent, tools.nvcc.cuda_home, str(tools.nvcc.path), host)
+    ccbin = next(filter(None, (_compilers.ccbin_in(c.args) for c in units)), None)
+    inputs, unkeyable = _compilers.nvcc_inputs(tools.nvcc.path, ccbin)
+    if unkeyable:
+        _log.warn(f"object cache not used by this build: {unkeyable}")
+        return frozenset()
+    # torch's and Python's headers are never the toolkit's, even inside its root (conda)
+    foreign = [plan.torch.package_dir, *{sysconfig.get_path(p) for p in ("include", "platinclude")}]
+    keys = _objects.Keys(source.parent, tools.nvcc.cuda_home, inputs, foreign)
     by_output = {
         str((cwd / c.values("-o")[-1]).resolve()): {
             "key": keys.key(c.args[1:], c.file, cwd),

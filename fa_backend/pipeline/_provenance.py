@@ -20,22 +20,6 @@ from ._compile_plan import Prepared
 
 __all__ = ["GUARD", "PROVENANCE", "fingerprint", "provenance"]
 
-# The environment the compilers read: a change in any of them can change the objects.
-_COMPILER_ENV = (
-    "CXX",
-    "CC",
-    "CFLAGS",
-    "CXXFLAGS",
-    "CPPFLAGS",
-    "LDFLAGS",
-    "NVCC_APPEND_FLAGS",
-    "NVCC_PREPEND_FLAGS",
-    "NVCC_CCBIN",
-    "PYTORCH_NVCC",
-    "CPATH",
-    "CPLUS_INCLUDE_PATH",
-)
-
 
 @functools.cache
 def fa_shim_sources() -> str:
@@ -88,7 +72,11 @@ def fingerprint(plan: Plan, tools: Tools) -> dict:
         "archs": list(tools.archs.targets) if tools.archs else None,
         "kernel_set": plan.kernel_set,
         "host_compiler": [compiler["path"], compiler["version"]],
-        "env": {name: os.environ.get(name) for name in _COMPILER_ENV},
+        "env": {name: os.environ.get(name) for name in _compilers.COMPILER_ENV},
+        # the nvcc that runs and its host compiler (torch's -ccbin is CC), as objects are keyed
+        "nvcc_inputs": _compilers.nvcc_inputs(tools.nvcc.path, os.environ.get("CC"))[0]
+        if tools.nvcc
+        else None,
         "source_date_epoch": os.environ.get("SOURCE_DATE_EPOCH"),  # the wheel's zip times
     }
 

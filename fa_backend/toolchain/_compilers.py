@@ -16,6 +16,7 @@ import shutil
 import subprocess
 import sys
 import sysconfig
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from packaging.version import Version
@@ -55,10 +56,9 @@ def _output(argv: list[str], timeout: float = 60, stderr: bool = False) -> str:
     return proc.stderr if stderr else proc.stdout
 
 
-@functools.cache
 def _banner(path: Path) -> str:
-    """`nvcc --version`'s output: one run answers both questions."""
-    return _output([str(path), "--version"])
+    """`nvcc --version`'s output: one run answers every question (and keys objects: program)."""
+    return (program(shlex.quote(str(path))) or ("", ""))[1]
 
 
 def nvcc_version(path: Path) -> Version | None:
@@ -194,12 +194,87 @@ def fit(nvcc: Nvcc, torch: TorchInfo) -> str:
     return f"nvcc {nvcc.path} (CUDA {ours}) for torch {torch.version} (CUDA {torch.cuda}): {why}"
 
 
+# The environment the compilers read beyond their command lines: a change in any can change an
+# object. NVCC_ENV reaches nvcc or the host compiler nvcc runs (nvcc's own variables, the nvcc
+# torch runs, the include search paths, gcc's own programs): every kernel object's key holds it
+# (fleet/_objects), and the wheel fingerprint all of COMPILER_ENV (pipeline/_provenance). CC
+# reaches nvcc as torch's -ccbin, keyed as the host compiler nvcc runs (nvcc_inputs).
+INCLUDE_PATH_ENV = ("CPATH", "C_INCLUDE_PATH", "CPLUS_INCLUDE_PATH")
+NVCC_FLAGS_ENV = ("NVCC_PREPEND_FLAGS", "NVCC_APPEND_FLAGS")  # around every command's own
+NVCC_ENV = (*NVCC_FLAGS_ENV, "NVCC_CCBIN", "PYTORCH_NVCC", *INCLUDE_PATH_ENV)
+NVCC_ENV += ("GCC_EXEC_PREFIX", "COMPILER_PATH")
+COMPILER_ENV = ("CXX", "CC", "CFLAGS", "CXXFLAGS", "CPPFLAGS", "LDFLAGS", *NVCC_ENV)
+_CCBIN = ("-ccbin", "--compiler-bindir")
+
+
+@functools.cache
+def program(command: str, search: str | None = None) -> tuple[str, str] | None:
+    """A compiler command's program by resolved path (`search`: the PATH it is looked up on) and
+    the command's `--version` output; None where it is not found or does not answer."""
+    try:
+        words = shlex.split(command)
+    except ValueError:
+        return None
+    exe = shutil.which(words[0], path=search) if words else None
+    # a hung compiler: the preflight names it
+    out = _output([exe, *words[1:], "--version"], timeout=30).strip() if exe else ""
+    return (os.path.realpath(exe), out) if exe and out else None
+
+
 def host_compiler() -> dict[str, str]:
     """The C++ compiler torch will call (CXX, else c++), the program it names, its version."""
     cxx = os.environ.get("CXX", "c++")
-    exe = shutil.which(cxx.split()[0]) or cxx
-    out = _output([exe, "--version"], timeout=30)  # a hung compiler: the preflight names it
-    return {"command": cxx, "path": exe, "version": out.splitlines()[0] if out else "unknown"}
+    path, version = program(cxx) or (cxx, "unknown")
+    return {"command": cxx, "path": path, "version": version.splitlines()[0]}
+
+
+def ccbin_in(args: Sequence[str]) -> str | None:
+    """The host compiler a command names (-ccbin X, --compiler-bindir=X); nvcc takes only one."""
+    for i, arg in enumerate(args):
+        flag, eq, value = arg.partition("=")
+        if flag in _CCBIN:
+            return value if eq else (args[i + 1] if i + 1 < len(args) else None)
+    return None
+
+
+def unkeyable_paths(env: Mapping[str, str | None]) -> str | None:
+    """An include search path entry that names a directory relative to each compile's working
+    directory (an empty one is that directory): what it holds differs by build, unkeyed."""
+    for name in INCLUDE_PATH_ENV:
+        value = env.get(name)
+        for entry in value.split(os.pathsep) if value else ():
+            if not os.path.isabs(entry):
+                what = f"the relative directory {entry!r}" if entry else "an empty entry"
+                return f"{name}={env[name]!r} holds {what} (the compile's working directory)"
+    return None
+
+
+def nvcc_inputs(
+    nvcc: Path, ccbin: str | None, env: Mapping[str, str] = os.environ
+) -> tuple[dict, str | None]:
+    """What reaches nvcc beyond its command line (`ccbin`: the command's -ccbin): the variables of
+    NVCC_ENV, the nvcc that runs (PYTORCH_NVCC, else `nvcc`) and the host compiler it runs (-ccbin
+    in the command or NVCC_*_FLAGS, else NVCC_CCBIN, else its default gcc; a directory: its gcc),
+    each by resolved path and version; and why they cannot be keyed (None: they can)."""
+    values = {name: env.get(name) for name in NVCC_ENV}
+    try:
+        flags = [w for name in NVCC_FLAGS_ENV for w in shlex.split(values[name] or "")]
+    except ValueError as exc:
+        return {"env": values}, f"NVCC_PREPEND_FLAGS/NVCC_APPEND_FLAGS do not split ({exc})"
+    named = [(ccbin_in(flags), "NVCC_*_FLAGS' -ccbin"), (ccbin, "-ccbin")]
+    named += [(values["NVCC_CCBIN"], "NVCC_CCBIN"), ("gcc", "nvcc's default")]
+    host, origin = next((h, o) for h, o in named if h)
+    host = os.path.join(host, "gcc") if os.path.isdir(host) else host
+    # nvcc puts its own directories first on the PATH its host compiler is found on
+    search = os.pathsep.join([str(nvcc_home(nvcc) / "bin"), env.get("PATH", os.defpath)])
+    runs = values["PYTORCH_NVCC"] or shlex.quote(str(nvcc))
+    facts = {"env": values, "nvcc": program(runs), "host": program(host, search)}
+    silent = "is not found or does not answer --version"
+    if facts["nvcc"] is None:
+        return facts, f"the nvcc that runs ({runs}) {silent}"
+    if facts["host"] is None:
+        return facts, f"the host compiler nvcc runs ({host}, from {origin}) {silent}"
+    return facts, unkeyable_paths(values)
 
 
 def compiler_cache(setting: str) -> str | None:

@@ -8,15 +8,24 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
+import sysconfig
 from pathlib import Path
 
 import pytest
+from conftest import SHARED_SDISTS, fa2_plan
+from packaging.version import Version
 
+from fa_backend.flavours._interface import Tools
 from fa_backend.fleet import _objects
+from fa_backend.pipeline import _build
 from fa_backend.resources import LAUNCHER, launcher, object_cache
+from fa_backend.toolchain import _compilers
+from fa_backend.toolchain._compile_commands import Command
+from fa_backend.toolchain._compilers import Nvcc
 
 pytestmark = pytest.mark.integration
 
@@ -56,21 +65,38 @@ def _args(tree: Path, abi: int = 1) -> list[str]:
     ]  # fmt: skip
 
 
-def _spec(tree: Path, root: Path, args: list[str]) -> Path:
+def _env(**changes: str | None) -> dict[str, str]:
+    """This process's environment with variables set (a value) or taken out (None)."""
+    env = {**os.environ, **changes}
+    return {name: value for name, value in env.items() if value is not None}
+
+
+def _keys(tree: Path, env: dict | None = None, nvcc: str = NVCC, **kw) -> _objects.Keys:
+    """The keys as the pipeline makes them (pipeline/_build.object_cache), in `env`."""
+    inputs, unkeyable = _compilers.nvcc_inputs(Path(nvcc), None, env or os.environ)
+    assert unkeyable is None
+    return _objects.Keys(tree, kw.pop("toolkit", TOOLKIT), inputs, **kw)
+
+
+def _spec(tree: Path, root: Path, args: list[str], keys: _objects.Keys | None = None) -> Path:
     (tree / "build").mkdir(exist_ok=True)
-    keys = _objects.Keys(tree, TOOLKIT, NVCC, "gcc")
+    keys = keys or _keys(tree)
     key = keys.key(args, str(tree / "csrc" / "k.cu"), tree)
-    assert keys.excluded == {_torch(tree).resolve()}
+    assert _torch(tree).resolve() in keys.excluded
     abi = next(a[-1] for a in args if a.startswith(_objects.ABI_DEFINE))
     units = {str(tree / "build" / "k.o"): {"key": key, "abi": abi}}
     return _objects.write_spec(tree / "build", root, units, keys.excluded, "torch 9.9", 60, 1)
 
 
-def _launch(tree: Path, spec: Path, args: list[str]) -> subprocess.Popen:
+def _launch(
+    tree: Path, spec: Path, args: list[str], env: dict | None = None, nvcc: str = NVCC
+) -> subprocess.Popen:
     # nvcc's temporaries under fixed names, as the upstream build runs it (pipeline/_upstream)
-    env = {**os.environ, object_cache.SPEC_ENV: str(spec), launcher.KEEP_ENV: "1"}
+    env = {**(env or os.environ), object_cache.SPEC_ENV: str(spec), launcher.KEEP_ENV: "1"}
     stats = tree / "build" / "stats.jsonl"
-    command = [sys.executable, LAUNCHER, stats, NVCC, *args]
+    # the nvcc torch runs: PYTORCH_NVCC's (pipeline/_upstream gives it to the launcher)
+    nvcc_command = shlex.split(env.get("PYTORCH_NVCC", "")) or [nvcc]
+    command = [sys.executable, LAUNCHER, stats, *nvcc_command, *args]
     return subprocess.Popen(
         [str(c) for c in command], env=env, cwd=tree, stderr=subprocess.PIPE, text=True
     )
@@ -137,8 +163,7 @@ def test_the_key_is_the_units_inputs_not_torchs_or_this_builds_paths(tmp_path):
     a, b = _tree(tmp_path / "a"), _tree(tmp_path / "b")
 
     def key(tree: Path, args: list[str]) -> str:
-        keys = _objects.Keys(tree, TOOLKIT, NVCC, "gcc")
-        return keys.key(args, str(tree / "csrc" / "k.cu"), tree)
+        return _keys(tree).key(args, str(tree / "csrc" / "k.cu"), tree)
 
     base = key(a, _args(a))
     other_torch = [x.replace("flash_attn_2_cuda", "other") for x in _args(b)]
@@ -166,3 +191,106 @@ def test_an_object_serves_the_old_abi_only_where_it_names_no_abi_tagged_symbol(
     assert entry.endswith(".abi1") == uses_string
     _finish(_launch(old, _spec(old, root, _args(old, abi=0)), _args(old, abi=0)))
     assert _served(old) == [not uses_string]
+
+
+def _value(name: str, tmp: Path) -> str:
+    """A value for each variable that reaches nvcc, with which the unit still compiles."""
+    include = tmp / "extra-include"
+    include.mkdir(exist_ok=True)
+    wrapper = tmp / "bin" / "nvcc-wrapper"  # another nvcc that runs: PYTORCH_NVCC swaps it
+    wrapper.parent.mkdir(exist_ok=True)
+    wrapper.write_text(f'#!/bin/sh\nexec {shlex.quote(NVCC)} "$@"\n')
+    wrapper.chmod(0o755)
+    libgcc = subprocess.run(["gcc", "-print-libgcc-file-name"], capture_output=True, text=True)
+    gcc_lib = Path(libgcc.stdout.strip()).parent  # gcc's own programs' directory
+    values = {
+        "NVCC_APPEND_FLAGS": "-G",  # device debug code: the issue's poisoning
+        "NVCC_PREPEND_FLAGS": "-lineinfo",
+        "NVCC_CCBIN": "g++",  # another host compiler than nvcc's default gcc
+        "PYTORCH_NVCC": str(wrapper),
+        "CPATH": str(include),
+        "C_INCLUDE_PATH": str(include),
+        "CPLUS_INCLUDE_PATH": str(include),
+        "GCC_EXEC_PREFIX": f"{gcc_lib.parent.parent}/",  # gcc's own, named
+        "COMPILER_PATH": str(gcc_lib),
+    }
+    return values[name]
+
+
+@pytest.mark.parametrize("name", _compilers.NVCC_ENV)
+def test_a_variable_that_reaches_nvcc_set_for_one_build_is_a_miss_for_the_next(tmp_path, name):
+    """A build run once with NVCC_APPEND_FLAGS=-G (or any variable of the one list the wheel
+    fingerprint reads too) keeps its object under its own key: the next build without it, on the
+    same cache, is served nothing (the pipeline's own question: _objects.cached)."""
+    root, env = tmp_path / "objects", _env(**{name: _value(name, tmp_path)})
+    odd, plain = _tree(tmp_path / "odd"), _tree(tmp_path / "plain")
+    odd_spec = _spec(odd, root, _args(odd), _keys(odd, env))
+    _finish(_launch(odd, odd_spec, _args(odd), env))
+    assert _served(odd) == [False]
+    assert len(_objects.entries(root)) == 1  # kept, under the odd build's key
+    assert _objects.cached(odd_spec)  # which serves a build like it
+    assert (
+        _objects.cached(_spec(plain, root, _args(plain), _keys(plain, _env(**{name: None})))) == {}
+    )
+
+
+def _conda_env(prefix: Path) -> Path:
+    """A conda environment as conda's cuda-nvcc lays it out: nvcc in <prefix>/bin with its
+    nvcc.profile, so that nvcc's own root (its TOP) is the environment, the toolkit's programs
+    and directories linked in, and a site-packages that will hold torch."""
+    toolkit = _compilers.nvcc_home(Path(NVCC))  # the real one (NVCC may be a wrapper)
+    (prefix / "bin").mkdir(parents=True)
+    for name in os.listdir(toolkit / "bin"):
+        if name == "nvcc.profile":  # TOP = $(_HERE_)/..: the prefix, not the linked toolkit
+            shutil.copy(toolkit / "bin" / name, prefix / "bin" / name)
+        else:
+            (prefix / "bin" / name).symlink_to(toolkit / "bin" / name)
+    for name in ("nvvm", "targets"):
+        (prefix / name).symlink_to(toolkit / name)
+    site = prefix / "lib" / "python3.11" / "site-packages"
+    site.mkdir(parents=True)
+    return site
+
+
+def test_torchs_headers_inside_a_toolkit_root_that_holds_the_environment_stay_excluded(tmp_path):
+    """conda's nvcc: CUDA_HOME is the environment, so torch's include directory lies under the
+    toolkit root. It is still excluded (torch's directory is never the toolkit's): a unit that
+    reads a torch header is compiled by that real nvcc and not kept."""
+    site = _conda_env(tmp_path / "env")
+    nvcc = str(tmp_path / "env" / "bin" / "nvcc")
+    toolkit = _compilers.nvcc_home(Path(nvcc))
+    assert toolkit == (tmp_path / "env").resolve()  # nvcc itself says so
+    (tmp_path / "a-venv").symlink_to(site)  # torch's headers at <prefix>/lib/python3.11/...
+    tree, root = _tree(tmp_path / "a", include='#include "fake_torch.h"'), tmp_path / "objects"
+    keys = _keys(tree, nvcc=nvcc, toolkit=toolkit, foreign=[site / "torch"])
+    err = _finish(_launch(tree, _spec(tree, root, _args(tree), keys), _args(tree), nvcc=nvcc))
+    assert (site / "torch").resolve() in keys.excluded
+    assert "fake_torch.h" in err and "not cached" in err, err
+    assert _served(tree) == [False] and _objects.entries(root) == []
+
+
+def test_an_input_that_cannot_be_keyed_sets_the_object_cache_aside_in_one_line(
+    tmp_path, monkeypatch, capfd
+):
+    """pipeline/_build.object_cache on a unit as build.ninja names it, for the pinned release
+    (its patches take torch out of the kernels): keyable, it writes the spec with torch's and
+    Python's directories excluded; with NVCC_CCBIN naming no compiler it writes none (every unit
+    compiles as without the cache) and says why in one line."""
+    plan = fa2_plan(SHARED_SDISTS, "2.8.3", cache_dir=str(tmp_path / "cache"))
+    tree = _tree(tmp_path / "scratch" / "src")
+    command = Command("nvcc", str(tree / "csrc" / "k.cu"), (NVCC, *_args(tree)))
+    tools = Tools(Nvcc(Path(NVCC), Version("13.0"), "PATH"), None, 2, None, None, {})
+    spec = tmp_path / "scratch" / object_cache.SPEC_NAME
+    assert _build.object_cache(plan, tools, tree, [command]) == frozenset()  # nothing kept yet
+    excluded = {Path(p) for p in json.loads(spec.read_text())["excluded"]}
+    assert {Path("/t"), Path(sysconfig.get_path("include")).resolve()} <= excluded  # torch's "/t"
+    spec.unlink()
+    monkeypatch.setenv("NVCC_CCBIN", str(tmp_path / "no-such-gcc"))
+    capfd.readouterr()
+    assert _build.object_cache(plan, tools, tree, [command]) == frozenset()
+    err = capfd.readouterr().err
+    assert err.count("\n") == 1 and "no-such-gcc, from NVCC_CCBIN" in err, err
+    assert (
+        err.startswith("fa-shim: warning: object cache not used by this build")
+        and not spec.exists()
+    )

@@ -23,6 +23,7 @@ from fa_backend.flavours.fa3._flavour import FLAVOUR as FA3
 from fa_backend.pipeline import _provenance, _seal
 from fa_backend.pipeline._compile_plan import Prepared
 from fa_backend.resources import GUARD
+from fa_backend.toolchain import _compilers
 from fa_backend.toolchain._archs import ArchChoice, Selection
 from fa_backend.toolchain._compile_commands import Command
 
@@ -37,7 +38,7 @@ CXX_VERSION = "sample-c++ (fa-shim tests) 9.9.9"
 
 @pytest.fixture
 def plan(sample_sdist_dir, monkeypatch, tmp_path):
-    for name in (*_provenance._COMPILER_ENV, "SOURCE_DATE_EPOCH"):
+    for name in (*_compilers.COMPILER_ENV, "SOURCE_DATE_EPOCH"):
         monkeypatch.delenv(name, raising=False)
     cxx = tmp_path / "bin" / "sample-c++"
     cxx.parent.mkdir()
@@ -64,7 +65,8 @@ def test_the_fingerprint_of_a_plan(plan):
         "archs": None,
         "kernel_set": plan.kernel_set,
         "host_compiler": [cxx, CXX_VERSION],
-        "env": {**dict.fromkeys(_provenance._COMPILER_ENV), "CXX": cxx},
+        "env": {**dict.fromkeys(_compilers.COMPILER_ENV), "CXX": cxx},
+        "nvcc_inputs": None,  # no nvcc compiles
         "source_date_epoch": None,  # the wheel's zip times (wheel/_wheelfile)
     }
     assert len(fp["fa_shim_sources"]) == 64
