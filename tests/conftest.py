@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import atexit
 import dataclasses
 import ensurepip
@@ -681,9 +682,13 @@ def pytest_runtest_protocol(item, nextitem):
 
 # ------------------------------------------------------------------------- CI runs what it says
 # In CI (CI=true, which CI services set) a test that compiles real kernels (`realbuild`) or stands
-# for a cell of docs/reference/versions.md (`cell`) may not skip: its skip is turned into a
-# failure that keeps the skip's reason, so a green run is one that built. Off CI it still skips,
-# saying why. The one place this is decided: no test catches its own missing tool.
+# for a cell of docs/reference/versions.md (`cell`) may not skip or xfail, at any level: a skip
+# or xfail of its own, its class's, its module's pytestmark or a fixture's (pytest_runtest_
+# makereport), and a module that skips as it is imported (pytest.skip(allow_module_level=True),
+# importorskip: pytest_make_collect_report; its tests are never made, so its source says which
+# marks they carry). Each becomes a failure that keeps the reason, so a green run is one that
+# built. Off CI they still skip, saying why. The one place this is decided: no test catches its
+# own missing tool.
 MUST_RUN_IN_CI = ("realbuild", "cell")
 
 
@@ -691,20 +696,60 @@ def in_ci() -> bool:
     return os.environ.get("CI", "").strip().lower() in ("true", "1")
 
 
+def _refuse_in_ci(report, marks: list[str], what: str) -> None:
+    report.outcome = "failed"
+    report.longrepr = (
+        f"a {'/'.join(marks)} test did not run in CI (CI=true), which may not skip or xfail it: "
+        f"{what}\n(give the CI machine what it needs, or take the mark off; docs/development.md, "
+        "Programs and services)"
+    )
+
+
+def _skip_reason(report) -> str:
+    return report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     report = (yield).get_result()
-    if not report.skipped or hasattr(report, "wasxfail") or not in_ci():
+    xfail = getattr(report, "wasxfail", None)  # xfailed, or passed under a non-strict xfail
+    if not (report.skipped or xfail is not None) or not in_ci():
         return
     marks = [m for m in MUST_RUN_IN_CI if item.get_closest_marker(m)]
     if marks:
-        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else report.longrepr
-        report.outcome = "failed"
-        report.longrepr = (
-            f"a {'/'.join(marks)} test did not run in CI (CI=true), which may not skip it: "
-            f"{reason}\n(give the CI machine what it needs; docs/development.md, Programs and "
-            "services)"
+        what = _skip_reason(report) if xfail is None else f"xfail ({xfail or 'no reason'})"
+        if xfail is not None:
+            del report.wasxfail  # else reported as xfailed/xpassed whatever its outcome
+        _refuse_in_ci(report, marks, what)
+
+
+def _marks_in_source(path: Path) -> list[str]:
+    """The MUST_RUN_IN_CI marks a test module's source applies (`mark.realbuild`, `mark.cell`)."""
+    try:
+        tree = ast.parse(path.read_bytes(), str(path))
+    except (OSError, SyntaxError, ValueError):
+        return []
+    named = {
+        node.attr
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Attribute)
+        and node.attr in MUST_RUN_IN_CI
+        and (
+            getattr(node.value, "attr", None) == "mark" or getattr(node.value, "id", None) == "mark"
         )
+    }
+    return [m for m in MUST_RUN_IN_CI if m in named]
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_make_collect_report(collector):
+    report = (yield).get_result()
+    if report.skipped and isinstance(collector, pytest.Module) and in_ci():
+        marks = _marks_in_source(collector.path)
+        if marks:
+            _refuse_in_ci(
+                report, marks, f"its module skipped as it was imported: {_skip_reason(report)}"
+            )
 
 
 # ---------------------------------------------------------------------------- durations

@@ -41,8 +41,14 @@ def build_sources(commands) -> list[str]:
     return [c.file.rsplit("/", 1)[-1] for c in commands]
 
 
-def preview(plan, tools, sources: Sequence[str], cores: int, cached: int = 0) -> Preview:
-    """The estimate block; `cached`: the units the object cache serves besides `sources`."""
+def preview(
+    plan, tools, sources: Sequence[str], cores: int, cached: int = 0, load: float | None = None
+) -> Preview:
+    """The estimate block; `cached`: the units the object cache serves besides `sources`; `load`:
+    the load average (default: this machine's now), which widens the range above one per core."""
+    if load is None:
+        load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
+    busy = load / max(1, cores)  # others' work shares the cores: the model assumes them free
     archs = tools.archs
     machine = _schedule.Machine(
         tools.jobs, tools.nvcc_threads or 1, cores, len(archs.targets) if archs else 1
@@ -75,18 +81,17 @@ def preview(plan, tools, sources: Sequence[str], cores: int, cached: int = 0) ->
     else:
         of = f"{cached} of {cached + len(sources)} units cached, " if cached else ""
         lines.append(
-            f"  estimate: {_schedule.time_range(seconds)} ({of}a per-source cost model "
+            f"  estimate: {_schedule.time_range(seconds, busy)} ({of}a per-source cost model "
             "calibrated on measured builds: docs/benchmarks.md)"
         )
-    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
-    if load > cores:  # others' work shares the cores: the model assumes them free
+    if busy > 1:
         lines.append(
-            f"  note: this machine is busy (load average {load:.1f} on {cores} core(s)); "
-            "the estimate assumes the cores are free"
+            f"  note: this machine is busy (load average {load:.1f} on {cores} core(s)): "
+            f"compiles may take {busy:.1f} x as long as on free cores, the range's top allows it"
         )
     if seconds is not None and seconds > SUGGEST_ABOVE_SECONDS and costs.faster:
         for alt, setting in costs.faster(tools, sources, machine):
-            lines.append(f"  faster: {setting}: {_schedule.time_range(alt)}")
+            lines.append(f"  faster: {setting}: {_schedule.time_range(alt, busy)}")
     return Preview(seconds, tuple(lines), machine, cost or _schedule.uniform)
 
 

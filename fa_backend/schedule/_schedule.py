@@ -69,18 +69,21 @@ def remaining(
     machine: Machine,
     cost: Cost,
 ) -> float:
-    """Seconds until the last source is compiled: model times scaled by the median of the
-    `finished` sources' measured/modelled ratios (a misjudged one moves a sum, not a median); a
-    `running` one past that by the median of those slower than it so far, else a tenth more."""
+    """Seconds until the last source is compiled: model times scaled by a rate, the median of the
+    measured/modelled ratios of the `finished` sources (a misjudged one moves a sum, not a
+    median) and, as lower bounds, of the `running` ones so far. So while units run past their
+    expected time (model x rate: a busy machine, which the model cannot know) the rate rises
+    with them, and the time left for what runs and what waits grows. A `running` source past
+    the rate: by the median of the finished ones slower than it so far, else a tenth more."""
 
     def model(name: str) -> float:
         return max(machine.scale(cost(name)), 1e-9)  # a zero cost divides nothing
 
     ratios = [seconds / model(name) for name, seconds in finished]
-    rate = median(ratios) if ratios else 1.0
+    so_far = [elapsed / model(name) for name, elapsed in running]
+    rate = max(median(ratios) if ratios else 1.0, median([*ratios, *so_far]) if so_far else 0.0)
     busy = []
-    for name, elapsed in running:
-        seen = elapsed / model(name)
+    for (name, elapsed), seen in zip(running, so_far):
         slower = [r for r in ratios if r > seen]
         if seen < rate:
             busy.append(model(name) * rate - elapsed)
@@ -91,9 +94,11 @@ def remaining(
     return makespan([model(name) * rate for name in pending], machine.jobs, busy)
 
 
-def time_range(seconds: float) -> str:
-    """The estimate as the range the recorded builds fell in: '8-13 min', '2.1-3.4 h'."""
-    low, high = (seconds * f for f in RANGE)
+def time_range(seconds: float, busy: float = 1.0) -> str:
+    """The estimate as the range the recorded builds fell in: '8-13 min', '2.1-3.4 h'; on a busy
+    machine (`busy`: its load average per core, above 1) its top that many times higher: others'
+    work slows every compile about that much, and the model assumes free cores."""
+    low, high = seconds * RANGE[0], seconds * RANGE[1] * max(1.0, busy)
     if high < 90:
         return f"{max(1, round(low / 10) * 10)}-{math.ceil(high / 10) * 10} s"
     if high < 2 * 3600:

@@ -90,6 +90,13 @@ def test_the_estimate_is_shown_as_the_range_the_recorded_builds_fell_in(seconds,
     assert _schedule.time_range(seconds) == shown
 
 
+@pytest.mark.parametrize(
+    ("busy", "shown"), [(0.4, "7-13 min"), (2.5, "7-33 min"), (8.0, "7-104 min")]
+)
+def test_on_a_busy_machine_the_range_reaches_as_much_higher(busy, shown):
+    assert _schedule.time_range(600, busy) == shown  # the low end: the load may go
+
+
 def test_without_a_cost_model_every_source_weighs_the_same():
     assert _schedule.uniform("flash_api.cpp") == _schedule.uniform("flash_fwd.cu") == 1.0
     machine = _schedule.Machine(jobs=1, threads=1, cores=1, archs=1)
