@@ -54,6 +54,15 @@ def _torch_facts(plan: Plan) -> list:
     return [plan.torch.version, plan.torch.cuda, plan.torch.abi, plan.torch.cxx_std]
 
 
+def _nvcc_programs(tools: Tools) -> dict | None:
+    """The nvcc that runs and the host compiler it runs (torch's -ccbin is CC), each by resolved
+    path and `--version` (its build too), as kernel objects are keyed; the variables are "env"."""
+    if not tools.nvcc:
+        return None
+    facts = _compilers.nvcc_inputs(tools.nvcc.path, os.environ.get("CC"))[0]
+    return {"nvcc": facts["nvcc"], "host": facts["host"]}
+
+
 def fingerprint(plan: Plan, tools: Tools) -> dict:
     """Everything that decides what the wheel computes; jobs, threads and the compile's shape do
     not (they cut the objects, not a kernel), so machines of any size share it."""
@@ -68,15 +77,11 @@ def fingerprint(plan: Plan, tools: Tools) -> dict:
         "guard": sha256_of(GUARD),
         "torch": _torch_facts(plan),
         "nvcc": str(tools.nvcc.version) if tools.nvcc else None,
-        "nvcc_build": _compilers.nvcc_build(tools.nvcc.path) if tools.nvcc else None,
         "archs": list(tools.archs.targets) if tools.archs else None,
         "kernel_set": plan.kernel_set,
         "host_compiler": [compiler["path"], compiler["version"]],
         "env": {name: os.environ.get(name) for name in _compilers.COMPILER_ENV},
-        # the nvcc that runs and its host compiler (torch's -ccbin is CC), as objects are keyed
-        "nvcc_inputs": _compilers.nvcc_inputs(tools.nvcc.path, os.environ.get("CC"))[0]
-        if tools.nvcc
-        else None,
+        "nvcc_programs": _nvcc_programs(tools),
         "source_date_epoch": os.environ.get("SOURCE_DATE_EPOCH"),  # the wheel's zip times
     }
 

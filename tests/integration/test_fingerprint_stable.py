@@ -19,6 +19,7 @@ from packaging.version import Version
 from fa_backend.flavours._interface import Tools
 from fa_backend.flavours.fa2 import _releases
 from fa_backend.pipeline import _provenance
+from fa_backend.toolchain import _compilers
 from fa_backend.toolchain._archs import ArchChoice, Selection
 from fa_backend.toolchain._compilers import Nvcc
 
@@ -26,8 +27,11 @@ from fa_backend.toolchain._compilers import Nvcc
 # test: a name dropped there must fail here)
 COMPILER_VARIABLES = (
     "CXX", "CC", "CFLAGS", "CXXFLAGS", "CPPFLAGS", "LDFLAGS", "NVCC_APPEND_FLAGS",
-    "NVCC_PREPEND_FLAGS", "NVCC_CCBIN", "PYTORCH_NVCC", "CPATH", "CPLUS_INCLUDE_PATH",
+    "NVCC_PREPEND_FLAGS", "NVCC_CCBIN", "PYTORCH_NVCC", "CPATH", "C_INCLUDE_PATH",
+    "CPLUS_INCLUDE_PATH", "GCC_EXEC_PREFIX", "COMPILER_PATH",
 )  # fmt: skip
+# set to `c++`, these also change the program nvcc runs (PYTORCH_NVCC) or its host compiler
+NAME_A_PROGRAM = {"CC", "NVCC_CCBIN", "PYTORCH_NVCC"}
 # fa-shim's own version and files: one checkout has one of each (test_provenance.py)
 OWN = {"fa_shim", "fa_shim_sources", "guard"}
 T211 = torch_info("2.11.0+cu130", "13.0")
@@ -54,6 +58,7 @@ def host(tmp_path, monkeypatch):
         monkeypatch.delenv(name, raising=False)
     _program(tmp_path / "bin" / "c++", "c++ (fa-shim tests) 9.9.9")
     monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}")
+    _compilers.program.cache_clear()  # asked once per process: this test's programs are new
     return tmp_path
 
 
@@ -116,7 +121,7 @@ def _(plan, tools, host, mp):
     return plan, dataclasses.replace(tools, nvcc=Nvcc(tools.nvcc.path, Version("12.9"), "PATH"))
 
 
-@_input("nvcc build", "nvcc_build")
+@_input("nvcc build", "nvcc_programs")
 def _(plan, tools, host, mp):
     return plan, dataclasses.replace(tools, nvcc=_nvcc(host / "nvcc-b" / "nvcc", "13.0.99"))
 
@@ -139,16 +144,16 @@ def _(plan, tools, host, mp):  # the same `c++`, upgraded in place
     return plan, tools
 
 
-def _variable_input(name: str, value: str, entry: str):
+def _variable_input(name: str, value: str, *entries: str):
     def change(plan, tools, host, mp):
         mp.setenv(name, value)
         return plan, tools
 
-    _input(f"${name}", entry)(change)
+    _input(f"${name}", *entries)(change)
 
 
-for _name in COMPILER_VARIABLES:
-    _variable_input(_name, "c++", "env")  # `c++`: for CXX, the program PATH's c++ already is
+for _name in COMPILER_VARIABLES:  # `c++`: for CXX, the program PATH's c++ already is
+    _variable_input(_name, "c++", "env", *(["nvcc_programs"] if _name in NAME_A_PROGRAM else []))
 _variable_input("SOURCE_DATE_EPOCH", "1700000000", "source_date_epoch")  # the zip times
 
 
@@ -167,7 +172,9 @@ def test_every_entry_of_the_fingerprint_is_an_input_changed_here(base):
 def test_each_input_changed_alone_changes_its_entry_only(name, base, host, monkeypatch):
     expected, change = ONE_INPUT[name]
     before = _provenance.fingerprint(*base)
-    after = _provenance.fingerprint(*change(*base, host, monkeypatch))
+    changed = change(*base, host, monkeypatch)
+    _compilers.program.cache_clear()  # a build asks each program once; this test changes them
+    after = _provenance.fingerprint(*changed)
     assert _changed(before, after) == expected
 
 

@@ -61,12 +61,11 @@ def test_the_fingerprint_of_a_plan(plan):
         "guard": hashlib.sha256(GUARD.read_bytes()).hexdigest(),
         "torch": ["2.13.0+cpu", None, 1, "c++20"],
         "nvcc": None,
-        "nvcc_build": None,
         "archs": None,
         "kernel_set": plan.kernel_set,
         "host_compiler": [cxx, CXX_VERSION],
         "env": {**dict.fromkeys(_compilers.COMPILER_ENV), "CXX": cxx},
-        "nvcc_inputs": None,  # no nvcc compiles
+        "nvcc_programs": None,  # no nvcc compiles
         "source_date_epoch": None,  # the wheel's zip times (wheel/_wheelfile)
     }
     assert len(fp["fa_shim_sources"]) == 64
