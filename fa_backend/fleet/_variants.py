@@ -211,8 +211,8 @@ def refresh(directory: Path, name: str) -> None:
     target = directory / name
     if wrong:
         _log.warn(
-            f"{target} is not rewritten: {'; '.join(wrong)}; uv keeps the variants it lists "
-            "(remove the wheel named, or run `python -m fa_backend cache check`)"
+            f"{target} is not rewritten: {'; '.join(wrong)}; uv reads the one there, if any, "
+            "as it was (remove the wheel named: the next build or hit rewrites it)"
         )
         return
     data = _dumps(doc)
