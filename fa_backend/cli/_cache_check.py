@@ -15,7 +15,7 @@ from packaging.version import Version
 from ..core import _log
 from ..core._digest import sha256_of
 from ..core._errors import FaShimError
-from ..fleet import _entries, _objects
+from ..fleet import _entries, _objects, _variants
 from ..wheel import _wheelfile
 
 OK, FAILED = "ok", "FAILED"
@@ -212,6 +212,8 @@ def main(action: str, root: Path, rebuild_one: bool, config: dict[str, str]) -> 
         rows += [_object_row(d) for d in _objects.entries(root / "objects")]
         if not rows:
             raise FaShimError(f"{root} holds no wheel-cache entry.", fix="name a wheel cache.")
+        for key, what, bad in _variants.check(root):  # uv's variants.json (fleet/_variants)
+            rows.append(Row(key, what, FAILED if bad else OK, "; ".join(bad) or _variants.MATCH))
         rows += strays(root)
     print(render(rows))
     return 0 if all(r.result in (OK, "stray") for r in rows) else 1

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from urllib.parse import quote
 
-from packaging.utils import canonicalize_name, parse_wheel_filename
+from packaging.utils import parse_wheel_filename
 
 from ..core import _atomic, _failures, _hostlock, _log
 from ..core._digest import sha256_of
@@ -27,7 +27,7 @@ from ..resources import INSTALLER, PROJECT
 from ..resources.runtime_guard import PROVENANCE
 from ..wheel._metadata import stable_abi_label
 from ..wheel._wheelfile import publish
-from . import _entries
+from . import _entries, _variants
 
 
 def key(fingerprint: dict) -> str:
@@ -182,11 +182,12 @@ def obtain(
     heartbeat: float,
     built: Callable[[], dict] | None = None,
     torch_version: str | None = None,
+    variants: bool = False,
 ) -> Path:
     """The wheel of this fingerprint published into out_dir: the cached one when it passes
     `check`, else a fresh `build()`, stored when the cache is writable (one builder per key; a
     cache whose lock cannot be taken is only read). With torch_version, a hit too is linked
-    into that torch's directory."""
+    into that torch's directory (with its variant wheel: `variants`, fleet/_variants)."""
     entry_key = key(fingerprint)
     read_only = _atomic.unwritable(root)  # e.g. shared storage mounted read-only
     if read_only:
@@ -215,7 +216,7 @@ def obtain(
                     )
                     read_only = why
         if torch_version and not read_only:
-            _torch_view(root, wheel, torch_version)
+            _torch_view(root, wheel, torch_version, variants)
         return deliver(wheel, out_dir)
 
 
@@ -236,10 +237,10 @@ def write_index(root: Path, name: str) -> None:
             if entry:
                 recorded[os.stat(entry.wheel).st_ino] = entry.sha256
     pages: dict[str, list[str]] = {}
-    for wheel in sorted(view.glob("*.whl")):
+    for wheel in sorted([*view.glob("*.whl"), *view.glob(_variants.INDEX_GLOB)]):
         digest = recorded.get(wheel.stat().st_ino) or sha256_of(wheel)  # a copy: no link
         href = f"../../../{view.name}/{quote(wheel.name)}#sha256={digest}"
-        dist = canonicalize_name(parse_wheel_filename(wheel.name)[0])
+        dist = _variants.project(wheel.name)  # a variant wheel's name: packaging parses none
         pages.setdefault(dist, []).append(f'<a href="{href}">{wheel.name}</a><br>')
     for dist, links in pages.items():
         _entries.make(index / dist, root)
@@ -252,11 +253,13 @@ def _page(links: list[str]) -> str:
     return "<!DOCTYPE html>\n<html><body>\n" + "\n".join(links) + "\n</body></html>\n"
 
 
-def _torch_view(root: Path, wheel: Path, torch_version: str) -> None:
+def _torch_view(root: Path, wheel: Path, torch_version: str, variants: bool = False) -> None:
     recorded = _recorded(wheel)  # read once: the view and the link both ask it
     view, whom = view_of(recorded, torch_version)
     try:
-        link_into(root, wheel, view, recorded)
+        linked = link_into(root, wheel, view, recorded)
+        if variants:
+            _variants.add(linked.parent, wheel, recorded)
         write_index(root, view)
         keep_installer(root)
     except OSError as exc:  # the entry and the flat copy are kept: a warning, not a failure

@@ -355,6 +355,7 @@ def build(plan: Plan, wheel_directory: str, metadata_directory: str | None) -> s
                 plan.settings.wheel_cache_heartbeat,
                 built=lambda: how,
                 torch_version=plan.torch.version,
+                variants=plan.settings.wheel_variants,
             )
         else:
             path = _wheel_cache.deliver(fresh_wheel(plan, tools, scratch), out_dir)

@@ -7,14 +7,13 @@ from __future__ import annotations
 import functools
 import hashlib
 import os
-import re
 
 from ..core._digest import sha256_of
 from ..core._version import __version__
 from ..flavours._interface import Plan, Tools
 from ..resources import GUARD, PACKAGE
 from ..resources.runtime_guard import PROVENANCE, binding
-from ..toolchain import _compilers, _toolkit
+from ..toolchain import _archs, _compilers, _toolkit
 from . import _seal
 from ._compile_plan import Prepared
 
@@ -87,15 +86,9 @@ def fingerprint(plan: Plan, tools: Tools) -> dict:
 
 
 def provenance(plan: Plan, prep: Prepared) -> dict:
-    archs = sorted(
-        {
-            m.group(1)
-            for c in prep.commands
-            for g in c.values("-gencode")
-            for m in [re.search(r"code=sm_(\w+)", g)]
-            if m
-        }
-    )
+    # every form nvcc takes (torch's cpp_extension writes `-gencode=arch=...` as one token)
+    pairs = {pair for c in prep.commands for pair in _archs.gencodes(c)}
+    archs = sorted(pair.split(":sm_")[1] for pair in pairs if ":sm_" in pair)
     return {
         "fa_shim_version": __version__,
         "flash_attn_version": plan.flavour.upstream_version(plan),

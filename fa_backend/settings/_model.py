@@ -124,6 +124,15 @@ class Settings:
         "How often, in seconds, a builder refreshes its wheel-cache lock; one not refreshed "
         "for 8 heartbeats belonged to a dead builder and is taken over.",
     )
+    wheel_variants: bool = _setting(
+        False,
+        "bool",
+        "Also keep, beside each wheel in a wheel cache's torch and stable directories, a PEP 825 "
+        "variant of it named for its GPU code (`...-linux_x86_64-sm90.whl`) and the "
+        "`{name}-{version}-variants.json` from which `uv pip install --preview-features "
+        "wheel-variants` takes the variant for the node's GPU; pip and uv without the flag "
+        "take the plain wheel.",
+    )
     compiler_cache: str = _setting(
         "auto",
         "str",

@@ -1,0 +1,144 @@
+"""Wheel variants in a team's wheel cache (-C wheel-variants=true, fa_backend/fleet/_variants.py),
+with the real uv 0.13.9: the suite's sample with its CUDA file (tests/packages/sample-cuda)
+built against the session's CUDA 13.0 torch 2.11 twice, by nvcc, for sm_80 and for sm_90, into one
+cache. With `--preview-features wheel-variants` and the NVIDIA provider's two override variables
+(this box has no GPU), uv takes the sm_90 variant on a 9.0 GPU, the sm_80 one on 8.9 and 8.6, from
+the torch's directory and from its index, and so does `uv pip sync` of a file `uv pip compile`
+wrote; pip 23.2, the current pip, and uv without the flag or with one variable take the plain
+wheel. `cache check` reads the variants.json against the wheels. The installs go into a venv
+without torch (`--no-deps`): which file uv or pip chose is what is looked at, in the installed
+distribution (a variant's .dist-info holds its variant.json)."""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import REPO, pack_sample, pip_wheel_cmd, run, sample_settings
+
+pytestmark = pytest.mark.slow
+
+UV_VERSION = "0.13.9"  # the uv these formats were taken by (docs/guides/fleet.md says which)
+VIEW = "torch-2.11.0+cu130"
+SM = "NV_VARIANT_PROVIDER_FORCE_SM_ARCH"
+DRIVER = "NV_VARIANT_PROVIDER_FORCE_CUDA_DRIVER_VERSION"
+PREVIEW = ("--preview-features", "wheel-variants")
+WHICH = (
+    "import importlib.metadata as m, json\n"
+    "try:\n"
+    "    text = m.distribution('flash-attn').read_text('variant.json')\n"
+    "except m.PackageNotFoundError:\n"
+    "    print('none')\n"
+    "else:\n"
+    "    print(','.join(json.loads(text)['variants']) if text else 'plain')\n"
+)
+
+
+@pytest.fixture(scope="module")
+def variant_cache(tmp_path_factory, torch211_python) -> Path:
+    """The sample built for sm_80, then for sm_90, into one cache with variants on (one fa-shim
+    cache for both: the second build's flash_api.cpp is a compiler-cache hit)."""
+    tmp = tmp_path_factory.mktemp("variants")
+    pack_sample(tmp / "sdists", cuda=True)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FA_SHIM_")}
+    env["XDG_CACHE_HOME"] = str(tmp / "xdg")
+    root = tmp / "fa"
+    for archs in ("80", "90"):
+        run(
+            pip_wheel_cmd(
+                torch211_python, tmp / "out", *sample_settings(tmp / "sdists"),
+                "-C", f"cuda-archs={archs}", "-C", f"wheel-cache-dir={root}",
+                "-C", "wheel-variants=true",
+            ),
+            env=env,
+        )  # fmt: skip
+    return root
+
+
+@pytest.fixture(scope="module")
+def uv0139(tmp_path_factory) -> str:
+    """uv 0.13.9: the suite's when it is that one, else from the index into a directory here."""
+    if run(["uv", "--version"]).stdout.split()[1] == UV_VERSION:
+        return "uv"
+    target = tmp_path_factory.mktemp("uv")
+    run([sys.executable, "-m", "pip", "install", "-q", "--target", target, f"uv=={UV_VERSION}"])
+    return str(target / "bin" / "uv")
+
+
+@pytest.fixture
+def teammate(tmp_path, uv_cache, uv0139):
+    """Run a line in a venv of this Python, made on its name's first use (no torch: the lines
+    take --no-deps), with a GPU's overrides; what the venv then holds: a variant's labels,
+    "plain" or "none"."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("FA_SHIM_", "UV_", "NV_"))}
+    env |= {"UV_CACHE_DIR": str(uv_cache), "PIP_CONSTRAINT": "/dev/null"}
+    made = iter(range(100))
+
+    def install(*cmd: str, gpu: dict[str, str] | None = None, venv: str | None = None) -> str:
+        path = tmp_path / (venv or f"v{next(made)}")
+        if not path.is_dir():
+            run([uv0139, "venv", "-q", "--python", sys.executable, path], env=env)
+        python = path / "bin" / "python"
+        run(
+            [uv0139 if a == "uv" else a.replace("{python}", str(python)) for a in cmd],
+            env={**env, **(gpu or {})},
+            cwd=tmp_path,
+        )
+        return run([python, "-c", WHICH], env=env).stdout.strip()
+
+    return install
+
+
+def test_uv_takes_the_variant_for_the_gpu_and_pip_the_plain_wheel(
+    variant_cache, teammate, tmp_path
+):
+    view = variant_cache / VIEW
+    (plain,) = [p.name for p in view.glob("*.whl") if p.name.endswith("linux_x86_64.whl")]
+    stem = plain.removesuffix(".whl")
+    name, version = stem.split("-")[:2]
+    assert sorted(p.name for p in view.iterdir()) == sorted(
+        [plain, f"{stem}-sm80.whl", f"{stem}-sm90.whl", f"{name}-{version.lower()}-variants.json"]
+    )
+    index = f"file://{variant_cache / 'index' / VIEW}"
+    links = ("--find-links", str(view), "--no-index")
+    uv = ("uv", "pip", "install", "-q", "--python", "{python}", "--no-deps", *PREVIEW)
+    h100, l4, a10 = ({SM: sm, DRIVER: "13.0"} for sm in ("9.0", "8.9", "8.6"))
+    assert teammate(*uv, *links, "flash-attn", gpu=h100) == "sm90"
+    assert teammate(*uv, *links, "flash-attn", gpu=l4) == "sm80"  # 80_real: 8.0 to 8.9
+    assert teammate(*uv, "--index-url", index, "flash-attn", gpu=h100) == "sm90"
+    assert teammate(*uv, "--index-url", index, "flash-attn", gpu=a10) == "sm80"
+    # a driver older than the wheel's CUDA 13.0, and one override alone: no variant
+    assert teammate(*uv, *links, "flash-attn", gpu={SM: "9.0", DRIVER: "12.8"}) == "plain"
+    assert teammate(*uv, *links, "flash-attn", gpu={SM: "9.0"}) == "plain"
+    without = [a for a in uv if a not in PREVIEW]
+    assert teammate(*without, *links, "flash-attn", gpu=h100) == "plain"
+
+    # a non-universal `uv pip compile` (hashed), then `uv pip sync` into fresh venvs
+    teammate("bash", "-c", "echo flash-attn > req.in", venv="compile")
+    compiled = ("uv", "pip", "compile", "-q", "--python", "{python}", *PREVIEW, "--no-deps")
+    teammate(*compiled, "--index-url", index, "--generate-hashes", "req.in", "-o", "req.txt",
+             gpu=h100, venv="compile")  # fmt: skip
+    assert "--hash=sha256:" in (tmp_path / "req.txt").read_text()
+    sync = ("uv", "pip", "sync", "-q", "--python", "{python}", *PREVIEW, "--index-url", index)
+    assert teammate(*sync, "req.txt", gpu=h100) == "sm90"
+    assert teammate(*sync, "req.txt", gpu=l4) == "sm80"
+
+    # pip 23.2 (this Python's ensurepip's), then the newest pip the index has
+    pip = ("{python}", "-m", "pip", "install", "-q", "--no-deps", "--force-reinstall")
+    for spec in ("pip==23.2.1", "pip"):
+        add = ("uv", "pip", "install", "-q", "--python", "{python}", "-U", spec)
+        assert teammate(*add, venv=spec) == "none"
+        assert teammate(*pip, *links, "flash-attn", gpu=h100, venv=spec) == "plain"
+        assert teammate(*pip, "--index-url", index, "flash-attn", gpu=h100, venv=spec) == "plain"
+
+
+def test_cache_check_reads_the_variants_json_against_the_wheels(variant_cache):
+    """`cache check` of the cache: its variants.json matches its variant wheels (what it finds
+    in one that does not: tests/unit/fleet/test_variants.py)."""
+    proc = run([sys.executable, "-m", "fa_backend", "cache", "check", variant_cache], cwd=REPO)
+    found = rf"ok +{re.escape(VIEW)}/\S+-variants\.json  2 variant wheel\(s\): sm80, sm90\n"
+    found += r" +matches its variant wheels: their labels, GPU code, RECORDs and entries"
+    assert re.search(found, proc.stdout), proc.stdout
