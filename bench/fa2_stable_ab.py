@@ -16,6 +16,7 @@ mask) and its backward; flash_attn_varlen_func with dropout 0.17 (3 sequences) a
 flash_attn_qkvpacked_func without dropout; flash_attn_with_kvcache (new k/v appended, seqlens
 given). Dropout draws its Philox seed and offset from torch's CUDA generator: equal outputs and
 equal generator offsets mean the stable wheel takes the same random numbers as upstream's C++.
+Then rng(): the seeds and offsets drawn, caught refusals and cuDNN's RNN (its docstring).
 """
 
 from __future__ import annotations
@@ -83,7 +84,55 @@ def calls(head_dim: int) -> dict:
         )
         out["kvcache.k_cache"] = kc
     out["final.offset"] = torch.tensor(gen.get_offset())
+    out.update(rng(head_dim, gen))
     return {n: t.detach().cpu() for n, t in out.items()}
+
+
+def rng(head_dim: int, gen) -> dict:
+    """The Philox state each dropout call draws and the generators after it: the forward's
+    rng_state (seed, offset), a call refused by a check before upstream's draw (the generator stays)
+    and one refused after it (set_params_alibi's: upstream's moves), a generator passed in, and
+    cuDNN's LSTM dropout around a flash-attn dropout call (a cleared re-seed flag re-seeds it)."""
+    import torch
+    from flash_attn.flash_attn_interface import flash_attn_gpu
+
+    dev, bf16, out = "cuda", torch.bfloat16, {}
+    q = torch.randn(3, 128, 4, head_dim, device=dev, dtype=bf16)
+
+    def fwd(k, alibi=None, g=None):
+        return flash_attn_gpu.fwd(q, k, k, None, alibi, 0.2, head_dim**-0.5, False, -1, -1, 0.0,
+                                  False, g)  # fmt: skip
+
+    def refused(name, k, alibi=None):
+        try:
+            fwd(k, alibi)
+            raised = False
+        except RuntimeError as exc:
+            print(f"{name}: RuntimeError: {str(exc).splitlines()[0]}", file=sys.stderr)
+            raised = True
+        out[f"rng.{name}.raised"] = torch.tensor(raised)
+        out[f"rng.{name}.offset"] = torch.tensor(gen.get_offset())
+
+    out["rng.seed"] = torch.tensor(gen.initial_seed())
+    out["rng.fwd.rng_state"] = fwd(q)[3]
+    out["rng.fwd.offset"] = torch.tensor(gen.get_offset())
+    refused("before_draw", torch.randn(3, 128, 4, head_dim + 8, device=dev, dtype=bf16))
+    refused("after_draw", q, alibi=torch.ones(4, device=dev, dtype=torch.float16))
+    mine = torch.Generator(dev)
+    mine.manual_seed(99)
+    out["rng.gen.rng_state"] = fwd(q, g=mine)[3]
+    out["rng.gen.offset"] = torch.tensor(mine.get_offset())
+    out["rng.gen.default_offset"] = torch.tensor(gen.get_offset())
+    lstm = torch.nn.LSTM(32, 32, num_layers=2, dropout=0.5, device=dev)
+    x = torch.randn(5, 3, 32, device=dev)
+    out["rng.lstm.first"] = lstm(x)[0]
+    fwd(q)
+    before = gen.get_offset()
+    out["rng.lstm.second"] = lstm(x)[0]  # a re-seeded dropout state: other masks
+    out["rng.lstm.draws"] = torch.tensor(gen.get_offset() - before)  # 4 if it re-seeded
+    out["rng.lstm.cpu_rng_state"] = torch.get_rng_state()
+    out["rng.final.offset"] = torch.tensor(gen.get_offset())
+    return out
 
 
 def dump(args) -> int:
@@ -109,8 +158,10 @@ def compare(args) -> int:
             b[name].view(-1).view(torch.uint8) if b[name].is_floating_point() else b[name],
         )
         differ += not same
-        print(f"{'equal' if same else 'DIFFERENT':9} {name} {tuple(a[name].shape)}"
-              + (f" = {a[name].item()}" if name.endswith("offset") else ""))  # fmt: skip
+        shown = "" if a[name].numel() > 2 else f" = {a[name].tolist()}"
+        if shown and not same:
+            shown += f" (B: {b[name].tolist()})"
+        print(f"{'equal' if same else 'DIFFERENT':9} {name} {tuple(a[name].shape)}{shown}")
     print(f"{len(a) - differ} of {len(a)} equal bit for bit")
     return 1 if differ else 0
 

@@ -1,6 +1,7 @@
 """A module built against torch's stable ABI (FA3's flash_api_stable.cpp), checked by its symbols
 alone: no C++ symbol of torch, and each C shim function it takes (aoti_torch_*, torch_*)
-declared in this torch's headers, not gated newer than its floor, and exported."""
+declared in this torch's headers, not gated newer than its floor (an ungated one: declared by the
+floor's headers, where vendored_patches/stable-abi/ records them), and exported."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from pathlib import Path
 
 from packaging.version import Version
 
+from ..resources import VENDORED
 from ..toolchain._mangling import demangle, is_torch_symbol
 from ..toolchain._torch import TorchInfo
 from ._elf import ElfModule, TorchExports
@@ -69,6 +71,17 @@ def declarations(include: Path) -> dict[str, Declared]:
     return found
 
 
+@functools.cache
+def declared_at(floor: str) -> frozenset[str] | None:
+    """The C shim functions torch <floor>'s headers declare, where fa-shim records them (None:
+    not recorded): torch declares aoti_torch_* functions ungated, so no later header says."""
+    try:
+        text = (VENDORED / "stable-abi" / f"shim-{floor}.txt").read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    return frozenset(ln for ln in text.splitlines() if ln and not ln.startswith("#"))
+
+
 def looks_stable(modules: list[ElfModule]) -> bool:
     """No C++ symbol of torch, and some of its C shim: what a stable-ABI module takes."""
     undefined = {s for m in modules for s in m.undefined}
@@ -110,6 +123,7 @@ def check(
     include = Path(torch.package_dir) / "include"
     declared = declarations(include)
     taken = [s for s in undefined if _from_torch(s, exports, declared)]
+    at_floor = declared_at(floor) if floor else None
     problems = []
     for name in taken:
         where, lib = declared.get(name), exports.provider(name)
@@ -132,6 +146,11 @@ def check(
             problems.append(
                 f"{name}: torch's headers declare it for torch >= {where.gate} only "
                 f"({where.header}), newer than the module's floor {floor}"
+            )
+        elif where and not where.gate and at_floor is not None and name not in at_floor:
+            problems.append(
+                f"{name}: torch {floor}'s headers, the module's floor, do not declare it "
+                f"(torch {torch.version}'s declare it without a version gate)"
             )
     if problems:
         return Check(

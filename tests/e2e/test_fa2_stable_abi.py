@@ -93,9 +93,9 @@ except RuntimeError as exc:
     schemas = dict(line.split(" ", 1) for line in out[1:6])
     assert list(schemas) == list(OPS)
     assert schemas["fwd"].startswith(
-        "flash_attn_2_stable::fwd(Tensor q, Tensor k, Tensor v, Tensor? out"
+        "flash_attn_2_stable::fwd(Tensor q, Tensor k, Tensor v, Tensor(a!)? out"
     ), schemas["fwd"]
-    assert "int philox_seed, int philox_offset)" in schemas["fwd"], schemas["fwd"]
+    assert "int philox_offset, Tensor(b!)? philox_drawn)" in schemas["fwd"], schemas["fwd"]
     assert out[6].startswith("RuntimeError: mha_fwd") and out[6].endswith("q must be on CUDA")
 
 

@@ -157,3 +157,28 @@ def test_an_exported_c_symbol_no_header_declares_is_refused(tmp_path):
     check = _stable_abi.check(modules, _torch(tmp_path), exports, "2.9.0", "rebuild")
     assert check.status == FAIL
     assert "not a C shim function torch 2.11.0+cu130's headers declare" in check.details[0]
+
+
+def test_an_ungated_shim_function_the_floor_lacks_is_refused(tmp_path):
+    """torch declares aoti_torch_* functions without a version gate: one that torch 2.10.0's
+    headers lack (vendored_patches/stable-abi/shim-2.10.0.txt) refuses a module of that floor."""
+    newer = "aoti_torch_mps_gcd"  # declared, ungated, by torch 2.14.1's headers; not by 2.10.0's
+    assert newer not in _stable_abi.declared_at("2.10.0")
+    headers = SHIM_H.replace(
+        "#ifdef USE_CUDA", f"AOTI_TORCH_EXPORT AOTITorchError {newer}();\n#ifdef USE_CUDA"
+    )
+    cpu = TORCH_211.by_lib["libtorch_cpu.so"] | {newer}
+    exports = Exports({**TORCH_211.by_lib, "libtorch_cpu.so": cpu})
+    modules = _module("aoti_torch_get_data_ptr", newer)
+    check = _stable_abi.check(modules, _torch(tmp_path, headers=headers), exports, "2.10.0", "r")
+    assert check.status == FAIL
+    assert check.details == [
+        f"{newer}: torch 2.10.0's headers, the module's floor, do not declare it (torch "
+        "2.11.0+cu130's declare it without a version gate)"
+    ]
+    floor_has = _module("aoti_torch_get_data_ptr", "aoti_torch_library_impl")
+    assert (
+        _stable_abi.check(floor_has, _torch(tmp_path / "b"), TORCH_211, "2.10.0", "r").status
+        == PASS
+    )
+    assert _stable_abi.declared_at("2.9.0") is None  # not recorded: ungated ones pass unchecked
