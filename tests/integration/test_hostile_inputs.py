@@ -16,7 +16,16 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import PY, REPO, SAMPLE_VERSION, clean_env, copy_repo, pack_sample, sample_settings
+from conftest import (
+    PY,
+    REPO,
+    SAMPLE_VERSION,
+    clean_env,
+    copy_repo,
+    pack_bomb,
+    pack_sample,
+    sample_settings,
+)
 
 from fa_backend.core._ownership import LOCK, RECORD
 
@@ -120,6 +129,12 @@ ROWS = [
         "prepare-outside-checkout",
         "`prepare` run outside the checkout (no [tool.fa-shim] there)",
         "no flash-attn version is configured",
+    ),
+    (
+        "gzip-bomb",
+        "an sdist of 18.8 MB holding a 4 GiB zero member, whose gzip trailer reads 16 kB (the "
+        "size modulo 4 GiB); on a 200 MB disk too (test_full_disk.py)",
+        "holds an unsafe archive member flash_attn-0.1.0/zeros.bin",
     ),
     (
         "version-not-its-own",
@@ -286,6 +301,9 @@ def _set_up(row: str, case: Case, tmp_path: Path) -> None:
         case.cwd.mkdir()
         case.env["PYTHONPATH"] = str(REPO)
         case.prepare()
+    elif row == "gzip-bomb":  # refused at its header: nothing extracted, whatever the disk
+        case.user.append(pack_bomb(tmp_path / "bomb"))
+        case.prepare(*sample_settings(tmp_path / "bomb"))
     elif row == "version-not-its-own":
         (sdists / f"flash_attn-{SAMPLE_VERSION}.tar.gz").rename(sdists / "flash_attn-0.2.0.tar.gz")
         case.prepare(
