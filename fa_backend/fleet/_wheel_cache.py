@@ -112,15 +112,17 @@ def link_into(root: Path, wheel: Path, view: str, recorded: dict) -> Path:
     """The wheel (its provenance `recorded`) in its view: a hard link renamed into place (a copy
     where the file system links nothing). A wheel's name does not say its GPU archs: a file of
     that name built for other GPUs stays (a warning says so) unless this build's covers its;
-    install.py tells the entries apart."""
+    install.py tells the entries apart. Anything else there (a file that is no fa-shim wheel, a
+    link to one of the user's, a copy cut short) is replaced, for a CPU torch as for a CUDA one."""
     kernel_set = recorded.get("kernel_set_name") or "full"
     view = root / view / ("" if kernel_set == "full" else kernel_set)
     target = view / wheel.name
     if target.is_file() and not os.path.samefile(target, wheel):
         theirs, ours = _recorded(target).get("cuda_archs"), recorded.get("cuda_archs")
-        if theirs != ours and not set(theirs or ()) < set(ours or ()):  # a superset replaces it
+        # no readable provenance: not a build of ours (None, never []); a superset replaces it
+        if theirs is not None and theirs != ours and not set(theirs) < set(ours or ()):
             _log.warn(
-                f"{target} is the build for sm_{',sm_'.join(theirs or [])}, and stays: this one "
+                f"{target} is the build for sm_{',sm_'.join(theirs)}, and stays: this one "
                 f"(sm_{',sm_'.join(ours or [])}) is only in {wheel.parent}, and "
                 f"`python {root / INSTALL_PY}` takes it on those GPUs"
             )

@@ -11,6 +11,8 @@ import zipfile
 from pathlib import Path
 from urllib.parse import quote
 
+import pytest
+
 from fa_backend.fleet import _wheel_cache
 
 
@@ -169,3 +171,33 @@ def test_a_stable_abi_wheel_is_viewed_for_every_torch_it_serves(tmp_path, capfd)
     assert f"../../../stable-cu13-torch2.10plus/{quote(name)}#sha256=" in page.read_text()
     err = capfd.readouterr().err
     assert "teammates with torch >= 2.10.0 of CUDA 13 install it with: python " in err
+
+
+@pytest.mark.parametrize("damage", ["link-to-a-users-file", "truncated-copy"])
+def test_a_cpu_torchs_view_file_that_is_no_wheel_of_ours_is_replaced(tmp_path, capfd, damage):
+    """Issue 54's C07 and TC14: a CPU torch's wheel records no GPU archs ([]); a view file whose
+    provenance does not read (None) is not a build for other GPUs, so the next build or hit puts
+    the entry's link back, as for a CUDA torch (TC15); a user's file it linked to is untouched."""
+    root, name = tmp_path / "cache", "demo-1.0+cpu-cp311-cp311-linux_x86_64.whl"
+    (tmp_path / "built").mkdir()
+    wheel = _wheel(tmp_path / "built" / name, [], "full")
+
+    def obtain() -> None:
+        _wheel_cache.obtain(
+            root, {"cpu": 1}, name, tmp_path / "out", lambda w: None, lambda: wheel, 600, 15,
+            torch_version="2.13.0+cpu",
+        )  # fmt: skip
+
+    obtain()
+    view, entry = root / "torch-2.13.0+cpu" / name, root / _wheel_cache.key({"cpu": 1}) / name
+    view.unlink()
+    mine = tmp_path / "mine.whl"
+    mine.write_bytes(b"the user's own file\n")
+    if damage == "link-to-a-users-file":
+        view.symlink_to(mine)
+    else:
+        view.write_bytes(entry.read_bytes()[:100])
+    obtain()  # a hit
+    assert not view.is_symlink() and view.stat().st_ino == entry.stat().st_ino
+    assert mine.read_bytes() == b"the user's own file\n"
+    assert "and stays" not in capfd.readouterr().err
