@@ -7,14 +7,13 @@ from __future__ import annotations
 import functools
 import hashlib
 import os
-import re
 
 from ..core._digest import sha256_of
 from ..core._version import __version__
 from ..flavours._interface import Plan, Tools
 from ..resources import GUARD, PACKAGE
 from ..resources.runtime_guard import PROVENANCE, binding
-from ..toolchain import _compilers, _toolkit
+from ..toolchain import _archs, _compilers, _toolkit
 from . import _seal
 from ._compile_plan import Prepared
 
@@ -94,15 +93,6 @@ def fingerprint(plan: Plan, tools: Tools) -> dict:
 
 
 def provenance(plan: Plan, prep: Prepared) -> dict:
-    archs = sorted(
-        {
-            m.group(1)
-            for c in prep.commands
-            for g in c.values("-gencode")
-            for m in [re.search(r"code=sm_(\w+)", g)]
-            if m
-        }
-    )
     return {
         "fa_shim_version": __version__,
         "flash_attn_version": plan.flavour.upstream_version(plan),
@@ -132,7 +122,7 @@ def provenance(plan: Plan, prep: Prepared) -> dict:
         "network_seal": _seal.choose().kind,
         **prep.tools.shape,  # how the flavour cut its sources into units
         "host_compiler": _compilers.host_compiler(),
-        "cuda_archs": archs,
+        "cuda_archs": _archs.compiled(prep.commands),
         "injected_flags": prep.report.get("extensions", []),
         "patches": [{"name": p.name, "reason": p.reason, "sha256": p.sha256} for p in plan.patches],
         "kernel_set": plan.kernel_set,

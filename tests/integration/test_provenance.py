@@ -118,8 +118,7 @@ def test_the_provenance_records_the_plan_torch_and_what_build_ninja_compiles(
                 "nvcc",
                 "-gencode",
                 "arch=compute_90a,code=sm_90a",
-                "-gencode",
-                "arch=compute_80,code=sm_80",
+                "-gencode=arch=compute_80,code=sm_80",  # torch's cpp_extension: one token
             ),
         ),
     ]
@@ -148,7 +147,7 @@ def test_the_provenance_records_the_plan_torch_and_what_build_ninja_compiles(
         "binding": "torch 2.13.0 (its C++ ABI)",
     }
     assert prov["nvcc"] is None and prov["cuda_arch_choice"] is None
-    assert prov["cuda_archs"] == ["80", "90a"]  # read off the -gencode flags, sorted
+    assert prov["cuda_archs"] == ["80", "90a"]  # off every form of -gencode, sorted
     assert prov["compile_commands"] == {"cxx": 1, "nvcc": 1}
     assert prov["injected_flags"] == injected
     cxx = os.environ["CXX"]
