@@ -12,6 +12,7 @@ import contextlib
 import hashlib
 import json
 import os
+import re
 import uuid
 import zipfile
 from collections.abc import Callable, Iterator
@@ -20,7 +21,7 @@ from urllib.parse import quote
 
 from packaging.utils import canonicalize_name, parse_wheel_filename
 
-from ..core import _atomic, _failures, _hostlock, _log
+from ..core import _atomic, _failures, _hostlock, _log, _ownership
 from ..core._digest import sha256_of
 from ..core._errors import FaShimError
 from ..resources import INSTALLER, PROJECT
@@ -77,6 +78,24 @@ def view_of(recorded: dict, torch_version: str) -> tuple[str, str]:
 
 
 INSTALL_PY = "install.py"
+_FA_SHIM_LINE = "FA_SHIM = "  # install.py's line naming the checkout (keep_installer sets it)
+# what fa-shim makes in a root (the module docstring; objects/: fleet/_objects, .fa-shim-*.part:
+# a writer's temporary name); install.py is fa-shim's when it has its line
+_OURS = re.compile(r"[0-9a-f]{32}|(torch|stable)-.+|index|objects|\.locks|\.fa-shim-.+\.part")
+
+
+def _made_here(path: Path) -> bool:
+    if path.name == INSTALL_PY and not path.is_symlink():
+        with contextlib.suppress(OSError, UnicodeDecodeError):
+            return f"\n{_FA_SHIM_LINE}" in path.read_text(encoding="utf-8")
+    return bool(_OURS.fullmatch(path.name))
+
+
+def check_root(root: Path) -> None:
+    """Refuse a root holding files fa-shim does not make there (a project named by mistake,
+    `FA_SHIM_WHEEL_CACHE_DIR=.`: its own install.py would be replaced), before anything in it
+    changes; like --build-dir's rule (core/_ownership)."""
+    _ownership.refuse_foreign(root, "setting wheel-cache-dir", _made_here)
 
 
 def install_line(root: Path, dist: str) -> str:
@@ -89,8 +108,8 @@ def keep_installer(root: Path) -> None:
     """root/install.py as this fa-shim writes it (naming its checkout for the build line of a
     miss); rewritten only when it differs, so readers never meet a file being replaced."""
     text = INSTALLER.read_text(encoding="utf-8")
-    marker = 'FA_SHIM = "/path/to/fa-shim"'
-    text = text.replace(marker, f"FA_SHIM = {str(PROJECT)!r}", 1)
+    marker = f'{_FA_SHIM_LINE}"/path/to/fa-shim"'
+    text = text.replace(marker, f"{_FA_SHIM_LINE}{str(PROJECT)!r}", 1)
     target = root / INSTALL_PY
     with contextlib.suppress(OSError):
         if target.read_text(encoding="utf-8") == text:

@@ -13,6 +13,7 @@ from urllib.parse import quote
 
 import pytest
 
+from fa_backend.core._errors import FaShimError
 from fa_backend.fleet import _wheel_cache
 
 
@@ -201,3 +202,26 @@ def test_a_cpu_torchs_view_file_that_is_no_wheel_of_ours_is_replaced(tmp_path, c
     assert not view.is_symlink() and view.stat().st_ino == entry.stat().st_ino
     assert mine.read_bytes() == b"the user's own file\n"
     assert "and stays" not in capfd.readouterr().err
+
+
+def test_a_root_holding_a_users_files_is_refused_and_one_fa_shim_filled_is_taken(tmp_path):
+    """Issue 54's MX12: check_root runs before a build writes into the root; what obtain made
+    (entries, views, index, locks, install.py) passes; a user's own install.py, or any file of
+    theirs, is refused, byte for byte as it was."""
+    root = tmp_path / "cache"
+    built = tmp_path / "demo-1.0+cpu-cp311-cp311-linux_x86_64.whl"
+    _wheel(built, [], "full")
+    _wheel_cache.obtain(
+        root, {"d": 1}, built.name, tmp_path / "out", lambda w: None, lambda: built, 600, 15,
+        torch_version="2.13.0+cpu",
+    )  # fmt: skip
+    (root / "objects").mkdir()
+    (root / ".fa-shim-0123456789ab.part").write_bytes(b"")
+    _wheel_cache.check_root(root)  # fa-shim's own: taken
+    _wheel_cache.check_root(tmp_path / "new")
+    (tmp_path / "mine").mkdir()
+    for directory in (root, tmp_path / "mine"):
+        (directory / _wheel_cache.INSTALL_PY).write_text("print('my own installer')\n")
+        with pytest.raises(FaShimError, match=r"did not make \(install.py\)"):
+            _wheel_cache.check_root(directory)
+        assert (directory / "install.py").read_text() == "print('my own installer')\n"
