@@ -80,14 +80,19 @@ def view_of(recorded: dict, torch_version: str) -> tuple[str, str]:
 INSTALL_PY = "install.py"
 _FA_SHIM_LINE = "FA_SHIM = "  # install.py's line naming the checkout (keep_installer sets it)
 # what fa-shim makes in a root (the module docstring; objects/: fleet/_objects, .fa-shim-*.part:
-# a writer's temporary name); install.py is fa-shim's when it has its line
+# a writer's temporary name); install.py is fa-shim's when it has its line, a wheel (0.5.0's
+# flat copy of each file name's latest build) when it has fa-shim's provenance
 _OURS = re.compile(r"[0-9a-f]{32}|(torch|stable)-.+|index|objects|\.locks|\.fa-shim-.+\.part")
 
 
 def _made_here(path: Path) -> bool:
-    if path.name == INSTALL_PY and not path.is_symlink():
+    if path.is_symlink():
+        return False
+    if path.name == INSTALL_PY:
         with contextlib.suppress(OSError, UnicodeDecodeError):
             return f"\n{_FA_SHIM_LINE}" in path.read_text(encoding="utf-8")
+    if path.suffix == ".whl":
+        return bool(_recorded(path))
     return bool(_OURS.fullmatch(path.name))
 
 

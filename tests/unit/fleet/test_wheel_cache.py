@@ -217,7 +217,12 @@ def test_a_root_holding_a_users_files_is_refused_and_one_fa_shim_filled_is_taken
     )  # fmt: skip
     (root / "objects").mkdir()
     (root / ".fa-shim-0123456789ab.part").write_bytes(b"")
+    _wheel(root / built.name, [], "full")  # fa-shim 0.5.0's flat copy at the top level
     _wheel_cache.check_root(root)  # fa-shim's own: taken
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "numpy-2.0-py3-none-any.whl").write_bytes(b"not fa-shim's")
+    with pytest.raises(FaShimError, match=r"did not make \(numpy-2.0-py3-none-any.whl\)"):
+        _wheel_cache.check_root(tmp_path / "other")
     _wheel_cache.check_root(tmp_path / "new")
     (tmp_path / "mine").mkdir()
     for directory in (root, tmp_path / "mine"):
