@@ -21,6 +21,7 @@ import sys
 import tarfile
 import time
 import venv
+import zlib
 from pathlib import Path
 
 import pytest
@@ -252,6 +253,43 @@ def pack_sample(dest: Path, version: str = SAMPLE_VERSION, cuda: bool = False) -
                 info = tarfile.TarInfo(f"flash_attn-{version}/{path.relative_to(root)}")
                 info.size, info.mode = len(text), 0o644
                 tar.addfile(info, io.BytesIO(text))
+    return target
+
+
+def pack_bomb(dest: Path, zeros: int = 4 * 2**30) -> Path:
+    """The sample sdist with a member of `zeros` zero bytes appended (issue 54's S13: 4 GiB in an
+    18.8 MB flash_attn-0.1.0.tar.gz), one gzip stream whose trailer reads the size modulo 4 GiB.
+    Written without compressing the zeros: after a full flush deflate starts afresh, so every
+    MiB of zeros is the same compressed bytes (only the CRC reads them all, ~2 s for 4 GiB)."""
+    dest.mkdir(parents=True, exist_ok=True)
+    sample = pack_sample(dest / "sample")
+    head = io.BytesIO()
+    with tarfile.open(sample) as src, tarfile.open(fileobj=head, mode="w") as tar:
+        for member in src:
+            tar.addfile(member, src.extractfile(member) if member.isfile() else None)
+        bomb = tarfile.TarInfo(f"flash_attn-{SAMPLE_VERSION}/zeros.bin")
+        bomb.size = zeros
+        prefix = head.getvalue() + bomb.tobuf(tar.format, tar.encoding, tar.errors)
+    shutil.rmtree(dest / "sample")
+    end = 2 * tarfile.BLOCKSIZE  # the end-of-archive blocks, padded to a whole record
+    end += -(len(prefix) + zeros + end) % tarfile.RECORDSIZE
+    mib, rest = divmod(zeros, 2**20)
+    deflate = zlib.compressobj(1, zlib.DEFLATED, -15)
+    first = deflate.compress(prefix) + deflate.flush(zlib.Z_FULL_FLUSH)
+    block = deflate.compress(bytes(2**20)) + deflate.flush(zlib.Z_FULL_FLUSH)
+    crc, chunk = zlib.crc32(prefix), bytes(2**24)
+    for _ in range(mib // 16):
+        crc = zlib.crc32(chunk, crc)
+    crc = zlib.crc32(bytes((mib % 16) * 2**20 + rest + end), crc)
+    target = dest / f"flash_attn-{SAMPLE_VERSION}.tar.gz"
+    with target.open("wb") as f:
+        f.write(b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\xff" + first)
+        for _ in range(mib - 1):  # `block` is the first MiB's
+            f.write(block)
+        f.write(block + deflate.compress(bytes(rest + end)) + deflate.flush())
+        f.write(
+            crc.to_bytes(4, "little") + ((len(prefix) + zeros + end) % 2**32).to_bytes(4, "little")
+        )
     return target
 
 

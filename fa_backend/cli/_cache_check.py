@@ -1,14 +1,19 @@
 """Auditing a wheel cache (`python -m fa_backend cache ...`, docs/guides/fleet.md): `check`
-(sha256, RECORD, verify; leftover `.fa-shim-*.part` names), `check --rebuild` (the bytes of a
-rebuild here) and `requirements` (the hashed line of what install.py takes here)."""
+(sha256, RECORD, verify; leftover `.fa-shim-*.part` names; index links to wheels that are
+gone), `check --rebuild` (the bytes of a rebuild here) and `requirements` (the hashed line of
+what install.py takes here)."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
+import os
+import re
 import time
 import zipfile
 from pathlib import Path
+from urllib.parse import unquote
 
 from packaging.version import Version
 
@@ -189,6 +194,27 @@ def strays(root: Path) -> list[Row]:
     return rows
 
 
+_HREF = re.compile(r'href="([^"#]+)#sha256=')
+
+
+def stale_links(root: Path) -> list[Row]:
+    """Each index page's link to a wheel that is gone (deleted by hand): pip and uv fail on the
+    whole index. The next build or hit for that view writes its index again from what is there."""
+    rows = []
+    for page in sorted((root / "index").glob("*/*/index.html")):
+        with contextlib.suppress(OSError, UnicodeDecodeError):
+            for href in _HREF.findall(page.read_text(encoding="utf-8")):
+                wheel = Path(os.path.normpath(page.parent / unquote(href)))
+                if not wheel.is_file():
+                    row = Row(str(page.parent.relative_to(root)), wheel.name)
+                    row.reason = (
+                        f"the index links {wheel}, which is gone: pip and uv fail on this index "
+                        "until the next build or hit for that torch here writes it again"
+                    )
+                    rows.append(row)
+    return rows
+
+
 def render(rows: list[Row]) -> str:
     lines = [f"{r.result:6}  {r.key}  {r.wheel}\n        {r.reason}" for r in rows]
     failed = sum(r.result != OK for r in rows)
@@ -214,6 +240,6 @@ def main(action: str, root: Path, rebuild_one: bool, config: dict[str, str]) -> 
             raise FaShimError(f"{root} holds no wheel-cache entry.", fix="name a wheel cache.")
         for key, what, bad in _variants.check(root):  # uv's variants.json (fleet/_variants)
             rows.append(Row(key, what, FAILED if bad else OK, "; ".join(bad) or _variants.MATCH))
-        rows += strays(root)
+        rows += strays(root) + stale_links(root)
     print(render(rows))
     return 0 if all(r.result in (OK, "stray") for r in rows) else 1

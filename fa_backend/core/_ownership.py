@@ -10,7 +10,7 @@ import json
 import math
 import os
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from . import _failures, _hostlock, _log
@@ -65,6 +65,28 @@ def _not_ours(directory: Path, setting: str) -> list[str]:
     return sorted(rel for rel, facts in _walk(directory).items() if recorded.get(rel, 0) != facts)
 
 
+def _foreign(directory: Path, setting: str, names: set[str], fix: str) -> FaShimError:
+    shown = ", ".join(sorted(names)[:3]) + (", ..." if len(names) > 3 else "")
+    return FaShimError(
+        f"{directory} ({setting}) holds files fa-shim did not make ({shown}); fa-shim "
+        "only works in a new or empty directory, or one it made itself, so that it "
+        "never replaces or deletes a file of yours.",
+        fix=fix,
+    )
+
+
+def refuse_foreign(directory: Path, setting: str, ours: Callable[[Path], bool]) -> None:
+    """A directory fa-shim fills run after run (a wheel cache), taken only when it is missing
+    or holds nothing `ours` does not call fa-shim's: checked before anything in it changes."""
+    try:
+        names = {p.name for p in directory.iterdir() if not ours(p)}
+    except (FileNotFoundError, NotADirectoryError):
+        return  # missing: fa-shim makes it (a file there is the settings' error)
+    if names:
+        fix = f"name a new or empty directory for {setting}; nothing in {directory} was changed."
+        raise _foreign(directory, setting, names, fix)
+
+
 def claim(directory: Path, setting: str) -> set[str]:
     """Take `directory` (the caller holds its lock), emptied of fa-shim's earlier tree; returns
     the names a failed run must leave there. Refuses someone else's files."""
@@ -72,14 +94,8 @@ def claim(directory: Path, setting: str) -> set[str]:
     if not names:
         return {p.name for p in directory.iterdir() if p.name == MARKER}
     if not is_ours(directory):
-        shown = ", ".join(sorted(names)[:3]) + (", ..." if len(names) > 3 else "")
-        raise FaShimError(
-            f"{directory} ({setting}) holds files fa-shim did not make ({shown}); fa-shim "
-            "only works in a new or empty directory, or one it made itself, so that it "
-            "never replaces or deletes a file of yours.",
-            fix=f"name a new or empty directory for {setting} (fa-shim marks the ones it "
-            f"makes with a {MARKER} file).",
-        )
+        fix = f"name a new or empty directory for {setting} (fa-shim marks the ones it makes "
+        raise _foreign(directory, setting, names, fix + f"with a {MARKER} file).")
     foreign = _not_ours(directory, setting)
     if foreign:
         shown = ", ".join(foreign[:5]) + (

@@ -12,6 +12,7 @@ import contextlib
 import hashlib
 import json
 import os
+import re
 import uuid
 import zipfile
 from collections.abc import Callable, Iterator
@@ -20,7 +21,7 @@ from urllib.parse import quote
 
 from packaging.utils import parse_wheel_filename
 
-from ..core import _atomic, _failures, _hostlock, _log
+from ..core import _atomic, _failures, _hostlock, _log, _ownership
 from ..core._digest import sha256_of
 from ..core._errors import FaShimError
 from ..resources import INSTALLER, PROJECT
@@ -77,6 +78,29 @@ def view_of(recorded: dict, torch_version: str) -> tuple[str, str]:
 
 
 INSTALL_PY = "install.py"
+_FA_SHIM_LINE = "FA_SHIM = "  # install.py's line naming the checkout (keep_installer sets it)
+# what fa-shim makes in a root (the module docstring; objects/: fleet/_objects, .fa-shim-*.part:
+# a writer's temporary name); install.py is fa-shim's when it has its line, a wheel (0.5.0's
+# flat copy of each file name's latest build) when it has fa-shim's provenance
+_OURS = re.compile(r"[0-9a-f]{32}|(torch|stable)-.+|index|objects|\.locks|\.fa-shim-.+\.part")
+
+
+def _made_here(path: Path) -> bool:
+    if path.is_symlink():
+        return False
+    if path.name == INSTALL_PY:
+        with contextlib.suppress(OSError, UnicodeDecodeError):
+            return f"\n{_FA_SHIM_LINE}" in path.read_text(encoding="utf-8")
+    if path.suffix == ".whl":
+        return bool(_recorded(path))
+    return bool(_OURS.fullmatch(path.name))
+
+
+def check_root(root: Path) -> None:
+    """Refuse a root holding files fa-shim does not make there (a project named by mistake,
+    `FA_SHIM_WHEEL_CACHE_DIR=.`: its own install.py would be replaced), before anything in it
+    changes; like --build-dir's rule (core/_ownership)."""
+    _ownership.refuse_foreign(root, "setting wheel-cache-dir", _made_here)
 
 
 def install_line(root: Path, dist: str) -> str:
@@ -89,8 +113,8 @@ def keep_installer(root: Path) -> None:
     """root/install.py as this fa-shim writes it (naming its checkout for the build line of a
     miss); rewritten only when it differs, so readers never meet a file being replaced."""
     text = INSTALLER.read_text(encoding="utf-8")
-    marker = 'FA_SHIM = "/path/to/fa-shim"'
-    text = text.replace(marker, f"FA_SHIM = {str(PROJECT)!r}", 1)
+    marker = f'{_FA_SHIM_LINE}"/path/to/fa-shim"'
+    text = text.replace(marker, f"{_FA_SHIM_LINE}{str(PROJECT)!r}", 1)
     target = root / INSTALL_PY
     with contextlib.suppress(OSError):
         if target.read_text(encoding="utf-8") == text:
@@ -112,15 +136,17 @@ def link_into(root: Path, wheel: Path, view: str, recorded: dict) -> Path:
     """The wheel (its provenance `recorded`) in its view: a hard link renamed into place (a copy
     where the file system links nothing). A wheel's name does not say its GPU archs: a file of
     that name built for other GPUs stays (a warning says so) unless this build's covers its;
-    install.py tells the entries apart."""
+    install.py tells the entries apart. Anything else there (a file that is no fa-shim wheel, a
+    link to one of the user's, a copy cut short) is replaced, for a CPU torch as for a CUDA one."""
     kernel_set = recorded.get("kernel_set_name") or "full"
     view = root / view / ("" if kernel_set == "full" else kernel_set)
     target = view / wheel.name
     if target.is_file() and not os.path.samefile(target, wheel):
         theirs, ours = _recorded(target).get("cuda_archs"), recorded.get("cuda_archs")
-        if theirs != ours and not set(theirs or ()) < set(ours or ()):  # a superset replaces it
+        # no readable provenance: not a build of ours (None, never []); a superset replaces it
+        if theirs is not None and theirs != ours and not set(theirs) < set(ours or ()):
             _log.warn(
-                f"{target} is the build for sm_{',sm_'.join(theirs or [])}, and stays: this one "
+                f"{target} is the build for sm_{',sm_'.join(theirs)}, and stays: this one "
                 f"(sm_{',sm_'.join(ours or [])}) is only in {wheel.parent}, and "
                 f"`python {root / INSTALL_PY}` takes it on those GPUs"
             )

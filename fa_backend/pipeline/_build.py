@@ -129,6 +129,8 @@ def object_cache(plan: Plan, tools: Tools, source: Path, commands) -> frozenset[
         for c in units
     }
     root = _objects.root_of(s)
+    if s.wheel_cache_dir:  # objects/ beside the team's wheels
+        _wheel_cache.check_root(s.wheel_cache_dir)
     _objects.make_root(root, s.wheel_cache_dir)
     spec = _objects.write_spec(
         source.parent,
@@ -331,6 +333,8 @@ def build(plan: Plan, wheel_directory: str, metadata_directory: str | None) -> s
     if metadata_directory:
         check_prepared_metadata(plan, metadata_directory)
     out_dir = Path(wheel_directory).absolute()
+    if plan.settings.wheel_cache:
+        _wheel_cache.check_root(plan.settings.resolved_wheel_cache_dir)
     tools = toolchain(plan)
     check_space(plan, tools, out_dir, compiling=not plan.settings.wheel_cache)
     with scratch_dir(plan.settings) as scratch:

@@ -86,9 +86,6 @@ def fingerprint(plan: Plan, tools: Tools) -> dict:
 
 
 def provenance(plan: Plan, prep: Prepared) -> dict:
-    # every form nvcc takes (torch's cpp_extension writes `-gencode=arch=...` as one token)
-    pairs = {pair for c in prep.commands for pair in _archs.gencodes(c)}
-    archs = sorted(pair.split(":sm_")[1] for pair in pairs if ":sm_" in pair)
     return {
         "fa_shim_version": __version__,
         "flash_attn_version": plan.flavour.upstream_version(plan),
@@ -118,7 +115,7 @@ def provenance(plan: Plan, prep: Prepared) -> dict:
         "network_seal": _seal.choose().kind,
         **prep.tools.shape,  # how the flavour cut its sources into units
         "host_compiler": _compilers.host_compiler(),
-        "cuda_archs": archs,
+        "cuda_archs": _archs.compiled(prep.commands),
         "injected_flags": prep.report.get("extensions", []),
         "patches": [{"name": p.name, "reason": p.reason, "sha256": p.sha256} for p in plan.patches],
         "kernel_set": plan.kernel_set,

@@ -109,7 +109,8 @@ class Settings:
     wheel_cache_dir: Path | None = _setting(
         None,
         "path",
-        "Where finished wheels are kept, e.g. shared storage (default: <cache-dir>/wheels); "
+        "Where finished wheels are kept, e.g. shared storage (default: <cache-dir>/wheels): "
+        "a new or empty directory, or one fa-shim filled (one holding other files is refused); "
         "`python <dir>/install.py` installs the wheel that fits an environment.",
     )
     wheel_cache_lock_timeout: float = _setting(

@@ -245,6 +245,14 @@ def gencodes(command: Command) -> set[str]:
     return pairs
 
 
+def compiled(commands: Sequence[Command]) -> list[str]:
+    """The GPU architectures the commands compile machine code for, sorted ("80", "90a"): what
+    a wheel records (cuda_archs), read by gencodes from every form of the flag, torch's
+    `-gencode=arch=...` one token as upstream's `-gencode arch=...` pair."""
+    codes = {pair.split(":")[1] for c in commands for pair in gencodes(c)}
+    return sorted(code.removeprefix("sm_") for code in codes if code.startswith("sm_"))
+
+
 def check_gencodes(commands: Sequence[Command], targets: Sequence[str]) -> None:
     """Every nvcc command must compile exactly sm_<t> (from compute_<t>) for each target."""
     expected = {f"compute_{t}:sm_{t}" for t in targets}

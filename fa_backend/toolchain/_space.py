@@ -51,22 +51,10 @@ def require(needs: list[tuple[str, Path, int]]) -> None:
             )
 
 
-def extracted_size(sdist: Path) -> int:
-    """The tar stream's size, above what its members add up to: gzip keeps it in its last four
-    bytes (ISIZE, RFC 1952), read without decompressing (listing the members took seconds); 0
-    for a file that is no gzip archive (extract says why)."""
-    try:
-        with open(sdist, "rb") as f:
-            if f.read(2) != b"\x1f\x8b":
-                return 0
-            f.seek(-4, os.SEEK_END)
-            return int.from_bytes(f.read(4), "little")
-    except OSError:
-        return 0
-
-
-def before_extract(sdist: Path, dest: Path) -> None:
-    require([("extracting the sdist", dest, int(extracted_size(sdist) * MARGIN))])
+def before_extract(dest: Path, size: int) -> None:
+    """`size`: what the archive's members write, read off their headers as it is unpacked
+    (sources/_archives.extract); never gzip's trailer, the size modulo 4 GiB."""
+    require([("extracting the sdist", dest, int(size * MARGIN))])
 
 
 def compile_needs(kernels: int | None, archs: int, sdist_size: int) -> tuple[int, int]:

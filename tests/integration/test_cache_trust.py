@@ -200,6 +200,45 @@ def test_the_torchs_index_serves_pip_and_a_uv_project(cache, tmp_path):
     assert f'hash = "sha256:{entry["sha256"]}"' in block, block
 
 
+def test_a_torch_views_file_that_is_no_wheel_is_put_back_by_the_next_hit(cache, tmp_path):
+    """Issue 54's TC14 and C07 in a CPU torch's cache: the view's file cut to 30 kB, then a link
+    to a file of the user's: each next hit puts the entry's link back (no "and stays"), the
+    user's file untouched, and --find-links installs from the view again."""
+    root, wheel, settings = _copy(cache, tmp_path)
+    view = root / "torch-2.13.0+cpu" / wheel.name
+    mine = tmp_path / "mine.whl"
+    mine.write_bytes(b"the user's own file\n")
+    for damage in ("truncated", "a link to the user's file"):
+        view.unlink()
+        if damage == "truncated":
+            view.write_bytes(wheel.read_bytes()[:30_000])
+        else:
+            view.symlink_to(mine)
+        hit = run(pip_wheel_cmd(PY, tmp_path / "out", "-v", *settings), env=_env(tmp_path))
+        assert "wheel cache hit" in hit.stderr and "and stays" not in hit.stderr, hit.stderr
+        assert not view.is_symlink() and view.stat().st_ino == wheel.stat().st_ino, damage
+    assert mine.read_bytes() == b"the user's own file\n"
+    run([PY, "-m", "pip", "download", "--no-deps", "--no-index", "--find-links", view.parent,
+         "-d", tmp_path / "got", "flash-attn"])  # fmt: skip
+    assert (tmp_path / "got" / wheel.name).read_bytes() == wheel.read_bytes()
+
+
+def test_a_deleted_wheel_is_named_where_its_torchs_index_still_links_it(cache, tmp_path):
+    """Issue 54's TC07: the wheel deleted from its entry and the torch's view by hand: pip fails
+    on the index that links it, and `cache check` names that index and the missing file, beside
+    the incomplete entry."""
+    root, wheel, _ = _copy(cache, tmp_path)
+    view = root / "torch-2.13.0+cpu" / wheel.name
+    wheel.unlink()
+    view.unlink()
+    proc = _cli(tmp_path, "cache", "check", root)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    lines = proc.stdout.splitlines()
+    at = lines.index(f"FAILED  index/torch-2.13.0+cpu/flash-attn  {wheel.name}")
+    assert lines[at + 1].strip().startswith(f"the index links {view}, which is gone")
+    assert any(line.startswith(f"FAILED  {wheel.parent.name}") for line in lines), lines
+
+
 def test_a_full_cache_disk_leaves_no_half_entry(sample_sdist_dir, tmp_path):
     """ENOSPC while the entry is written (a 64 KiB disk: fingerprint.json fits, the wheel does
     not): the wheel is still delivered, and the cache holds no fingerprint.json on its own."""

@@ -7,7 +7,16 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import CAN_MOUNT, SAMPLE_VERSION, assert_one_error_nothing_left, hook, on_small_disk
+from conftest import (
+    CAN_MOUNT,
+    PY,
+    SAMPLE_VERSION,
+    assert_one_error_nothing_left,
+    hook,
+    on_small_disk,
+    pack_bomb,
+    sample_settings,
+)
 
 from fa_backend.flavours.fa2 import _sdist
 
@@ -63,3 +72,22 @@ def test_a_wheel_cache_hit_needs_only_the_wheels_space(tmp_path, sample_wheel):
         tmp_path / "out2",
     )
     assert "not enough disk space" in text and "scratch" in text, text
+
+
+def test_a_gzip_bomb_on_a_small_disk_is_refused_before_anything_is_written(tmp_path):
+    """Issue 54's S13: 4 GiB of zeros in 18.8 MB, whose gzip trailer reads 16 kB (the size
+    modulo 4 GiB), --build-dir and TMPDIR on a 200 MB disk: refused at the member's header, the
+    disk left empty (its listing is taken inside the mount namespace). Roomy disk:
+    test_hostile_inputs.py's gzip-bomb row."""
+    bomb = pack_bomb(tmp_path / "bomb")
+    listing = tmp_path / "left-on-disk"
+    disk = tmp_path / "disk"
+    prepare = [PY, "-m", "fa_backend", "prepare", "--build-dir", disk / "b"]
+    script = '"$@"; status=$?; ls -A "$DISK" > "$LISTING"; exit $status'
+    command = ["sh", "-c", script, "sh", *prepare, *sample_settings(bomb.parent)]
+    proc = on_small_disk(tmp_path, command, "size=200m", DISK=str(disk), LISTING=str(listing))
+    text = assert_one_error_nothing_left(proc, disk)
+    assert f"{bomb} holds an unsafe archive member flash_attn-0.1.0/zeros.bin" in text, text
+    assert "a decompression bomb" in text and "extracted nothing of it" in text, text
+    assert "fix: replace " in text and "delete" not in text, text
+    assert listing.read_text() == ""  # nothing was written to the small disk

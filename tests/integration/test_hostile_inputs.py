@@ -16,7 +16,16 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import PY, REPO, SAMPLE_VERSION, clean_env, copy_repo, pack_sample, sample_settings
+from conftest import (
+    PY,
+    REPO,
+    SAMPLE_VERSION,
+    clean_env,
+    copy_repo,
+    pack_bomb,
+    pack_sample,
+    sample_settings,
+)
 
 from fa_backend.core._ownership import LOCK, RECORD
 
@@ -120,6 +129,23 @@ ROWS = [
         "prepare-outside-checkout",
         "`prepare` run outside the checkout (no [tool.fa-shim] there)",
         "no flash-attn version is configured",
+    ),
+    (
+        "gzip-bomb",
+        "an sdist of 18.8 MB holding a 4 GiB zero member, whose gzip trailer reads 16 kB (the "
+        "size modulo 4 GiB); on a 200 MB disk too (test_full_disk.py)",
+        "holds an unsafe archive member flash_attn-0.1.0/zeros.bin",
+    ),
+    (
+        "wheel-cache-dir-users-directory",
+        "`pip wheel … -C wheel-cache-dir=DIR`, DIR a directory of the user's holding their own "
+        "install.py",
+        "(setting wheel-cache-dir) holds files fa-shim did not make (install.py)",
+    ),
+    (
+        "wheel-cache-dir-dot-in-a-project",
+        "`FA_SHIM_WHEEL_CACHE_DIR=. pip wheel /path/to/fa-shim …` run in the user's project",
+        "(setting wheel-cache-dir) holds files fa-shim did not make (install.py, pyproject.toml)",
     ),
     (
         "version-not-its-own",
@@ -286,6 +312,24 @@ def _set_up(row: str, case: Case, tmp_path: Path) -> None:
         case.cwd.mkdir()
         case.env["PYTHONPATH"] = str(REPO)
         case.prepare()
+    elif row == "gzip-bomb":  # refused at its header: nothing extracted, whatever the disk
+        case.user.append(pack_bomb(tmp_path / "bomb"))
+        case.prepare(*sample_settings(tmp_path / "bomb"))
+    elif row.startswith("wheel-cache-dir-"):  # never a file of the user's replaced (MX12)
+        mine = tmp_path / "mine"
+        mine.mkdir()
+        (mine / "install.py").write_text("print('my own installer')\n")
+        settings = case.settings
+        if row.endswith("dot-in-a-project"):
+            (mine / "pyproject.toml").write_text('[project]\nname = "mine"\n')
+            case.cwd, case.env["FA_SHIM_WHEEL_CACHE_DIR"] = mine, "."
+            case.env["PWD"] = str(mine)  # as the user's shell sets it (pip moves the cwd)
+        else:
+            settings = [*settings, "-C", f"wheel-cache-dir={mine}"]
+        case.user.append(mine)
+        case.mine = mine  # nothing added to it either
+        case.argv = [PY, "-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "-w", case.out]
+        case.argv += [copy_repo(tmp_path / "fa-shim"), *settings]
     elif row == "version-not-its-own":
         (sdists / f"flash_attn-{SAMPLE_VERSION}.tar.gz").rename(sdists / "flash_attn-0.2.0.tar.gz")
         case.prepare(
@@ -369,6 +413,7 @@ def test_a_hostile_input_gets_one_true_error_and_leaves_nothing(row, tmp_path, c
     _set_up(row, case, tmp_path)
     before = _digests(*case.user)
     before_out = _digests(case.out, skip=LOCK) if case.out.exists() else {}
+    before_mine = [p.name for p in case.mine.iterdir()] if hasattr(case, "mine") else []
     if not expected:
         _two_at_once(case)
     else:
@@ -390,6 +435,9 @@ def test_a_hostile_input_gets_one_true_error_and_leaves_nothing(row, tmp_path, c
             assert "delete" not in fix.split("\n\n")[0], text  # never a user's file
             if hasattr(case, "pin"):
                 assert str(case.pin) in first and "the sdist is fine" in fix, text
+            if hasattr(case, "mine"):
+                assert f"{case.mine} (setting wheel-cache-dir)" in first, text
+                assert sorted(p.name for p in case.mine.iterdir()) == sorted(before_mine), text
             if row == "prepare-outside-checkout":
                 assert "FA_SHIM_FLASH_ATTN_VERSION=2.8.3.post2" in fix, text
         if row == "killed-re-prepare":  # the dead run's lock was taken over, and released

@@ -10,6 +10,7 @@ from two scratch trees: one wheel, its device code included."""
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 import subprocess
@@ -104,3 +105,7 @@ def test_a_cuda_unit_from_two_scratch_trees_is_one_wheel(tmp_path, torch211_pyth
         for name in ("one", "two-elsewhere")
     ]
     assert _sha(wheels[0]) == _sha(wheels[1]), "two builds of one CUDA fingerprint differ"
+    # torch wrote the sample's -gencode=arch=... as one token: its archs recorded (issue 55, K3)
+    with zipfile.ZipFile(wheels[0]) as zf:
+        (name,) = [n for n in zf.namelist() if n.endswith("/fa_shim_provenance.json")]
+        assert json.loads(zf.read(name))["cuda_archs"] == ["80"]

@@ -171,7 +171,6 @@ class Fa2(Flavour):
 
     def lay_out(self, plan: Plan, tools: Tools, dest: Path) -> Path:
         sdist = plan.source.sdist
-        _space.before_extract(sdist.path, dest.parent)
         source = _sdist.extract(sdist, dest)
         _patches.apply_all(list(plan.patches), source)
         _tu_parts.write(source / _tu_parts.KERNEL_DIR, *self._split(plan, tools))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import json
 import re
 import tarfile
@@ -21,6 +22,7 @@ from ...core._errors import FaShimError, NotLocal
 from ...resources import PROJECT
 from ...settings._settings import Settings, given_to_the_build, read_pyproject_table
 from ...sources import _archives, _index
+from ...toolchain import _space
 from . import _releases
 
 
@@ -182,7 +184,8 @@ def _not_built(parts: tuple[str, ...]) -> bool:
 def extract(sdist: Sdist, dest: Path) -> Path:
     """Unpack safely into dest, which this makes (a failure removes it); the source root."""
     try:
-        _archives.extract(sdist.path, dest, "extracting the sdist", unused=_not_built)
+        room = functools.partial(_space.before_extract, dest)
+        _archives.extract(sdist.path, dest, "extracting the sdist", _not_built, room)
     except _archives.UnsafeMember as exc:
         raise _archives.unsafe_error(sdist.path, exc, _replace_fix(sdist)) from None
     except _archives.BROKEN as exc:  # BadGzipFile is an OSError: the archive, not the disk
@@ -247,7 +250,10 @@ def has_cuda_sources(sdist: Sdist, memo: Path | None = None) -> bool:
 def _scan(sdist: Sdist) -> bool:
     try:
         with tarfile.open(sdist.path, "r:gz") as tar:
-            return any(m.name.endswith(".cu") and "/csrc/" in m.name for m in tar)
+            members = _archives.checked(tar, sdist.path)
+            return any(m.name.endswith(".cu") and "/csrc/" in m.name for m, _ in members)
+    except _archives.UnsafeMember as exc:
+        raise _archives.unsafe_error(sdist.path, exc, _replace_fix(sdist)) from None
     except OSError as exc:
         if not isinstance(exc, _archives.BROKEN):
             raise _unreadable(sdist.path, sdist.origin, exc) from None

@@ -93,3 +93,22 @@ def test_a_file_where_the_directory_should_be_is_refused(tmp_path):
     ):
         pytest.fail("claimed")
     assert (tmp_path / "f").read_text() == "x"
+
+
+def test_a_directory_fa_shim_fills_run_after_run_refuses_what_it_did_not_make(tmp_path):
+    """refuse_foreign (a wheel cache's root: fleet/_wheel_cache.check_root): missing or holding
+    only what `ours` accepts, taken; else one error naming the files, none of them changed."""
+    ours = lambda p: p.name.startswith("ours")  # noqa: E731
+    _ownership.refuse_foreign(tmp_path / "missing", "setting x", ours)
+    (tmp_path / "ours-1").mkdir()
+    _ownership.refuse_foreign(tmp_path, "setting x", ours)
+    (tmp_path / "notes.txt").write_text("mine\n")
+    with pytest.raises(FaShimError) as info:
+        _ownership.refuse_foreign(tmp_path, "setting x", ours)
+    assert info.value.cause.startswith(f"{tmp_path} (setting x) holds files fa-shim did not make")
+    assert "(notes.txt);" in info.value.cause
+    assert (
+        info.value.fix
+        == f"name a new or empty directory for setting x; nothing in {tmp_path} was changed."
+    )
+    assert (tmp_path / "notes.txt").read_text() == "mine\n"

@@ -11,6 +11,9 @@ import zipfile
 from pathlib import Path
 from urllib.parse import quote
 
+import pytest
+
+from fa_backend.core._errors import FaShimError
 from fa_backend.fleet import _wheel_cache
 
 
@@ -169,3 +172,61 @@ def test_a_stable_abi_wheel_is_viewed_for_every_torch_it_serves(tmp_path, capfd)
     assert f"../../../stable-cu13-torch2.10plus/{quote(name)}#sha256=" in page.read_text()
     err = capfd.readouterr().err
     assert "teammates with torch >= 2.10.0 of CUDA 13 install it with: python " in err
+
+
+@pytest.mark.parametrize("damage", ["link-to-a-users-file", "truncated-copy"])
+def test_a_cpu_torchs_view_file_that_is_no_wheel_of_ours_is_replaced(tmp_path, capfd, damage):
+    """Issue 54's C07 and TC14: a CPU torch's wheel records no GPU archs ([]); a view file whose
+    provenance does not read (None) is not a build for other GPUs, so the next build or hit puts
+    the entry's link back, as for a CUDA torch (TC15); a user's file it linked to is untouched."""
+    root, name = tmp_path / "cache", "demo-1.0+cpu-cp311-cp311-linux_x86_64.whl"
+    (tmp_path / "built").mkdir()
+    wheel = _wheel(tmp_path / "built" / name, [], "full")
+
+    def obtain() -> None:
+        _wheel_cache.obtain(
+            root, {"cpu": 1}, name, tmp_path / "out", lambda w: None, lambda: wheel, 600, 15,
+            torch_version="2.13.0+cpu",
+        )  # fmt: skip
+
+    obtain()
+    view, entry = root / "torch-2.13.0+cpu" / name, root / _wheel_cache.key({"cpu": 1}) / name
+    view.unlink()
+    mine = tmp_path / "mine.whl"
+    mine.write_bytes(b"the user's own file\n")
+    if damage == "link-to-a-users-file":
+        view.symlink_to(mine)
+    else:
+        view.write_bytes(entry.read_bytes()[:100])
+    obtain()  # a hit
+    assert not view.is_symlink() and view.stat().st_ino == entry.stat().st_ino
+    assert mine.read_bytes() == b"the user's own file\n"
+    assert "and stays" not in capfd.readouterr().err
+
+
+def test_a_root_holding_a_users_files_is_refused_and_one_fa_shim_filled_is_taken(tmp_path):
+    """Issue 54's MX12: check_root runs before a build writes into the root; what obtain made
+    (entries, views, index, locks, install.py) passes; a user's own install.py, or any file of
+    theirs, is refused, byte for byte as it was."""
+    root = tmp_path / "cache"
+    built = tmp_path / "demo-1.0+cpu-cp311-cp311-linux_x86_64.whl"
+    _wheel(built, [], "full")
+    _wheel_cache.obtain(
+        root, {"d": 1}, built.name, tmp_path / "out", lambda w: None, lambda: built, 600, 15,
+        torch_version="2.13.0+cpu",
+    )  # fmt: skip
+    (root / "objects").mkdir()
+    (root / ".fa-shim-0123456789ab.part").write_bytes(b"")
+    _wheel(root / built.name, [], "full")  # fa-shim 0.5.0's flat copy at the top level
+    _wheel_cache.check_root(root)  # fa-shim's own: taken
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "numpy-2.0-py3-none-any.whl").write_bytes(b"not fa-shim's")
+    with pytest.raises(FaShimError, match=r"did not make \(numpy-2.0-py3-none-any.whl\)"):
+        _wheel_cache.check_root(tmp_path / "other")
+    _wheel_cache.check_root(tmp_path / "new")
+    (tmp_path / "mine").mkdir()
+    for directory in (root, tmp_path / "mine"):
+        (directory / _wheel_cache.INSTALL_PY).write_text("print('my own installer')\n")
+        with pytest.raises(FaShimError, match=r"did not make \(install.py\)"):
+            _wheel_cache.check_root(directory)
+        assert (directory / "install.py").read_text() == "print('my own installer')\n"

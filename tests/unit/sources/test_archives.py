@@ -1,5 +1,6 @@
-"""sources/_archives: every unsafe member refused by name before anything is written, and an
-extraction that fails removes only the directory it made."""
+"""sources/_archives: every unsafe member refused by name before anything is written (a
+decompression bomb too), the disk asked for what the members write, and an extraction that
+fails removes only the directory it made."""
 
 from __future__ import annotations
 
@@ -8,7 +9,9 @@ import tarfile
 from pathlib import Path
 
 import pytest
+from conftest import SAMPLE_VERSION, pack_bomb
 
+from fa_backend.core._errors import FaShimError
 from fa_backend.sources import _archives
 
 
@@ -113,4 +116,37 @@ def test_members_no_build_reads_are_checked_then_left_in_the_archive(tmp_path):
     archive = _tarball(tmp_path / "b.tar.gz", *map(_file, kept), unsafe)
     with pytest.raises(_archives.UnsafeMember, match="a symbolic link"):
         _archives.extract(archive, tmp_path / "src2", "extracting", unused=_sdist._not_built)
+    assert not (tmp_path / "src2").exists()
+
+
+def test_a_decompression_bomb_is_refused_at_its_members_header(tmp_path):
+    """64 MiB of zeros in a 0.3 MB sdist (issue 54's S13 at 4 GiB: tests/integration): refused
+    by the member's name before its bytes are read; nothing written, the disk never asked."""
+    bomb = pack_bomb(tmp_path / "bomb", zeros=64 * 2**20)
+    asked = []
+    with pytest.raises(_archives.UnsafeMember) as info:
+        _archives.extract(bomb, tmp_path / "src", "extracting", room=asked.append)
+    assert info.value.name == f"flash_attn-{SAMPLE_VERSION}/zeros.bin"
+    assert info.value.why.endswith("more than 100 times its size: a decompression bomb")
+    assert not (tmp_path / "src").exists() and asked == []
+    error = _archives.unsafe_error(bomb, info.value, "use the upstream sdist.")
+    assert "at most 100 times its size, and extracted nothing of it" in error.cause
+
+
+def test_the_disk_is_asked_for_what_the_members_write_before_any_is_written(tmp_path):
+    """Each file rounded up to a block: what a filesystem takes, never gzip's ISIZE (mod 4 GiB);
+    a refusal leaves nothing."""
+    big = _file("pkg/big.bin")
+    big.size = 5000
+    archive = _tarball(tmp_path / "a.tar.gz", _typed("pkg", tarfile.DIRTYPE), _file("pkg/a"), big)
+    asked = []
+    _archives.extract(archive, tmp_path / "src", "extracting", room=asked.append)
+    assert asked == [4096 + 4096 + 8192]
+    assert (tmp_path / "src" / "pkg" / "big.bin").stat().st_size == 5000
+
+    def full(size: int) -> None:
+        raise FaShimError(f"not enough disk space for {size}")
+
+    with pytest.raises(FaShimError, match="not enough disk space for 16384"):
+        _archives.extract(archive, tmp_path / "src2", "extracting", room=full)
     assert not (tmp_path / "src2").exists()

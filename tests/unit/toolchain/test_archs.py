@@ -206,3 +206,20 @@ def test_check_gencodes_accepts_exact_and_rejects_extra_or_missing():
     assert "flash_fwd_hdim128_bf16_sm80.cu: compute_80:sm_80, compute_90:sm_90" in exc.value.details
     with pytest.raises(FaShimError):
         _archs.check_gencodes([nvcc_cmd()], ["90"])  # torch added nothing, upstream nothing
+
+
+def test_the_archs_a_wheel_records_read_torchs_one_token_gencode_as_upstreams_pairs(monkeypatch):
+    """Issue 55's K3: for a setup.py that passes no -gencode (the sample's CUDAExtension) torch's
+    cpp_extension writes `-gencode=arch=...,code=...`, one token (these are real torch's, from
+    TORCH_CUDA_ARCH_LIST as fa-shim sets it); upstream FA2's setup.py writes `-gencode VALUE`
+    pairs (tests/e2e/test_real_sdist.py). Both record their archs: two builds of one name for
+    sm_80 and sm_90 are told apart in the wheel cache (tests/unit/fleet/test_wheel_cache.py)."""
+    from torch.utils import cpp_extension
+
+    monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", "8.0;9.0a")
+    torchs = cpp_extension._get_cuda_arch_flags()
+    assert all(flag.startswith("-gencode=arch=") for flag in torchs), torchs
+    assert _archs.compiled([nvcc_cmd(*torchs), Command("cxx", "/x/a.cpp", ())]) == ["80", "90a"]
+    upstream = nvcc_cmd("-gencode", "arch=compute_80,code=sm_80", "-arch=sm_100")
+    assert _archs.compiled([upstream, nvcc_cmd(torchs[1])]) == ["100", "80", "90a"]
+    assert _archs.compiled([nvcc_cmd()]) == []  # a CPU build: no GPU code

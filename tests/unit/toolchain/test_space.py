@@ -6,11 +6,7 @@ tests/e2e/test_space_real_sdist.py."""
 
 from __future__ import annotations
 
-import gzip
-import tarfile
-
 import pytest
-from conftest import SAMPLE_VERSION
 
 from fa_backend.core._errors import FaShimError
 from fa_backend.toolchain import _space
@@ -31,15 +27,12 @@ def test_a_package_without_kernel_sets_is_sized_from_its_sdist():
     assert _space.compile_needs(None, 4, 1_000_000) == (int(20e6 * _space.MARGIN), 4_000_000)
 
 
-def test_what_an_sdist_extracts_to_and_zero_for_one_that_does_not_read(sample_sdist_dir, tmp_path):
-    sdist = sample_sdist_dir / f"flash_attn-{SAMPLE_VERSION}.tar.gz"
-    with tarfile.open(sdist) as tar:
-        members = tar.getmembers()
-    stream = len(gzip.decompress(sdist.read_bytes()))  # members, their headers and padding
-    assert _space.extracted_size(sdist) == stream > sum(m.size for m in members if m.isfile()) > 0
-    broken = tmp_path / "broken.tar.gz"
-    broken.write_bytes(b"not gzip")
-    assert _space.extracted_size(broken) == 0
+def test_what_an_sdist_extracts_to_is_checked_against_the_disk(tmp_path):
+    """The size comes from the members' headers (sources/_archives.extract), with the margin."""
+    _space.before_extract(tmp_path, 1000)
+    with pytest.raises(FaShimError) as info:
+        _space.before_extract(tmp_path, EXABYTE)
+    assert "(extracting the sdist 1250000000.0 GB)." in info.value.cause
 
 
 def test_needs_that_fit_pass(tmp_path):
