@@ -14,11 +14,16 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import CAN_MOUNT, REPO
 
+from fa_backend.cli import _cache_check
 from fa_backend.fleet import _objects
 from fa_backend.resources import LAUNCHER, launcher, object_cache
 
 pytestmark = pytest.mark.integration
+needs_mount = pytest.mark.skipif(
+    not CAN_MOUNT, reason="needs root and a mount namespace (unshare -m) for a real disk"
+)
 
 NVCC = shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"
 TOOLKIT = Path(NVCC).resolve().parent.parent
@@ -43,37 +48,77 @@ def _torch(tree: Path) -> Path:
     return tree.parent / f"{tree.name}-venv" / "torch" / "include"
 
 
-def _args(tree: Path, abi: int = 1) -> list[str]:
+def _args(tree: Path, abi: int = 1, unit: str = "k") -> list[str]:
     """The nvcc part of a torch build.ninja command (after the compiler), absolute paths."""
-    out = tree / "build" / "k.o"
+    out = tree / "build" / f"{unit}.o"
     return [
         "-MD", "-MF", f"{out}.d", f"-I{tree / 'csrc'}", f"-I{_torch(tree)}",
         f"-Xcompiler=-ffile-prefix-map={_torch(tree)}=/fa-shim/torch",
-        "-c", str(tree / "csrc" / "k.cu"), "-o", str(out),
+        "-c", str(tree / "csrc" / f"{unit}.cu"), "-o", str(out),
         "-O3", "-std=c++17", "-gencode", "arch=compute_80,code=sm_80",
         "-DTORCH_EXTENSION_NAME=flash_attn_2_cuda", "--compiler-options", "-fPIC",
         f"-D_GLIBCXX_USE_CXX11_ABI={abi}", "--frandom-seed=k.cu",  # as the launcher seeds it
     ]  # fmt: skip
 
 
-def _spec(tree: Path, root: Path, args: list[str]) -> Path:
+def _spec(tree: Path, root: Path, args: list[str], *more: list[str], **how) -> Path:
+    """The spec of these units (args: each one's command), as pipeline/_build writes it."""
     (tree / "build").mkdir(exist_ok=True)
-    keys = _objects.Keys(tree, TOOLKIT, NVCC, "gcc")
-    key = keys.key(args, str(tree / "csrc" / "k.cu"), tree)
+    keys, units = _objects.Keys(tree, TOOLKIT, NVCC, "gcc"), {}
+    for unit in (args, *more):
+        key = keys.key(unit, next(a for a in unit if a.endswith(".cu")), tree)
+        abi = next(a[-1] for a in unit if a.startswith(_objects.ABI_DEFINE))
+        units[unit[unit.index("-o") + 1]] = {"key": key, "abi": abi}
     assert keys.excluded == {_torch(tree).resolve()}
-    abi = next(a[-1] for a in args if a.startswith(_objects.ABI_DEFINE))
-    units = {str(tree / "build" / "k.o"): {"key": key, "abi": abi}}
-    return _objects.write_spec(tree / "build", root, units, keys.excluded, "torch 9.9", 60, 1)
+    return _objects.write_spec(
+        tree / "build", root, units, keys.excluded, "torch 9.9", 60, 1, **how
+    )
 
 
-def _launch(tree: Path, spec: Path, args: list[str]) -> subprocess.Popen:
+def _launch(tree: Path, spec: Path, args: list[str], prefix=()) -> subprocess.Popen:
     # nvcc's temporaries under fixed names, as the upstream build runs it (pipeline/_upstream)
     env = {**os.environ, object_cache.SPEC_ENV: str(spec), launcher.KEEP_ENV: "1"}
     stats = tree / "build" / "stats.jsonl"
-    command = [sys.executable, LAUNCHER, stats, NVCC, *args]
+    command = [*prefix, sys.executable, LAUNCHER, stats, NVCC, *args]
     return subprocess.Popen(
         [str(c) for c in command], env=env, cwd=tree, stderr=subprocess.PIPE, text=True
     )
+
+
+def _second_unit(tree: Path) -> list[str]:
+    """k2.cu beside k.cu: another kernel, another entry."""
+    kernel = KERNEL.replace("void scale", "void scale2").replace("scale<<<", "scale2<<<")
+    (tree / "csrc" / "k2.cu").write_text(kernel.replace("launch", "launch2"))
+    return _args(tree, unit="k2")
+
+
+def _mounted(path: Path, how: str) -> list[str]:
+    """A prefix running a command in a mount namespace where `path` is a read-only view of
+    itself ("ro") or a 64 KiB filesystem filled up ("full"): real EROFS and ENOSPC, for root."""
+    mount = {
+        "ro": f"mount --bind {path} {path} && mount -o remount,bind,ro {path}",
+        "full": f"mount -t tmpfs -o size=64k tmpfs {path} && "
+        f"(dd if=/dev/zero of={path}/filler bs=4k 2>/dev/null || true)",
+    }[how]
+    return ["unshare", "-m", "sh", "-c", f'{mount} && exec "$@"', "sh"]
+
+
+def _make_root(root: Path, prefix=()) -> tuple[bool, str]:
+    """The pipeline's first step with the object cache (pipeline/_build.object_cache)."""
+    code = "import sys, pathlib; from fa_backend.fleet import _objects as o; "
+    code += "print(o.make_root(pathlib.Path(sys.argv[1]), None))"
+    proc = subprocess.run(
+        [*prefix, sys.executable, "-c", code, str(root)],
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+    return proc.stdout.strip() == "True", proc.stderr
+
+
+def _listing(root: Path) -> list[str]:
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*"))
 
 
 def _served(tree: Path) -> list[bool]:
@@ -166,3 +211,97 @@ def test_an_object_serves_the_old_abi_only_where_it_names_no_abi_tagged_symbol(
     assert entry.endswith(".abi1") == uses_string
     _finish(_launch(old, _spec(old, root, _args(old, abi=0)), _args(old, abi=0)))
     assert _served(old) == [not uses_string]
+
+
+@needs_mount
+def test_a_read_only_cache_serves_what_it_holds_and_compiles_the_rest(tmp_path):
+    """A team's share, mounted read-only, holding one of the build's two objects: one warning
+    naming it, the held object served, the other compiled here, and nothing written there; a
+    share that turns read-only after the build began costs each unit a warning, never a crash."""
+    root, tree = tmp_path / "objects", _tree(tmp_path / "a")
+    units = [_args(tree), _second_unit(tree)]
+    _finish(_launch(tree, _spec(tree, root, *units), units[0]))  # the team's k.cu
+    before, prefix = _listing(root), _mounted(root, "ro")
+    keep, err = _make_root(root, prefix)
+    assert not keep and err.count("warning:") == 1, err
+    assert f"cannot keep kernel objects in {root} (Read-only file system)" in err, err
+    assert "-C object-cache=false" in err
+    spec = _spec(tree, root, *units, keep=keep)
+    errs = [_finish(_launch(tree, spec, unit, prefix)) for unit in units]
+    assert "warning" not in "".join(errs), errs  # the one warning was the pipeline's
+    spec = _spec(tree, root, *units)  # writable when the build began
+    err = _finish(_launch(tree, spec, units[1], prefix))
+    assert f"cannot take a lock (Read-only file system: {root / '.locks'}/" in err, err
+    assert "compiling k2.cu, keeping nothing" in err
+    assert _served(tree)[1:] == [True, False, False]
+    assert _listing(root) == before
+
+
+@needs_mount
+def test_a_full_cache_disk_compiles_and_keeps_nothing(tmp_path):
+    """A full disk (or quota) under the cache: one warning from the pipeline, and a unit
+    compiled without a word; one that fills after the build began: the lock's ENOSPC is a
+    warning naming the lock, and the unit compiles."""
+    root, tree = tmp_path / "objects", _tree(tmp_path / "a")
+    root.mkdir()
+    prefix = _mounted(root, "full")
+    keep, err = _make_root(root, prefix)
+    assert not keep and err.count("warning:") == 1, err
+    assert f"cannot keep kernel objects in {root} (No space left on device)" in err, err
+    err = _finish(_launch(tree, _spec(tree, root, _args(tree), keep=keep), _args(tree), prefix))
+    assert "warning" not in err, err
+    err = _finish(_launch(tree, _spec(tree, root, _args(tree)), _args(tree), prefix))
+    assert f"cannot take a lock (No space left on device: {root / '.locks'}" in err, err
+    assert _served(tree) == [False, False] and (tree / "build" / "k.o").is_file()
+
+
+@pytest.mark.parametrize("blocked", ["objects", "objects/.locks"])
+def test_a_file_in_the_way_compiles_and_keeps_nothing(tmp_path, blocked):
+    """The objects path, or its locks' directory, is a file: a warning naming it, no
+    traceback, and the unit compiles (with the pipeline's warning, or without it)."""
+    root, tree = tmp_path / "objects", _tree(tmp_path / "a")
+    (tmp_path / blocked).parent.mkdir(exist_ok=True)
+    (tmp_path / blocked).write_text("not a directory")
+    keep, err = _make_root(root)
+    assert not keep and err.count("warning:") == 1, err
+    assert f"in {tmp_path / blocked} (a file is in the way: not a directory)" in err, err
+    err = _finish(_launch(tree, _spec(tree, root, _args(tree), keep=keep), _args(tree)))
+    assert "warning" not in err, err
+    err = _finish(_launch(tree, _spec(tree, root, _args(tree)), _args(tree)))
+    assert "cannot take a lock (" in err and str(root / ".locks") in err, err
+    assert _served(tree) == [False, False]
+    assert (tmp_path / blocked).read_text() == "not a directory"
+
+
+def test_an_audit_compiles_every_unit_and_names_a_planted_object(tmp_path):
+    """`cache check --rebuild`'s compare (cli/_cache_check): an object with a flipped byte whose
+    recorded sha256 was edited to match passes the cache's own check, so a build links it; the
+    audit compiles every unit (none served, none kept) and names that entry, not the honest one."""
+    root, tree = tmp_path / "objects", _tree(tmp_path / "a")
+    units = [_args(tree), _second_unit(tree)]
+    spec = _spec(tree, root, *units)
+    for unit in units:
+        _finish(_launch(tree, spec, unit))
+    planted = next(e for e in _objects.entries(root) if "k.cu" in (e / "object.json").read_text())
+    data = bytearray((planted / "object.o").read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    (planted / "object.o").write_bytes(bytes(data))
+    record = json.loads((planted / "object.json").read_text())
+    record["sha256"] = object_cache.sha256_of(planted / "object.o")
+    (planted / "object.json").write_text(json.dumps(record))
+    assert _objects.check(planted) is None  # the cache's own check passes it
+    before = _listing(root)
+
+    audit = tmp_path / "audit.jsonl"
+    spec = _spec(tree, root, *units, audit=audit)
+    for unit in units:
+        _finish(_launch(tree, spec, unit))
+    assert _served(tree) == [False, False, False, False]
+    rows = [_cache_check._audited(json.loads(line)) for line in audit.read_text().splitlines()]
+    assert [(r.key, r.wheel, r.result) for r in rows] == [
+        (planted.name, "object k.cu", "FAILED"),
+        (next(e.name for e in _objects.entries(root) if e != planted), "object k2.cu", "ok"),
+    ]
+    assert "not what its inputs compile to" in rows[0].reason
+    assert f"rm -r {planted}" in rows[0].reason
+    assert _listing(root) == before  # nothing kept, nothing replaced
