@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import CAN_MOUNT, REPO
+from conftest import CAN_MOUNT, REPO, mounted
 
 from fa_backend.cli import _cache_check
 from fa_backend.fleet import _objects
@@ -90,17 +90,6 @@ def _second_unit(tree: Path) -> list[str]:
     kernel = KERNEL.replace("void scale", "void scale2").replace("scale<<<", "scale2<<<")
     (tree / "csrc" / "k2.cu").write_text(kernel.replace("launch", "launch2"))
     return _args(tree, unit="k2")
-
-
-def _mounted(path: Path, how: str) -> list[str]:
-    """A prefix running a command in a mount namespace where `path` is a read-only view of
-    itself ("ro") or a 64 KiB filesystem filled up ("full"): real EROFS and ENOSPC, for root."""
-    mount = {
-        "ro": f"mount --bind {path} {path} && mount -o remount,bind,ro {path}",
-        "full": f"mount -t tmpfs -o size=64k tmpfs {path} && "
-        f"(dd if=/dev/zero of={path}/filler bs=4k 2>/dev/null || true)",
-    }[how]
-    return ["unshare", "-m", "sh", "-c", f'{mount} && exec "$@"', "sh"]
 
 
 def _make_root(root: Path, prefix=()) -> tuple[bool, str]:
@@ -221,7 +210,7 @@ def test_a_read_only_cache_serves_what_it_holds_and_compiles_the_rest(tmp_path):
     root, tree = tmp_path / "objects", _tree(tmp_path / "a")
     units = [_args(tree), _second_unit(tree)]
     _finish(_launch(tree, _spec(tree, root, *units), units[0]))  # the team's k.cu
-    before, prefix = _listing(root), _mounted(root, "ro")
+    before, prefix = _listing(root), mounted(root, "ro")
     keep, err = _make_root(root, prefix)
     assert not keep and err.count("warning:") == 1, err
     assert f"cannot keep kernel objects in {root} (Read-only file system)" in err, err
@@ -244,7 +233,7 @@ def test_a_full_cache_disk_compiles_and_keeps_nothing(tmp_path):
     warning naming the lock, and the unit compiles."""
     root, tree = tmp_path / "objects", _tree(tmp_path / "a")
     root.mkdir()
-    prefix = _mounted(root, "full")
+    prefix = mounted(root, "full")
     keep, err = _make_root(root, prefix)
     assert not keep and err.count("warning:") == 1, err
     assert f"cannot keep kernel objects in {root} (No space left on device)" in err, err
