@@ -139,8 +139,14 @@ def rebuild(root: Path, config: dict[str, str]) -> list[Row]:
                 )
             rows.append(row)
         lines = audit.read_text().splitlines() if audit.is_file() else []
-    audited = [_audited(json.loads(line)) for line in lines]
-    return rows + [r for r in audited if r]
+    rows += [r for r in map(_audited, map(json.loads, lines)) if r]
+    if not rows:
+        raise FaShimError(
+            f"the rebuild compiled none of the objects in {objects}, and {root} has no entry "
+            f"for its fingerprint {key}: nothing to compare.",
+            fix="run --rebuild with the interpreter and the -C settings of the build to check.",
+        )
+    return rows
 
 
 def _audited(line: dict) -> Row | None:
