@@ -1242,6 +1242,18 @@ def on_small_disk(
     )
 
 
+def mounted(path: Path, how: str) -> list[str]:
+    """A prefix running a command in a mount namespace where `path` is a read-only view of
+    itself ("ro") or a 64 KiB filesystem filled up ("full"): real EROFS and ENOSPC, for root
+    (whom a chmod does not stop)."""
+    mount = {
+        "ro": f"mount --bind {path} {path} && mount -o remount,bind,ro {path}",
+        "full": f"mount -t tmpfs -o size=64k tmpfs {path} && "
+        f"(dd if=/dev/zero of={path}/filler bs=4k 2>/dev/null || true)",
+    }[how]
+    return ["unshare", "-m", "sh", "-c", f'{mount} && exec "$@"', "sh"]
+
+
 def assert_one_error_nothing_left(proc, out: Path) -> str:
     text = proc.stdout + proc.stderr
     assert proc.returncode == 1 and "Traceback" not in text, text

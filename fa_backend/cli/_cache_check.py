@@ -1,7 +1,7 @@
 """Auditing a wheel cache (`python -m fa_backend cache ...`, docs/guides/fleet.md): `check`
-(sha256, RECORD, verify; leftover `.fa-shim-*.part` names; index links to wheels that are
-gone), `check --rebuild` (the bytes of a rebuild here) and `requirements` (the hashed line of
-what install.py takes here)."""
+(sha256, RECORD, verify; its objects; what killed writers left, which `--sweep` removes; index
+links to wheels that are gone), `check --rebuild` (the bytes of a rebuild here with no cache, its
+wheel and each object) and `requirements` (the hashed line of what install.py takes here)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import dataclasses
 import json
 import os
 import re
+import shutil
 import time
 import zipfile
 from pathlib import Path
@@ -99,8 +100,9 @@ def _object_row(directory: Path) -> Row:
     return row
 
 
-def rebuild(root: Path, config: dict[str, str]) -> Row:
-    """Build this environment's entry again, here, and compare the bytes."""
+def rebuild(root: Path, config: dict[str, str]) -> list[Row]:
+    """Build this environment's wheel again, here, with no object cache and no compiler cache,
+    and compare its bytes with the entry's, and each object with the entry a build links."""
     from ..fleet import _wheel_cache
     from ..pipeline import _build
 
@@ -108,31 +110,63 @@ def rebuild(root: Path, config: dict[str, str]) -> Row:
     tools = _build.toolchain(plan)
     key = _wheel_cache.key(_build.fingerprint(plan, tools))
     entry = _entries.load(root / key, plan.wheel_name)
-    if entry is None:
+    objects = _objects.root_of(plan.settings)
+    if entry is None and not _objects.entries(objects):
         raise FaShimError(
-            f"{root} has no entry for this environment's fingerprint {key} ({plan.wheel_name}).",
+            f"{root} has no entry for this environment's fingerprint {key} ({plan.wheel_name}), "
+            f"and {objects} no kernel object.",
             fix="run --rebuild with the interpreter and the -C settings the entry was built "
             "with (its fingerprint.json lists what they decide); `cache check` alone checks "
             "every entry.",
         )
-    with zipfile.ZipFile(entry.wheel) as zf:
-        name = next(n for n in zf.namelist() if n.endswith("/fa_shim_provenance.json"))
-        recorded = json.loads(zf.read(name))
-    # an independent compile: no compiler cache; the object layout the entry has
-    shape = {knob: recorded.get(knob, value) for knob, value in tools.shape.items()}
-    tools = dataclasses.replace(tools, shape=shape, compiler_cache=None)
-    _log.info(f"rebuilding {entry.wheel.name} (fingerprint {key}) to compare its bytes")
+    if entry is not None:  # the object layout the entry has
+        with zipfile.ZipFile(entry.wheel) as zf:
+            name = next(n for n in zf.namelist() if n.endswith("/fa_shim_provenance.json"))
+            recorded = json.loads(zf.read(name))
+        shape = {knob: recorded.get(knob, value) for knob, value in tools.shape.items()}
+        tools = dataclasses.replace(tools, shape=shape)
+    tools = dataclasses.replace(tools, compiler_cache=None)  # an independent compile
+    _log.info(f"rebuilding {plan.wheel_name} (fingerprint {key}) with no cache to compare")
+    rows = []
     with _build.scratch_dir(plan.settings) as scratch:
-        fresh = _build.fresh_wheel(plan, tools, scratch)
-        row = Row(key, entry.wheel.name)
-        got = sha256_of(fresh)
-        if got == entry.sha256:
-            row.result, row.reason = OK, f"rebuilt byte for byte (sha256 {got})"
-        else:
-            row.reason = (
-                f"not what its fingerprint builds: the rebuild's sha256 is {got}, the entry's "
-                f"{entry.sha256}; " + _differences(entry.wheel, fresh)
-            )
+        audit = scratch / "objects-audit.jsonl"
+        fresh = _build.fresh_wheel(plan, tools, scratch, audit=audit)
+        if entry is not None:
+            row = Row(key, entry.wheel.name)
+            got = sha256_of(fresh)
+            if got == entry.sha256:
+                row.result, row.reason = OK, f"rebuilt byte for byte (sha256 {got})"
+            else:
+                row.reason = (
+                    f"not what its fingerprint builds: the rebuild's sha256 is {got}, the "
+                    f"entry's {entry.sha256}; " + _differences(entry.wheel, fresh)
+                )
+            rows.append(row)
+        lines = audit.read_text().splitlines() if audit.is_file() else []
+    rows += [r for r in map(_audited, map(json.loads, lines)) if r]
+    if not rows:
+        raise FaShimError(
+            f"the rebuild compiled none of the objects in {objects}, and {root} has no entry "
+            f"for its fingerprint {key}: nothing to compare.",
+            fix="run --rebuild with the interpreter and the -C settings of the build to check.",
+        )
+    return rows
+
+
+def _audited(line: dict) -> Row | None:
+    """An object a build would link, against what the rebuild compiled (None: none cached)."""
+    if not line.get("entry"):
+        return None
+    entry = Path(line["entry"])
+    row = Row(entry.name, f"object {line['source']}")
+    if line["recorded"] == line["sha256"]:
+        row.result, row.reason = OK, f"the rebuild compiles it byte for byte ({line['sha256']})"
+    else:
+        row.reason = (
+            f"not what its inputs compile to: the rebuild's {line['source']} has sha256 "
+            f"{line['sha256']}, the entry {line['recorded']}; a build links it until it is "
+            f"removed (rm -r {entry})"
+        )
     return row
 
 
@@ -172,24 +206,43 @@ def requirements(root: Path) -> list[str]:
     return lines
 
 
-def strays(root: Path) -> list[Row]:
-    """The writers' temporary names left in the cache: a failure once older than the next
-    build's sweep (younger: maybe a live write)."""
+def strays(root: Path) -> list[Path]:
+    """The writers' temporary names left in the cache and in its objects."""
+    found = [*root.glob(_entries.PARTIAL), *root.glob(f"*/{_entries.PARTIAL}")]
+    return sorted(found) + _objects.leftovers(root / "objects")
+
+
+def _age(path: Path) -> float | None:
+    try:
+        return time.time() - path.lstat().st_mtime
+    except OSError:
+        return None  # gone meanwhile: its writer finished
+
+
+def stray_rows(root: Path, sweep: bool) -> list[Row]:
+    """A row for each leftover: a failure once older than a live write can be (younger: maybe
+    a build writing now), which `sweep` removes."""
     rows = []
-    now = time.time()
-    for path in sorted([*root.glob(_entries.PARTIAL), *root.glob(f"*/{_entries.PARTIAL}")]):
-        try:
-            age = now - path.lstat().st_mtime
-        except OSError:
-            continue  # gone meanwhile: its writer finished
+    for path in strays(root):
+        age = _age(path)
+        if age is None:
+            continue
         old = age > _entries.SWEEP_AGE_S
         row = Row(str(path.relative_to(root)), result=FAILED if old else "stray")
-        row.reason = f"a writer's temporary {'directory' if path.is_dir() else 'file'}, " + (
-            f"{age / 3600:.1f} h old: left by a killed build or an older fa-shim; the next build "
-            "into this cache removes it"
+        kind = "directory" if path.is_dir() and not path.is_symlink() else "file"
+        row.reason = f"a writer's temporary {kind}, " + (
+            f"{age / 3600:.1f} h old: left by a killed build or an older fa-shim; "
+            "`cache check --sweep` removes it"
             if old
             else f"{age:.0f} s old: perhaps a build writing now"
         )
+        if old and sweep:
+            try:
+                shutil.rmtree(path) if kind == "directory" else path.unlink()
+            except OSError as exc:
+                row.reason = f"could not remove it ({exc.strerror or exc}: {exc.filename})"
+            else:
+                row.result, row.reason = OK, f"removed (a leftover {age / 3600:.1f} h old)"
         rows.append(row)
     return rows
 
@@ -224,22 +277,24 @@ def render(rows: list[Row]) -> str:
     return "\n".join(lines)
 
 
-def main(action: str, root: Path, rebuild_one: bool, config: dict[str, str]) -> int:
+def main(action: str, root: Path, rebuild_one: bool, config: dict[str, str], sweep=False) -> int:
     if not root.is_dir():
         raise FaShimError(f"{root} is not a directory.", fix="name a wheel-cache directory.")
     if action == "requirements":
         print("\n".join(requirements(root)))
         return 0
     if rebuild_one:
-        rows = [rebuild(root, config)]
+        if sweep:
+            raise FaShimError("--sweep and --rebuild are two runs.", fix="run them one by one.")
+        rows = rebuild(root, config)
     else:
         torch = _this_torch()
         rows = [check_entry(d, torch) for d in _entries.all_entries(root)]
         rows += [_object_row(d) for d in _objects.entries(root / "objects")]
-        if not rows:
-            raise FaShimError(f"{root} holds no wheel-cache entry.", fix="name a wheel cache.")
+        rows += stray_rows(root, sweep) + stale_links(root)
         for key, what, bad in _variants.check(root):  # uv's variants.json (fleet/_variants)
             rows.append(Row(key, what, FAILED if bad else OK, "; ".join(bad) or _variants.MATCH))
-        rows += strays(root) + stale_links(root)
+        if not rows:
+            raise FaShimError(f"{root} holds no wheel-cache entry.", fix="name a wheel cache.")
     print(render(rows))
     return 0 if all(r.result in (OK, "stray") for r in rows) else 1

@@ -12,7 +12,7 @@ import shlex
 from collections.abc import Iterator
 from pathlib import Path
 
-from ..core import _log
+from ..core import _atomic, _log
 from ..core._errors import FaShimError, NotLocal
 from ..flavours import _registry
 from ..flavours._interface import Flavour, Plan, Tools
@@ -311,6 +311,38 @@ def _installed_section(report: DoctorReport, flavour: Flavour, torch, gpus) -> N
         )
 
 
+def cannot_write(path: Path) -> str | None:
+    """Why a build could not write into path, made nowhere here: probed in the nearest
+    directory at or above it (a file in the way says so)."""
+    for here in (path, *path.parents):
+        if here.is_dir():
+            why = _atomic.unwritable(here)
+            return f"{why}: {here}" if why else None
+        if here.exists() or here.is_symlink():
+            return f"a file is in the way: {here} is not a directory"
+    return None
+
+
+def caches_section(report: DoctorReport, settings, objects: Path) -> None:
+    """A cache a build cannot write (read-only, full, over quota, a file in the way) degrades
+    that build to compiling and keeping nothing there: an error, with the setting that fixes it."""
+    wheels = settings.resolved_wheel_cache_dir
+    for on, what, path, off in (
+        (settings.wheel_cache, "wheel cache", wheels, "wheel-cache=false"),
+        (settings.object_cache, "object cache", objects, "object-cache=false"),
+    ):
+        why = cannot_write(path / ".locks") if on else None
+        if why:
+            report.problem(
+                what,
+                ERROR,
+                f"the {what} {path} cannot be written ({why}): a build keeps nothing there "
+                "and compiles what it cannot read from it.",
+                f"make {path} a directory this user can write, name another with "
+                f"-C wheel-cache-dir=DIR, or build with -C {off}.",
+            )
+
+
 def diagnose(project: Path = PROJECT) -> DoctorReport:
     """What a build of the project here would use (its flavour, from its pyproject.toml)."""
     report = DoctorReport(project)
@@ -336,6 +368,7 @@ def diagnose(project: Path = PROJECT) -> DoctorReport:
         {"on": settings.object_cache, "root": str(objects)},
         _objects.describe(objects) if settings.object_cache else "off (-C object-cache=false)",
     )
+    caches_section(report, settings, objects)
     report.add("seal", dataclasses.asdict(_seal.choose()), _seal.choose().describe())
     plan, tools, exc = planned(project)
     gpus = _machine_and_gpus(report, flavour, settings, torch, nvcc, tools, exc)

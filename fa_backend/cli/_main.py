@@ -275,7 +275,8 @@ def _cache(args: argparse.Namespace) -> int:
     from . import _cache_check
 
     config = dict(args.config_setting)
-    return _cache_check.main(args.action, Path(args.directory), args.rebuild, config)
+    directory = Path(args.directory)
+    return _cache_check.main(args.action, directory, args.rebuild, config, args.sweep)
 
 
 def _config(p: argparse.ArgumentParser) -> None:
@@ -350,8 +351,9 @@ def parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_prebuild)
     p = sub.add_parser(
         "cache",
-        help="check a wheel cache's entries (sha256, RECORD, verify; --rebuild compares a "
-        "local rebuild), or print requirement lines with --hash for --require-hashes",
+        help="check a wheel cache's entries and objects (sha256, RECORD, verify; --sweep removes "
+        "leftovers; --rebuild compares a local rebuild with no cache), or print requirement "
+        "lines with --hash for --require-hashes",
     )
     p.add_argument(
         "action",
@@ -363,7 +365,15 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--rebuild",
         action="store_true",
-        help="rebuild this environment's entry (same -C settings as its build) and compare bytes",
+        help="rebuild this environment's wheel (same -C settings as its build) with no object "
+        "cache and no compiler cache, and compare its bytes with the entry's and each kernel "
+        "object's with the cached one a build would link",
+    )
+    p.add_argument(
+        "--sweep",
+        action="store_true",
+        help="remove what killed writers left (temporary names over an hour old) in the cache "
+        "and its objects/",
     )
     _config(p)
     p.set_defaults(func=_cache)

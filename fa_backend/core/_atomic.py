@@ -52,11 +52,16 @@ def write(target: Path, data: bytes) -> Path:
 
 
 def unwritable(directory: Path) -> str | None:
-    """Why no file can be created in directory (made if missing), or None when one can."""
+    """Why no file can be written in directory (made if missing), or None when one can: a byte
+    written and synced, so a full disk or quota says so too (an empty file needs no block)."""
+    if directory.exists() and not directory.is_dir():
+        return "a file is in the way: not a directory"
     try:
         directory.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=directory, prefix=".fa-shim-", suffix=".part"):
-            pass
+        with tempfile.NamedTemporaryFile(dir=directory, prefix=".fa-shim-", suffix=".part") as f:
+            f.write(b"\0")
+            f.flush()
+            os.fsync(f.fileno())
     except OSError as exc:
         return exc.strerror or str(exc)
     return None

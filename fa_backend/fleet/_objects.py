@@ -6,6 +6,7 @@ unit from the spec `write_spec` writes."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -13,6 +14,7 @@ import shlex
 from collections.abc import Sequence
 from pathlib import Path
 
+from ..core import _atomic, _log
 from ..core._digest import sha256_of
 from ..resources import object_cache
 from ..resources.object_cache import SPEC_NAME, under
@@ -99,10 +101,23 @@ class Keys:
         return hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()[:32]
 
 
-def make_root(root: Path, team_root: Path | None) -> None:
-    """The root and its locks' directory, open to a team as its wheel cache is (_entries.make)."""
-    _entries.make(root, team_root or root)
-    _entries.make(root / ".locks", team_root or root)
+def make_root(root: Path, team_root: Path | None) -> bool:
+    """The root and its locks' directory, open to a team as its wheel cache is (_entries.make).
+    False, after one warning naming the path, where nothing can be kept there (read-only, full,
+    over quota, a file in the way): the build then reads what it holds and compiles the rest."""
+    with contextlib.suppress(OSError):  # the probe below says why
+        _entries.make(root, team_root or root)
+        _entries.make(root / ".locks", team_root or root)
+    for path in (root, root / ".locks"):
+        why = _atomic.unwritable(path)
+        if why:
+            _log.warn(
+                f"the object cache cannot keep kernel objects in {path} ({why}): this build "
+                "only reads it and compiles what it lacks (make it a writable directory, or "
+                "turn the object cache off with -C object-cache=false)"
+            )
+            return False
+    return True
 
 
 def write_spec(
@@ -113,9 +128,13 @@ def write_spec(
     built_under: str,
     lock_timeout: float,
     heartbeat: float,
+    keep: bool = True,
+    audit: Path | None = None,
 ) -> Path:
     """What the launcher reads: the root, each unit's key by output, the include directories
-    a stored unit must not have read, and what the build runs under."""
+    a stored unit must not have read, what the build runs under, whether the root can keep
+    objects, and for `cache check --rebuild` the file where it compares each compile with
+    the entry it would have linked (nothing served, nothing kept)."""
     spec = {
         "root": str(root),
         "units": units,
@@ -123,6 +142,8 @@ def write_spec(
         "built_under": built_under,
         "lock_timeout": lock_timeout,
         "heartbeat": heartbeat,
+        "keep": keep,
+        "audit": str(audit) if audit else None,
     }
     path = scratch / SPEC_NAME
     path.write_text(json.dumps(spec, indent=1))
@@ -135,6 +156,15 @@ def cached(spec_path: Path) -> dict[str, dict]:
     root = Path(spec["root"])
     found = {out: object_cache.find(root, unit) for out, unit in spec["units"].items()}
     return {out: hit[1] for out, hit in found.items() if hit}
+
+
+# what a killed writer leaves (resources/object_cache._store): an entry being written, or a
+# damaged one moved aside; `cache check` lists them and `--sweep` removes them
+LEFTOVERS = (".*.part-*", ".*.bad-*")
+
+
+def leftovers(root: Path) -> list[Path]:
+    return sorted(p for pattern in LEFTOVERS for p in root.glob(pattern))
 
 
 def entries(root: Path) -> list[Path]:

@@ -217,7 +217,11 @@ def obtain(
     entry_key = key(fingerprint)
     read_only = _atomic.unwritable(root)  # e.g. shared storage mounted read-only
     if read_only:
-        _log.warn(f"the wheel cache {root} is not writable ({read_only}): only reading it")
+        _log.warn(
+            f"the wheel cache {root} is not writable ({read_only}): only reading it; a wheel "
+            "built here is not kept there (name a writable one with -C wheel-cache-dir=DIR, "
+            "or turn it off with -C wheel-cache=false)"
+        )
     with contextlib.ExitStack() as stack:
         if not read_only:
             try:

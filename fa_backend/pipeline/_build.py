@@ -65,8 +65,11 @@ def toolchain(plan: Plan) -> Tools:
     return Tools(nvcc, archs, sizing.jobs, threads, cache, sizing.shape)
 
 
-def prepare(plan: Plan, scratch: Path, tools: Tools | None = None) -> Prepared:
-    """Lay out and patch the sources, let torch write build.ninja (nothing compiled), check it."""
+def prepare(
+    plan: Plan, scratch: Path, tools: Tools | None = None, audit: Path | None = None
+) -> Prepared:
+    """Lay out and patch the sources, let torch write build.ninja (nothing compiled), check it;
+    `audit`: the object cache compares each compile there and serves none (object_cache)."""
     tools = tools or toolchain(plan)
     log_dir = plan.settings.resolved_cache_dir / "logs"
     log_dir.mkdir(parents=True, exist_ok=True)
@@ -101,15 +104,18 @@ def prepare(plan: Plan, scratch: Path, tools: Tools | None = None) -> Prepared:
     )
     _compile_plan.apply(ninja_file, units)
     tools = dataclasses.replace(tools, jobs=units.jobs)
-    cached = object_cache(plan, tools, source, commands)
+    cached = object_cache(plan, tools, source, commands, audit)
     return Prepared(source, tools, ninja_file, commands, report, log, units, cached)
 
 
-def object_cache(plan: Plan, tools: Tools, source: Path, commands) -> frozenset[str]:
+def object_cache(
+    plan: Plan, tools: Tools, source: Path, commands, audit: Path | None = None
+) -> frozenset[str]:
     """Write the object cache's spec (fleet/_objects) where the flavour's CUDA sources are
-    torch-free; return the sources it serves without compiling."""
+    torch-free; return the sources it serves without compiling. With `audit` (cache check
+    --rebuild) every unit compiles, compared there with the entry a build would link."""
     s = plan.settings
-    if not (s.object_cache and tools.nvcc and plan.flavour.torch_free_kernels(plan)):
+    if not ((s.object_cache or audit) and tools.nvcc and plan.flavour.torch_free_kernels(plan)):
         return frozenset()
     units = [c for c in commands if c.kind == "nvcc"]
     cwd = source  # torch's build.ninja names absolute paths; relative ones are the setup dir's
@@ -131,7 +137,7 @@ def object_cache(plan: Plan, tools: Tools, source: Path, commands) -> frozenset[
     root = _objects.root_of(s)
     if s.wheel_cache_dir:  # objects/ beside the team's wheels
         _wheel_cache.check_root(s.wheel_cache_dir)
-    _objects.make_root(root, s.wheel_cache_dir)
+    keep = audit is None and _objects.make_root(root, s.wheel_cache_dir)
     spec = _objects.write_spec(
         source.parent,
         root,
@@ -140,7 +146,12 @@ def object_cache(plan: Plan, tools: Tools, source: Path, commands) -> frozenset[
         f"torch {plan.torch.version}",
         s.wheel_cache_lock_timeout,
         s.wheel_cache_heartbeat,
+        keep,
+        audit,
     )
+    if audit:
+        _log.info(f"compiling {len(units)} kernel objects to compare with those in {root}")
+        return frozenset()
     hits = _objects.cached(spec)
     names = {str((cwd / c.values("-o")[-1]).resolve()): c.file.rsplit("/", 1)[-1] for c in units}
     served = frozenset(names[o] for o in hits)
@@ -152,7 +163,8 @@ def object_cache(plan: Plan, tools: Tools, source: Path, commands) -> frozenset[
             f"compiling {', '.join(rest[:4])}{' ...' if len(rest) > 4 else ''}"
         )
     else:
-        _log.info(f"object cache: {len(units)} kernel objects to compile, kept in {root}")
+        kept = f"kept in {root}" if keep else f"none kept ({root} cannot keep them)"
+        _log.info(f"object cache: {len(units)} kernel objects to compile, {kept}")
     return served
 
 
@@ -239,9 +251,11 @@ def _member(zf: zipfile.ZipFile, info: zipfile.ZipInfo):
     return lambda: zf.open(info)
 
 
-def fresh_wheel(plan: Plan, tools: Tools, scratch: Path, how: dict | None = None) -> Path:
+def fresh_wheel(
+    plan: Plan, tools: Tools, scratch: Path, how: dict | None = None, audit: Path | None = None
+) -> Path:
     """Prepare, compile, repack and verify: a checked wheel in scratch; `how` receives what
-    describes this run rather than the wheel (the cache entry's record)."""
+    describes this run rather than the wheel (the cache entry's record); `audit`: prepare's."""
     # a compiler cache shared by nodes: the same source path everywhere, sccache's hit rate;
     # CUDA device code records its source path (_reproducible): the same path for every build
     shared = _sccache.is_sccache(tools.compiler_cache) or tools.nvcc is not None
@@ -249,7 +263,7 @@ def fresh_wheel(plan: Plan, tools: Tools, scratch: Path, how: dict | None = None
     place = _stable_src.place(scratch, shared, sources, plan.settings.keep_build_dir)
     with place as where, _sccache.session(tools.compiler_cache):
         with _failures.doing(f"preparing the sources in {where}"):
-            prep = prepare(plan, where, tools)
+            prep = prepare(plan, where, tools, audit)
         with _progress.watching(plan, prep), _failures.doing(f"building in {prep.source}"):
             upstream_wheel = run_upstream_build(plan, prep)  # the estimate, then progress
         started = time.monotonic()  # repacked before the source place goes
@@ -320,12 +334,11 @@ def scratch_dir(settings: _settings.Settings) -> Iterator[Path]:
 
 
 def check_space(plan: Plan, tools: Tools, out_dir: Path, compiling: bool = True) -> None:
-    """The output directory; when compiling, scratch and the wheel cache too."""
+    """The output directory; when compiling, scratch too. Not the wheel cache: one that cannot
+    keep the wheel costs a warning, not the build (fleet/_wheel_cache.obtain)."""
     peak, wheel = plan.flavour.disk_needs(plan, tools)
     needs = [("scratch", Path(tempfile.gettempdir()), peak)] if compiling else []
     needs.append(("the wheel", out_dir, wheel))
-    if compiling and plan.settings.wheel_cache:
-        needs.append(("the wheel cache", plan.settings.resolved_wheel_cache_dir, wheel))
     _space.require(needs)
 
 

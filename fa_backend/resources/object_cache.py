@@ -4,6 +4,7 @@ the spec come from the pipeline (fleet/_objects, which describes the cache)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -90,26 +91,43 @@ def _neutral(obj: Path, abi: str) -> bool:
     return abi == "1" and b"cxx11" not in obj.read_bytes()
 
 
+def _audit(spec: dict, root: Path, unit: dict, output: Path, source: str) -> None:
+    """`cache check --rebuild`: whether the entry a build would link is what this compile, with
+    no cache, gave (a line per unit in the spec's audit file)."""
+    found = find(root, unit)
+    line = {"source": Path(source).name, "sha256": sha256_of(output), "entry": None}
+    if found:
+        line.update(entry=str(root / found[0]), recorded=found[1]["sha256"])
+    with open(spec["audit"], "a") as f:  # one short O_APPEND write per unit: safe across jobs
+        f.write(json.dumps(line) + "\n")
+
+
 def serve(spec_path: Path, args: Sequence[str], compile: Callable[[], int]) -> tuple[int, bool]:
-    """Serve one unit (the launcher's): from the cache, or compiled by `compile()` and stored.
-    Returns the exit status and whether it came from the cache."""
+    """Serve one unit (the launcher's): from the cache, or compiled by `compile()` and stored
+    where the cache can keep it (`keep`: the pipeline found it writable, and said so once
+    where not). Returns the exit status and whether it came from the cache."""
     spec = json.loads(spec_path.read_text())
     output = _value(args, "-o")
     unit = spec["units"].get(str(Path(output).resolve())) if output else None
     if unit is None:
         return compile(), False
     root, output, key = Path(spec["root"]), Path(output), unit["key"]
+    source = next((a for a in args if a.endswith(".cu") and not a.startswith("-")), "?")
+    if spec.get("audit"):  # compiled, never served or kept, and compared
+        code = compile()
+        if code == 0:
+            _audit(spec, root, unit, output, source)
+        return code, False
     depfile = _value(args, "--dependency-output") or _value(args, "-MF")
     depfile = Path(depfile) if depfile else None
-    source = next((a for a in args if a.endswith(".cu") and not a.startswith("-")), "?")
     found = find(root, unit)
     if found:
         _place(root / found[0], output, depfile, source)
         return 0, True
-    lock = root / ".locks" / f"{key}.lock"
-    lock.parent.mkdir(parents=True, exist_ok=True)
-    with _hostlock.HostLock(
-        lock,
+    if not spec.get("keep", True):
+        return compile(), False
+    lock = _hostlock.HostLock(
+        root / ".locks" / f"{key}.lock",
         spec["lock_timeout"],
         spec["heartbeat"],
         lambda holder: _log.info(
@@ -119,7 +137,16 @@ def serve(spec_path: Path, args: Sequence[str], compile: Callable[[], int]) -> t
         what="object-cache",
         held_by="another build of the same kernel object",
         fix="wait for that build, stop it, or raise -C wheel-cache-lock-timeout.",
-    ).held():
+    )
+    with contextlib.ExitStack() as held:
+        try:
+            held.enter_context(lock.held())
+        except OSError as exc:  # filled or made read-only since the build began
+            _log.warn(
+                f"the object cache cannot take a lock ({exc.strerror or exc}: "
+                f"{exc.filename or lock.path}): compiling {Path(source).name}, keeping nothing"
+            )
+            return compile(), False
         found = find(root, unit)
         if found:  # the other builder stored it while this one waited
             _place(root / found[0], output, depfile, source)

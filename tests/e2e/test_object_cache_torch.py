@@ -9,11 +9,23 @@ from __future__ import annotations
 
 import glob
 import json
+import shutil
 from pathlib import Path
 
 import pytest
-from conftest import REPO, clean_env, overlay_venv, rebuild_quick_start_set, run
+from conftest import (
+    QUICK_START_SET,
+    REPO,
+    SHARED_SDISTS,
+    clean_env,
+    overlay_venv,
+    rebuild_quick_start_set,
+    run,
+)
 from packaging.version import Version
+
+from fa_backend.core._digest import sha256_of
+from fa_backend.fleet import _objects
 
 pytestmark = [pytest.mark.realbuild, pytest.mark.slow, pytest.mark.cuda_torch]
 
@@ -62,3 +74,39 @@ def test_its_wheel_verifies_and_imports_under_the_new_torch(rebuilt, torch2141_p
     assert Version(flash_attn_version) == Version(f"2.8.3.post2+{label}"), out
     assert torch_version == "2.14.1+cu130", out
     assert glob.glob(str(Path(site) / "flash_attn_2_cuda*.so"))
+
+
+def test_cache_check_rebuild_names_a_planted_object(quick_start, torch211_python, tmp_path):
+    """The quick start's caches as a team's share, one kernel object planted (a flipped byte,
+    its recorded sha256 edited to match): `cache check` passes it, as a build links it;
+    `cache check --rebuild` compiles every kernel with no object cache and no compiler cache
+    and names that entry alone. The suite's one uncached recompile of the quick start's set."""
+    if quick_start.proc.returncode:
+        pytest.fail(
+            f"the quick start's build failed: see test_quickstart\n{quick_start.proc.stderr}"
+        )
+    caches = quick_start.tmp / "xdg-cache" / "fa-shim"
+    root = shutil.copytree(caches / "wheels", tmp_path / "wheels")
+    objects = shutil.copytree(caches / "objects", root / "objects")
+    planted, *honest = _objects.entries(objects)
+    data = bytearray((planted / "object.o").read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    (planted / "object.o").write_bytes(bytes(data))
+    record = json.loads((planted / "object.json").read_text())
+    record["sha256"] = sha256_of(planted / "object.o")
+    (planted / "object.json").write_text(json.dumps(record))
+    env = clean_env(
+        **QUICK_START_SET, FA_SHIM_SDIST_DIR=str(SHARED_SDISTS), XDG_CACHE_HOME=str(tmp_path)
+    )
+    cli = [torch211_python, "-m", "fa_backend", "cache", "check"]
+    check = run([*cli, root], cwd=REPO, env=env, check=False)
+    assert f"ok      {planted.name}  object {record['source']}" in check.stdout, check.stdout
+
+    proc = run(
+        [*cli, "--rebuild", root, "-C", f"wheel-cache-dir={root}"], cwd=REPO, env=env, check=False
+    )
+    assert proc.returncode == 1, proc.stdout + proc.stderr[-4000:]
+    assert f"FAILED  {planted.name}  object {record['source']}" in proc.stdout, proc.stdout
+    assert "not what its inputs compile to" in proc.stdout and proc.stdout.count("FAILED") == 1
+    assert proc.stdout.count("the rebuild compiles it byte for byte") == len(honest), proc.stdout
+    assert "kernel objects from the object cache" not in proc.stderr  # none served

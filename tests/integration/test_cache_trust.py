@@ -17,7 +17,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from conftest import PY, REPO, pack_sample, pip_wheel_cmd, run, sample_settings
+from conftest import CAN_MOUNT, PY, REPO, mounted, pack_sample, pip_wheel_cmd, run, sample_settings
 
 SETTINGS = ("-C", "compiler-cache=none")
 
@@ -109,22 +109,38 @@ def test_an_edited_member_with_a_stale_record_is_refused_and_rebuilt(cache, tmp_
     assert served.read_bytes() == cache["wheel"].read_bytes()
 
 
-def test_check_lists_what_writers_left(cache, tmp_path):
+def test_check_lists_what_writers_left_and_sweep_removes_it(cache, tmp_path):
     """A hit of fa-shim 0.5 left its torch directory's temporary link in the root (a hard link
-    of the wheel), hours ago: a failure the next build sweeps; a fresh one may be a live write."""
+    of the wheel), and killed writers of the object cache an entry being written and a damaged
+    one moved aside, hours ago: failures `--sweep` removes; a fresh one may be a live write,
+    listed and kept."""
     root, wheel, _ = _copy(cache, tmp_path)
-    old, fresh = root / ".fa-shim-0123456789ab.part", root / ".fa-shim-ba9876543210.part"
-    os.link(wheel, old)
-    os.utime(old, (os.stat(old).st_atime, os.stat(old).st_mtime - 7200))
+    objects = root / "objects"
+    old = [root / ".fa-shim-0123456789ab.part", objects / f".{'ab' * 16}.part-0123abcd"]
+    old.append(objects / f".{'cd' * 16}.bad-4567cdef")
+    fresh = root / ".fa-shim-ba9876543210.part"
+    os.link(wheel, old[0])
+    for directory in old[1:]:
+        directory.mkdir(parents=True)
+        (directory / "object.o").write_bytes(b"half")
+    for path in old:
+        os.utime(path, (os.stat(path).st_atime, os.stat(path).st_mtime - 7200))
     fresh.mkdir()  # an entry being assembled
     proc = _cli(tmp_path, "cache", "check", root)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     lines = proc.stdout.splitlines()
-    at = lines.index(next(line for line in lines if old.name in line))
-    assert lines[at].startswith("FAILED") and "2.0 h old" in lines[at + 1]
-    assert "the next build into this cache removes it" in lines[at + 1]
+    for path in old:
+        at = lines.index(next(line for line in lines if path.name in line))
+        assert lines[at].startswith("FAILED") and "2.0 h old" in lines[at + 1], lines
+        assert "`cache check --sweep` removes it" in lines[at + 1]
     assert any(line.startswith("stray") and fresh.name in line for line in lines)
-    assert lines[-1] == "cache check: 1 ok, 1 failed, 1 being written"
+    assert lines[-1] == "cache check: 1 ok, 3 failed, 1 being written"
+    swept = _cli(tmp_path, "cache", "check", "--sweep", root)
+    assert swept.returncode == 0, swept.stdout + swept.stderr
+    assert swept.stdout.count("removed (a leftover 2.0 h old)") == 3, swept.stdout
+    assert not any(p.exists() for p in old) and fresh.is_dir() and wheel.is_file()
+    again = _cli(tmp_path, "cache", "check", root)
+    assert again.stdout.splitlines()[-1] == "cache check: 1 ok, 0 failed, 1 being written"
 
 
 def test_rebuild_names_an_entry_that_is_not_what_its_fingerprint_builds(cache, tmp_path):
@@ -260,6 +276,30 @@ def test_a_full_cache_disk_leaves_no_half_entry(sample_sdist_dir, tmp_path):
     assert len(list((tmp_path / "out").glob("*.whl"))) == 1
     listing = proc.stdout.split("LISTING", 1)[1]
     assert "fingerprint.json" not in listing and ".part" not in listing, listing
+
+
+@pytest.mark.skipif(not CAN_MOUNT, reason="needs root and a mount namespace (unshare -m)")
+@pytest.mark.parametrize("how", ["ro", "full"])
+def test_a_read_only_or_full_wheel_cache_builds_with_one_warning(cache, tmp_path, how):
+    """A team's share mounted read-only (holding another build's entry), or a full disk: a
+    miss is built and delivered, one warning names the cache, and nothing is written there."""
+    root = _copy(cache, tmp_path)[0] if how == "ro" else tmp_path / "wheels"
+    root.mkdir(exist_ok=True)
+    before = sorted(str(p) for p in root.rglob("*"))
+    settings = [
+        s if "wheel-cache-dir" not in s else f"wheel-cache-dir={root}" for s in cache["settings"]
+    ]
+    line = " ".join(f"'{c}'" for c in pip_wheel_cmd(PY, tmp_path / "out", "-v", *settings))
+    script = f"{line} && echo LISTING && find {root} -mindepth 1 ! -name filler"
+    env = {**_env(tmp_path), "CXXFLAGS": "-DSAMPLE_EXTRA=1"}  # another fingerprint: a miss
+    proc = run([*mounted(root, how), "sh", "-c", script], env=env)
+    assert len(list((tmp_path / "out").glob("*.whl"))) == 1, proc.stderr
+    warned = [w for w in proc.stderr.splitlines() if "warning:" in w and str(root) in w]
+    why = {"ro": "Read-only file system", "full": "No space left on device"}[how]
+    assert len(warned) == 1 and f"the wheel cache {root} is not writable ({why})" in warned[0]
+    assert "-C wheel-cache=false" in warned[0]
+    listing = sorted(proc.stdout.split("LISTING\n", 1)[1].split())
+    assert listing == ([p for p in before if not p.endswith("filler")] if how == "ro" else [])
 
 
 def test_an_sdist_replaced_in_place_is_built_again(tmp_path):

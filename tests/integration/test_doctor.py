@@ -167,3 +167,26 @@ def test_doctor_in_flash_attn_3_diagnoses_flash_attn_3():
     report = json.loads(broken.stdout)
     assert report["project"]["distribution"] == "flash-attn-3"
     assert "FA_SHIM_MAX_JOBS" in report["problems"][0]["cause"]
+
+
+def test_doctor_names_a_cache_a_build_cannot_write_with_a_fix_that_clears_it(tmp_path):
+    """A wheel-cache-dir under a file (its objects/ beside the wheels): a build degrades to
+    compiling and keeping nothing there, so doctor reports each cache as an error with its fix;
+    with the settings those fixes name, neither is reported."""
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    cache = blocker / "c"
+    text = " ".join(doctor(FA_SHIM_WHEEL_CACHE_DIR=str(cache)).stdout.split())
+    for what, path, off in (
+        ("wheel cache", cache, "wheel-cache=false"),
+        ("object cache", cache / "objects", "object-cache=false"),
+    ):
+        assert (
+            f"error: the {what} {path} cannot be written (a file is in the way: {blocker} is "
+            "not a directory): a build keeps nothing there" in text
+        ), text
+        assert f"fix: make {path} a directory this user can write, name another with -C " in text
+        assert f"or build with -C {off}." in text
+    env = {"FA_SHIM_WHEEL_CACHE": "false", "FA_SHIM_OBJECT_CACHE": "false"}
+    fixed = doctor(FA_SHIM_WHEEL_CACHE_DIR=str(cache), **env).stdout
+    assert "cannot be written" not in fixed and "object cache off" in fixed, fixed

@@ -172,7 +172,7 @@ def cases(tmp: Path, sdists: Path) -> list[Case]:
         Case(
             "hook wheel, cache on a full disk",
             hook("build_wheel", out, sample),
-            f"on {full}/fa-shim/wheels (fa-shim's cache: -C cache-dir or XDG_CACHE_HOME moves it)",
+            f"fa-shim's cache directory {full}/fa-shim is not writable (No space left on device)",
             env={"XDG_CACHE_HOME": str(full)},
             prefix=mounted(full=full),
             mount=True,

@@ -16,9 +16,10 @@ import sysconfig
 from pathlib import Path
 
 import pytest
-from conftest import SHARED_SDISTS, fa2_plan
+from conftest import CAN_MOUNT, REPO, SHARED_SDISTS, fa2_plan, mounted
 from packaging.version import Version
 
+from fa_backend.cli import _cache_check
 from fa_backend.flavours._interface import Tools
 from fa_backend.fleet import _objects
 from fa_backend.pipeline import _build
@@ -28,6 +29,9 @@ from fa_backend.toolchain._compile_commands import Command
 from fa_backend.toolchain._compilers import Nvcc
 
 pytestmark = pytest.mark.integration
+needs_mount = pytest.mark.skipif(
+    not CAN_MOUNT, reason="needs root and a mount namespace (unshare -m) for a real disk"
+)
 
 NVCC = shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"
 TOOLKIT = Path(NVCC).resolve().parent.parent
@@ -52,13 +56,13 @@ def _torch(tree: Path) -> Path:
     return tree.parent / f"{tree.name}-venv" / "torch" / "include"
 
 
-def _args(tree: Path, abi: int = 1) -> list[str]:
+def _args(tree: Path, abi: int = 1, unit: str = "k") -> list[str]:
     """The nvcc part of a torch build.ninja command (after the compiler), absolute paths."""
-    out = tree / "build" / "k.o"
+    out = tree / "build" / f"{unit}.o"
     return [
         "-MD", "-MF", f"{out}.d", f"-I{tree / 'csrc'}", f"-I{_torch(tree)}",
         f"-Xcompiler=-ffile-prefix-map={_torch(tree)}=/fa-shim/torch",
-        "-c", str(tree / "csrc" / "k.cu"), "-o", str(out),
+        "-c", str(tree / "csrc" / f"{unit}.cu"), "-o", str(out),
         "-O3", "-std=c++17", "-gencode", "arch=compute_80,code=sm_80",
         "-DTORCH_EXTENSION_NAME=flash_attn_2_cuda", "--compiler-options", "-fPIC",
         f"-D_GLIBCXX_USE_CXX11_ABI={abi}", "--frandom-seed=k.cu",  # as the launcher seeds it
@@ -78,28 +82,58 @@ def _keys(tree: Path, env: dict | None = None, nvcc: str = NVCC, **kw) -> _objec
     return _objects.Keys(tree, kw.pop("toolkit", TOOLKIT), inputs, **kw)
 
 
-def _spec(tree: Path, root: Path, args: list[str], keys: _objects.Keys | None = None) -> Path:
+def _spec(tree: Path, root: Path, args: list[str], *more: list[str], keys=None, **how) -> Path:
+    """The spec of these units (args: each one's command), as pipeline/_build writes it, with
+    `keys` (default: this process's environment's)."""
     (tree / "build").mkdir(exist_ok=True)
-    keys = keys or _keys(tree)
-    key = keys.key(args, str(tree / "csrc" / "k.cu"), tree)
+    keys, units = keys or _keys(tree), {}
+    for unit in (args, *more):
+        key = keys.key(unit, next(a for a in unit if a.endswith(".cu")), tree)
+        abi = next(a[-1] for a in unit if a.startswith(_objects.ABI_DEFINE))
+        units[unit[unit.index("-o") + 1]] = {"key": key, "abi": abi}
     assert _torch(tree).resolve() in keys.excluded
-    abi = next(a[-1] for a in args if a.startswith(_objects.ABI_DEFINE))
-    units = {str(tree / "build" / "k.o"): {"key": key, "abi": abi}}
-    return _objects.write_spec(tree / "build", root, units, keys.excluded, "torch 9.9", 60, 1)
+    return _objects.write_spec(
+        tree / "build", root, units, keys.excluded, "torch 9.9", 60, 1, **how
+    )
 
 
 def _launch(
-    tree: Path, spec: Path, args: list[str], env: dict | None = None, nvcc: str = NVCC
+    tree: Path, spec: Path, args: list[str], env: dict | None = None, nvcc: str = NVCC, prefix=()
 ) -> subprocess.Popen:
     # nvcc's temporaries under fixed names, as the upstream build runs it (pipeline/_upstream)
     env = {**(env or os.environ), object_cache.SPEC_ENV: str(spec), launcher.KEEP_ENV: "1"}
     stats = tree / "build" / "stats.jsonl"
     # the nvcc torch runs: PYTORCH_NVCC's (pipeline/_upstream gives it to the launcher)
     nvcc_command = shlex.split(env.get("PYTORCH_NVCC", "")) or [nvcc]
-    command = [sys.executable, LAUNCHER, stats, *nvcc_command, *args]
+    command = [*prefix, sys.executable, LAUNCHER, stats, *nvcc_command, *args]
     return subprocess.Popen(
         [str(c) for c in command], env=env, cwd=tree, stderr=subprocess.PIPE, text=True
     )
+
+
+def _second_unit(tree: Path) -> list[str]:
+    """k2.cu beside k.cu: another kernel, another entry."""
+    kernel = KERNEL.replace("void scale", "void scale2").replace("scale<<<", "scale2<<<")
+    (tree / "csrc" / "k2.cu").write_text(kernel.replace("launch", "launch2"))
+    return _args(tree, unit="k2")
+
+
+def _make_root(root: Path, prefix=()) -> tuple[bool, str]:
+    """The pipeline's first step with the object cache (pipeline/_build.object_cache)."""
+    code = "import sys, pathlib; from fa_backend.fleet import _objects as o; "
+    code += "print(o.make_root(pathlib.Path(sys.argv[1]), None))"
+    proc = subprocess.run(
+        [*prefix, sys.executable, "-c", code, str(root)],
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+    return proc.stdout.strip() == "True", proc.stderr
+
+
+def _listing(root: Path) -> list[str]:
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*"))
 
 
 def _served(tree: Path) -> list[bool]:
@@ -224,13 +258,14 @@ def test_a_variable_that_reaches_nvcc_set_for_one_build_is_a_miss_for_the_next(t
     same cache, is served nothing (the pipeline's own question: _objects.cached)."""
     root, env = tmp_path / "objects", _env(**{name: _value(name, tmp_path)})
     odd, plain = _tree(tmp_path / "odd"), _tree(tmp_path / "plain")
-    odd_spec = _spec(odd, root, _args(odd), _keys(odd, env))
+    odd_spec = _spec(odd, root, _args(odd), keys=_keys(odd, env))
     _finish(_launch(odd, odd_spec, _args(odd), env))
     assert _served(odd) == [False]
     assert len(_objects.entries(root)) == 1  # kept, under the odd build's key
     assert _objects.cached(odd_spec)  # which serves a build like it
     assert (
-        _objects.cached(_spec(plain, root, _args(plain), _keys(plain, _env(**{name: None})))) == {}
+        _objects.cached(_spec(plain, root, _args(plain), keys=_keys(plain, _env(**{name: None}))))
+        == {}
     )
 
 
@@ -263,7 +298,7 @@ def test_torchs_headers_inside_a_toolkit_root_that_holds_the_environment_stay_ex
     (tmp_path / "a-venv").symlink_to(site)  # torch's headers at <prefix>/lib/python3.11/...
     tree, root = _tree(tmp_path / "a", include='#include "fake_torch.h"'), tmp_path / "objects"
     keys = _keys(tree, nvcc=nvcc, toolkit=toolkit, foreign=[site / "torch"])
-    err = _finish(_launch(tree, _spec(tree, root, _args(tree), keys), _args(tree), nvcc=nvcc))
+    err = _finish(_launch(tree, _spec(tree, root, _args(tree), keys=keys), _args(tree), nvcc=nvcc))
     assert (site / "torch").resolve() in keys.excluded
     assert "fake_torch.h" in err and "not cached" in err, err
     assert _served(tree) == [False] and _objects.entries(root) == []
@@ -294,3 +329,97 @@ def test_an_input_that_cannot_be_keyed_sets_the_object_cache_aside_in_one_line(
         err.startswith("fa-shim: warning: object cache not used by this build")
         and not spec.exists()
     )
+
+
+@needs_mount
+def test_a_read_only_cache_serves_what_it_holds_and_compiles_the_rest(tmp_path):
+    """A team's share, mounted read-only, holding one of the build's two objects: one warning
+    naming it, the held object served, the other compiled here, and nothing written there; a
+    share that turns read-only after the build began costs each unit a warning, never a crash."""
+    root, tree = tmp_path / "objects", _tree(tmp_path / "a")
+    units = [_args(tree), _second_unit(tree)]
+    _finish(_launch(tree, _spec(tree, root, *units), units[0]))  # the team's k.cu
+    before, prefix = _listing(root), mounted(root, "ro")
+    keep, err = _make_root(root, prefix)
+    assert not keep and err.count("warning:") == 1, err
+    assert f"cannot keep kernel objects in {root} (Read-only file system)" in err, err
+    assert "-C object-cache=false" in err
+    spec = _spec(tree, root, *units, keep=keep)
+    errs = [_finish(_launch(tree, spec, unit, prefix=prefix)) for unit in units]
+    assert "warning" not in "".join(errs), errs  # the one warning was the pipeline's
+    spec = _spec(tree, root, *units)  # writable when the build began
+    err = _finish(_launch(tree, spec, units[1], prefix=prefix))
+    assert f"cannot take a lock (Read-only file system: {root / '.locks'}/" in err, err
+    assert "compiling k2.cu, keeping nothing" in err
+    assert _served(tree)[1:] == [True, False, False]
+    assert _listing(root) == before
+
+
+@needs_mount
+def test_a_full_cache_disk_compiles_and_keeps_nothing(tmp_path):
+    """A full disk (or quota) under the cache: one warning from the pipeline, and a unit
+    compiled without a word; one that fills after the build began: the lock's ENOSPC is a
+    warning naming the lock, and the unit compiles."""
+    root, tree = tmp_path / "objects", _tree(tmp_path / "a")
+    root.mkdir()
+    prefix = mounted(root, "full")
+    keep, err = _make_root(root, prefix)
+    assert not keep and err.count("warning:") == 1, err
+    assert f"cannot keep kernel objects in {root} (No space left on device)" in err, err
+    err = _finish(_launch(tree, _spec(tree, root, _args(tree), keep=keep), _args(tree), prefix))
+    assert "warning" not in err, err
+    err = _finish(_launch(tree, _spec(tree, root, _args(tree)), _args(tree), prefix=prefix))
+    assert f"cannot take a lock (No space left on device: {root / '.locks'}" in err, err
+    assert _served(tree) == [False, False] and (tree / "build" / "k.o").is_file()
+
+
+@pytest.mark.parametrize("blocked", ["objects", "objects/.locks"])
+def test_a_file_in_the_way_compiles_and_keeps_nothing(tmp_path, blocked):
+    """The objects path, or its locks' directory, is a file: a warning naming it, no
+    traceback, and the unit compiles (with the pipeline's warning, or without it)."""
+    root, tree = tmp_path / "objects", _tree(tmp_path / "a")
+    (tmp_path / blocked).parent.mkdir(exist_ok=True)
+    (tmp_path / blocked).write_text("not a directory")
+    keep, err = _make_root(root)
+    assert not keep and err.count("warning:") == 1, err
+    assert f"in {tmp_path / blocked} (a file is in the way: not a directory)" in err, err
+    err = _finish(_launch(tree, _spec(tree, root, _args(tree), keep=keep), _args(tree)))
+    assert "warning" not in err, err
+    err = _finish(_launch(tree, _spec(tree, root, _args(tree)), _args(tree)))
+    assert "cannot take a lock (" in err and str(root / ".locks") in err, err
+    assert _served(tree) == [False, False]
+    assert (tmp_path / blocked).read_text() == "not a directory"
+
+
+def test_an_audit_compiles_every_unit_and_names_a_planted_object(tmp_path):
+    """`cache check --rebuild`'s compare (cli/_cache_check): an object with a flipped byte whose
+    recorded sha256 was edited to match passes the cache's own check, so a build links it; the
+    audit compiles every unit (none served, none kept) and names that entry, not the honest one."""
+    root, tree = tmp_path / "objects", _tree(tmp_path / "a")
+    units = [_args(tree), _second_unit(tree)]
+    spec = _spec(tree, root, *units)
+    for unit in units:
+        _finish(_launch(tree, spec, unit))
+    planted = next(e for e in _objects.entries(root) if "k.cu" in (e / "object.json").read_text())
+    data = bytearray((planted / "object.o").read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    (planted / "object.o").write_bytes(bytes(data))
+    record = json.loads((planted / "object.json").read_text())
+    record["sha256"] = object_cache.sha256_of(planted / "object.o")
+    (planted / "object.json").write_text(json.dumps(record))
+    assert _objects.check(planted) is None  # the cache's own check passes it
+    before = _listing(root)
+
+    audit = tmp_path / "audit.jsonl"
+    spec = _spec(tree, root, *units, audit=audit)
+    for unit in units:
+        _finish(_launch(tree, spec, unit))
+    assert _served(tree) == [False, False, False, False]
+    rows = [_cache_check._audited(json.loads(line)) for line in audit.read_text().splitlines()]
+    assert [(r.key, r.wheel, r.result) for r in rows] == [
+        (planted.name, "object k.cu", "FAILED"),
+        (next(e.name for e in _objects.entries(root) if e != planted), "object k2.cu", "ok"),
+    ]
+    assert "not what its inputs compile to" in rows[0].reason
+    assert f"rm -r {planted}" in rows[0].reason
+    assert _listing(root) == before  # nothing kept, nothing replaced

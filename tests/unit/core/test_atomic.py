@@ -58,3 +58,14 @@ def test_a_writable_directory_is_made_and_none_is_said(tmp_path):
 def test_a_directory_under_a_file_is_unwritable_with_the_reason(tmp_path):
     (tmp_path / "a-file").write_text("x")  # not a directory: refused even for root
     assert _atomic.unwritable(tmp_path / "a-file" / "cache") == "Not a directory"
+
+
+def test_a_file_where_the_directory_belongs_is_unwritable_and_left_alone(tmp_path):
+    blocker = tmp_path / "objects"
+    blocker.write_text("x")
+    assert _atomic.unwritable(blocker) == "a file is in the way: not a directory"
+    assert blocker.read_text() == "x" and [p.name for p in tmp_path.iterdir()] == ["objects"]
+
+
+def test_the_probe_leaves_nothing_behind(tmp_path):
+    assert _atomic.unwritable(tmp_path) is None and not list(tmp_path.iterdir())
