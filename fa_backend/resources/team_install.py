@@ -271,6 +271,22 @@ def checked(entry: Entry) -> str:
     return f"{entry.dist} @ {pathlib.Path(entry.wheel).as_uri()}#sha256={digest.hexdigest()}"
 
 
+def index_url(root: str, entry: Entry) -> str:
+    """The file:// URL of the cache's PEP 503 index whose view holds this entry's own file (a
+    per-torch or a stable-ABI view alike; fleet/_wheel_cache.write_index), for a frontend's
+    --index-url: the wheel this program would install, found by pip or uv themselves."""
+    indexes = os.path.join(root, "index")
+    for view in sorted(os.listdir(indexes) if os.path.isdir(indexes) else ()):
+        linked = os.path.join(root, view, entry.name)
+        if os.path.isfile(linked) and os.path.samefile(linked, entry.wheel):
+            return pathlib.Path(indexes, view).as_uri()
+    raise Miss(
+        f"no index of {root} serves {entry.wheel} (a tailored kernel set, or a build whose file "
+        f"name another arch set holds in its view): install it with "
+        f"{sys.executable} {os.path.join(root, 'install.py')}"
+    )
+
+
 def install_command(wheel: str, dist: str, uv: str | None) -> list[str]:
     if uv:
         return [uv, "pip", "install", "--python", sys.executable, "--no-deps", "--no-index",
@@ -323,6 +339,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--requirement", action="store_true", help="print its `name==version --hash` line only"
     )
+    parser.add_argument(
+        "--index-url", action="store_true", help="print the URL of the index that serves it only"
+    )
     args = parser.parse_args(argv)
     archs = arch_names(args.archs) if args.archs is not None else None
     if args.archs is not None and not archs:
@@ -341,6 +360,9 @@ def main(argv: list[str] | None = None) -> int:
         entry, running = choose(ROOT, args.dist, args.kernel_set, archs, args.binding)
         if args.requirement:
             print(f"{args.dist}=={entry.version} --hash=sha256:{entry.record['sha256']}")
+            return 0
+        if args.index_url:
+            print(index_url(ROOT, entry))
             return 0
         why = None if uv else no_pip()
         if why:
