@@ -193,14 +193,18 @@ class Flavour(abc.ABC):
 
     # ------------------------------------------------------------------------------ advice
 
-    def rebuild_command(self) -> str:
-        """pip on this project in the checkout fa_backend runs from (else a placeholder path)."""
+    def project_dir(self) -> Path:
+        """This project in the checkout fa_backend runs from (else a placeholder path)."""
         pyproject = CHECKOUT / "pyproject.toml"
         ours = pyproject.is_file() and 'build-backend = "fa_backend"' in pyproject.read_text()
         root = CHECKOUT if ours else Path("/path/to/fa-shim")
+        return root / self.names.project if self.names.project != "." else root
+
+    def rebuild_command(self) -> str:
+        """pip on this project in the checkout fa_backend runs from (else a placeholder path)."""
         return (
             f"{sys.executable} -m pip install --no-build-isolation --no-deps --force-reinstall "
-            f"{root / self.names.project if self.names.project != '.' else root}"
+            f"{self.project_dir()}"
         )
 
     def unsupported_gpu(self, sm: int) -> tuple[str, str] | None:

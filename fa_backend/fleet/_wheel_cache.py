@@ -24,8 +24,10 @@ from packaging.utils import parse_wheel_filename
 from ..core import _atomic, _failures, _hostlock, _log, _ownership
 from ..core._digest import sha256_of
 from ..core._errors import FaShimError
-from ..resources import INSTALLER, PROJECT
+from ..flavours import _registry
+from ..resources import INSTALLER
 from ..resources.runtime_guard import PROVENANCE
+from ..resources.team_install import normal
 from ..wheel._metadata import stable_abi_label
 from ..wheel._wheelfile import publish
 from . import _entries, _variants
@@ -110,11 +112,12 @@ def install_line(root: Path, dist: str) -> str:
 
 
 def keep_installer(root: Path) -> None:
-    """root/install.py as this fa-shim writes it (naming its checkout for the build line of a
-    miss); rewritten only when it differs, so readers never meet a file being replaced."""
+    """root/install.py as this fa-shim writes it (naming each distribution's project in its
+    checkout for the build line of a miss); rewritten only when it differs, so readers never
+    meet a file being replaced."""
     text = INSTALLER.read_text(encoding="utf-8")
-    marker = f'{_FA_SHIM_LINE}"/path/to/fa-shim"'
-    text = text.replace(marker, f"{_FA_SHIM_LINE}{str(PROJECT)!r}", 1)
+    projects = {normal(f.names.dist): str(f.project_dir()) for f in _registry.every()}
+    text = text.replace("PROJECTS: dict = {}", f"PROJECTS: dict = {projects!r}", 1)
     target = root / INSTALL_PY
     with contextlib.suppress(OSError):
         if target.read_text(encoding="utf-8") == text:

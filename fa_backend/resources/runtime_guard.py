@@ -14,9 +14,6 @@ import sys
 from urllib.parse import unquote, urlparse
 
 PROVENANCE = "fa_shim_provenance.json"
-# Written into the .dist-info by the team cache's install.py (resources/team_install.py): the
-# command that installed this wheel, which installs the wheel for another torch as well.
-INSTALLED_BY = "fa_shim_installed_by.json"
 IGNORE_ENV = "FLASH_ATTN_IGNORE_TORCH_MISMATCH"
 _FALLBACK_SOURCE = "/path/to/fa-shim"
 
@@ -47,15 +44,19 @@ def provenance(dist=None) -> dict | None:
     return data if isinstance(data, dict) else None
 
 
+def _direct_url(dist) -> dict | None:
+    """What the installer recorded of a direct install (PEP 610's direct_url.json), if any."""
+    try:
+        info = json.loads((dist and dist.read_text("direct_url.json")) or "null")
+    except (OSError, ValueError):
+        return None
+    return info if isinstance(info, dict) and isinstance(info.get("url"), str) else None
+
+
 def _source(dist) -> str:
     """Where to rebuild from: the directory or archive pip installed from, if it says so."""
-    if dist is None:
-        return _FALLBACK_SOURCE
-    try:
-        info = json.loads(dist.read_text("direct_url.json") or "null")
-    except (OSError, ValueError):
-        info = None
-    if not isinstance(info, dict) or not info.get("url"):
+    info = _direct_url(dist)
+    if info is None:
         return _FALLBACK_SOURCE
     url = info["url"]
     vcs = info.get("vcs_info")
@@ -76,18 +77,30 @@ def rebuild_command(dist=None) -> str:
 
 
 def team_command(dist=None) -> str | None:
-    """The team cache's install command this wheel came from, while that cache is reachable."""
+    """The team cache's install command, for a wheel installed from a cache entry's own file
+    (what its install.py does: the installer records that file in direct_url.json) while that
+    cache keeps install.py; the kernel set (its provenance), the distribution and the installer
+    (INSTALLER, PEP 376) as they were. Nothing of fa-shim's is written into the installed wheel."""
     dist = dist if dist is not None else _distribution()
+    info = _direct_url(dist)
+    if info is None or not info["url"].startswith("file:"):
+        return None
+    entry = os.path.dirname(unquote(urlparse(info["url"]).path))
+    script = os.path.join(os.path.dirname(entry), "install.py")
+    if not (os.path.isfile(os.path.join(entry, "entry.json")) and os.path.isfile(script)):
+        return None
+    command = [sys.executable, script]
+    name = (dist.metadata["Name"] or "").lower().replace("_", "-")
+    if name != "flash-attn":
+        command.append(name)
+    kernel_set = (provenance(dist) or {}).get("kernel_set_name") or "full"
+    if kernel_set != "full":
+        command += ["--kernel-set", kernel_set]
     try:
-        data = json.loads((dist and dist.read_text(INSTALLED_BY)) or "null")
-    except (OSError, ValueError):
-        return None
-    command = data.get("command") if isinstance(data, dict) else None
-    if not isinstance(command, list) or not all(isinstance(arg, str) for arg in command):
-        return None
-    return (
-        shlex.join([sys.executable, *command]) if command and os.path.isfile(command[0]) else None
-    )
+        installer = (dist.read_text("INSTALLER") or "").strip()
+    except OSError:
+        installer = ""
+    return shlex.join(command + (["--uv"] if installer == "uv" else []))
 
 
 def release(version: str) -> str:

@@ -6,30 +6,41 @@ It takes the entry whose wheel (by its <dist-info>/fa_shim_provenance.json) fits
 the wheel's own import guard accepts, the Python its tag names (cpXY or cpXY-abi3), code for
 every GPU torch sees (--archs where it sees none), and the kernel set asked for (--kernel-set,
 default full); of a wheel for this torch release and one on torch's stable ABI (any torch from a
-floor), the first unless --binding stable. It checks the wheel's sha256, then installs it with
-this environment's pip (or uv with --uv) with --no-deps and --no-index: nothing else moves, torch
-least of all. Without a fitting wheel it names what is missing and the line that builds it."""
+floor), the first unless --binding stable. It checks the wheel's sha256, then installs it from
+the cache's own file with this environment's pip (or uv with --uv), --no-deps and --no-index,
+the hash in the URL (`name @ file://...#sha256=`): the installer checks the bytes again and
+records that URL in direct_url.json (PEP 610), which `pip freeze` replays and the wheel's
+import guard reads to name this file after torch moves. Nothing else moves, torch least of all,
+and nothing is written into the installed distribution. Without a fitting wheel it names what is
+missing and the line that builds it."""
 
 from __future__ import annotations
 
 import argparse
 import hashlib
+import importlib.util
 import json
 import os
+import pathlib
 import re
+import shlex
 import shutil
 import subprocess
 import sys
 import sysconfig
-import tempfile
 import types
 import zipfile
 
-FA_SHIM = "/path/to/fa-shim"  # the checkout whose build wrote this file (fa-shim sets it)
+# each distribution's project in the checkout whose build wrote this file (fa-shim sets it:
+# fleet/_wheel_cache.keep_installer), by normal() name; any other is built from this placeholder
+PROJECTS: dict = {}
+FA_SHIM = "/path/to/fa-shim"
 ROOT = os.path.dirname(os.path.abspath(__file__))
 PROVENANCE = "fa_shim_provenance.json"
 GUARD = "/_fa_shim_guard.py"
-INSTALLED_BY = "fa_shim_installed_by.json"  # the guard's (runtime_guard.INSTALLED_BY)
+LOCKS = ".locks"  # made in every wheel cache before its first entry (fleet/_wheel_cache.locked)
+# an architecture as -C cuda-archs takes it (settings/_settings.convert reads this one)
+ARCH = r"(?:sm_)?(\d+)(?:\.(\d))?([af]?)"
 
 
 def normal(name: str | None) -> str:
@@ -90,13 +101,27 @@ def tag_fits(wheel_name: str) -> bool:
     return abi == py and built == sys.version_info[:2]
 
 
+def arch_names(text: str) -> list[str] | None:
+    """--archs as -C cuda-archs takes it ("80,sm_90;9.0a" -> 80, 90, 90a), None for a bad one."""
+    found = []
+    for item in filter(None, re.split(r"[;,\s]+", text.strip())):
+        match = re.fullmatch(ARCH, item)
+        if not match:
+            return None
+        major, minor, suffix = match.groups()
+        found.append(f"{major}{minor or ''}{suffix}")
+    return list(dict.fromkeys(found)) or None
+
+
 def runs_on(gpu: str, archs: list[str]) -> bool:
-    """An sm_XY cubin runs on X.Y and later GPUs of major X; an arch-specific one (90a) on X.Y."""
+    """An sm_XY cubin runs on X.Y and later GPUs of major X; an arch-specific one (90a) on X.Y.
+    A GPU named with a suffix (90a) is that GPU (9.0)."""
+    gpu = int(re.match(r"\d+", gpu).group())
     for arch in archs:
-        if arch.isdigit():
-            if int(arch) // 10 == int(gpu) // 10 and int(arch) <= int(gpu):
-                return True
-        elif arch[:-1] == gpu:
+        number = int(re.match(r"\d+", arch).group())
+        if arch.isdigit() and number // 10 == gpu // 10 and number <= gpu:
+            return True
+        if not arch.isdigit() and number == gpu:
             return True
     return False
 
@@ -172,9 +197,15 @@ def entries(root: str, dist: str | None = None) -> list[Entry]:
 
 
 def build_line(
-    root: str, running: dict, kernel_set: str, gpus: list[str] | None, binding: str | None = None
+    root: str,
+    dist: str,
+    running: dict,
+    kernel_set: str,
+    gpus: list[str] | None,
+    binding: str | None = None,
 ) -> str:
-    line = f"{sys.executable} -m pip install --no-build-isolation --no-deps {FA_SHIM}"
+    project = PROJECTS.get(normal(dist), FA_SHIM)
+    line = f"{sys.executable} -m pip install --no-build-isolation --no-deps {project}"
     line += f" -C wheel-cache-dir={root}" + (" -C torch-abi=stable" if binding == "stable" else "")
     if gpus and running.get("cuda"):
         line += f" -C cuda-archs={','.join(gpus)}"
@@ -194,10 +225,17 @@ def choose(
         (near if why else fit).append((entry, why))
     if not fit:
         code = f", sm_{', sm_'.join(gpus)}" if gpus and running["cuda"] else ""
-        line = build_line(root, running, kernel_set, gpus, binding)
+        if binding == "stable" and not running["cuda"]:  # its build is refused: no build line
+            how = (
+                f"torch {running['version']} has no CUDA, and a wheel on torch's stable ABI is "
+                "CUDA code for one CUDA major: run this without --binding stable for a wheel "
+                "built for this torch, or install a CUDA torch"
+            )
+        else:
+            how = "build it: " + build_line(root, dist, running, kernel_set, gpus, binding)
         lines = [
             f"no {dist} wheel for torch {running['version']}, {python_tag()}{code}, kernel set "
-            f"{kernel_set} in {root}; build it: {line}"
+            f"{kernel_set} in {root}; {how}"
         ]
         lines += [f"  the cache has {e.describe()} ({why})" for e, why in near[:12]]
         raise Miss("\n".join(lines))
@@ -214,12 +252,12 @@ def choose(
     return entry, running
 
 
-def checked_copy(entry: Entry, into: str) -> str:
-    """The wheel copied out of the cache, and proven to be the bytes its entry recorded."""
-    copy = shutil.copy(entry.wheel, os.path.join(into, entry.name))
+def checked(entry: Entry) -> str:
+    """The entry's wheel as its direct reference, `name @ file://...#sha256=` (the installer
+    checks that hash on the bytes it installs), once proven to be the bytes its entry recorded."""
     root = os.path.dirname(entry.directory)
     digest = hashlib.sha256()
-    with open(copy, "rb") as f:
+    with open(entry.wheel, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
             digest.update(block)
     if digest.hexdigest() != entry.record.get("sha256"):
@@ -227,10 +265,26 @@ def checked_copy(entry: Entry, into: str) -> str:
             f"{entry.wheel} is not the wheel its entry recorded (sha256 {digest.hexdigest()}, "
             f"recorded {entry.record.get('sha256')}); `python -m fa_backend cache check {root}` "
             f"audits the cache, and this builds the wheel again: "
-            f"{sys.executable} -m pip install --no-build-isolation --no-deps {FA_SHIM} "
-            f"-C wheel-cache-dir={root}"
+            f"{sys.executable} -m pip install --no-build-isolation --no-deps "
+            f"{PROJECTS.get(entry.dist, FA_SHIM)} -C wheel-cache-dir={root}"
         )
-    return copy
+    return f"{entry.dist} @ {pathlib.Path(entry.wheel).as_uri()}#sha256={digest.hexdigest()}"
+
+
+def index_url(root: str, entry: Entry) -> str:
+    """The file:// URL of the cache's PEP 503 index whose view holds this entry's own file (a
+    per-torch or a stable-ABI view alike; fleet/_wheel_cache.write_index), for a frontend's
+    --index-url: the wheel this program would install, found by pip or uv themselves."""
+    indexes = os.path.join(root, "index")
+    for view in sorted(os.listdir(indexes) if os.path.isdir(indexes) else ()):
+        linked = os.path.join(root, view, entry.name)
+        if os.path.isfile(linked) and os.path.samefile(linked, entry.wheel):
+            return pathlib.Path(indexes, view).as_uri()
+    raise Miss(
+        f"no index of {root} serves {entry.wheel} (a tailored kernel set, or a build whose file "
+        f"name another arch set holds in its view): install it with "
+        f"{sys.executable} {os.path.join(root, 'install.py')}"
+    )
 
 
 def install_command(wheel: str, dist: str, uv: str | None) -> list[str]:
@@ -241,33 +295,30 @@ def install_command(wheel: str, dist: str, uv: str | None) -> list[str]:
             "--force-reinstall", wheel]  # fmt: skip
 
 
-def record_installer(dist: str, argv: list[str]) -> None:
-    """Write this command into the installed wheel's .dist-info (listed in its RECORD, so an
-    uninstall removes it): after torch moves, the wheel's import guard names it, and it installs
-    that torch's wheel or names its build."""
-    from importlib import metadata
+def no_pip() -> str | None:
+    """Why this Python's pip cannot install (None: it can), with what to run instead."""
+    if importlib.util.find_spec("pip") is not None:
+        return None
+    fixes = [f"`{sys.executable} -m ensurepip`, then this again"]
+    if importlib.util.find_spec("ensurepip") is None:  # Debian's python3 without python3-venv
+        fixes = ["pip (your system's python3-pip or python3-venv package)"]
+    if shutil.which("uv"):
+        fixes.append(f"`{sys.executable} {os.path.join(ROOT, 'install.py')} --uv`, with uv")
+    return f"pip is not installed for {sys.executable}: install it with " + ", or ".join(fixes)
 
-    places = list(dict.fromkeys(sysconfig.get_paths()[k] for k in ("platlib", "purelib")))
-    wanted = normal(dist)
-    found = [d for d in metadata.distributions(path=places) if normal(d.metadata["Name"]) == wanted]
-    record = next((f for f in found[0].files or () if f.name == "RECORD"), None) if found else None
-    if record is None:
-        _say(f"{dist} is not in {places[0]}: its import guard will name a rebuild, not this")
-        return
-    record = str(found[0].locate_file(record))
-    site = os.path.dirname(os.path.dirname(record))
-    path = os.path.join(os.path.dirname(record), INSTALLED_BY)
-    text = json.dumps({"command": [os.path.join(ROOT, "install.py"), *argv]})
-    try:  # RECORD names it before it exists: an uninstall never leaves it behind
-        with open(path + ".part", "w", encoding="utf-8") as f:
-            f.write(text)
-        with open(record, "a", encoding="utf-8") as f:
-            f.write(f"{os.path.relpath(path, site)},,\n")
-        os.replace(path + ".part", path)
-    except OSError as exc:
-        if os.path.exists(path + ".part"):
-            os.unlink(path + ".part")
-        _say(f"installed, but could not record how in {exc.filename or path}: {exc.strerror}")
+
+def not_a_cache(root: str) -> str | None:
+    """Why root is not the wheel cache fa-shim keeps this file in (None: it is one)."""
+    with_entries = any(
+        os.path.isfile(os.path.join(root, name, "entry.json")) for name in os.listdir(root)
+    )
+    if with_entries or os.path.isdir(os.path.join(root, LOCKS)):
+        return None
+    return (
+        f"{root} is not a wheel cache (fa-shim made no {LOCKS}/ and no entry in it): this "
+        "install.py is a copy; run the one fa-shim keeps in the team's wheel cache, "
+        "python /shared/fa/install.py as docs/guides/fleet.md calls it"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -288,27 +339,41 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--requirement", action="store_true", help="print its `name==version --hash` line only"
     )
+    parser.add_argument(
+        "--index-url", action="store_true", help="print the URL of the index that serves it only"
+    )
     args = parser.parse_args(argv)
-    archs = [a.strip().replace(".", "") for a in args.archs.split(",")] if args.archs else None
+    archs = arch_names(args.archs) if args.archs is not None else None
+    if args.archs is not None and not archs:
+        parser.error(
+            f"argument --archs: {args.archs!r} is not a list of architectures as -C cuda-archs "
+            "takes them (80, 8.6, sm_90, 90a; comma-separated)"
+        )
     uv = shutil.which(args.uv) if args.uv else None
     if args.uv and not uv:
         _say(f"{args.uv} not found on PATH; run without --uv to install with pip")
         return 1
     try:
+        why = not_a_cache(ROOT)
+        if why:
+            raise Miss(why)
         entry, running = choose(ROOT, args.dist, args.kernel_set, archs, args.binding)
         if args.requirement:
             print(f"{args.dist}=={entry.version} --hash=sha256:{entry.record['sha256']}")
             return 0
-        with tempfile.TemporaryDirectory(prefix="fa-shim-install-") as scratch:
-            wheel = checked_copy(entry, scratch)
-            command = install_command(wheel, args.dist, uv)
-            _say(f"{entry.name} for torch {running['version']} from {entry.directory}")
-            if args.dry_run:  # the command as it would run, on the copy it has just checked
-                print(" ".join(command).replace(wheel, entry.wheel))
-                return 0
-            if subprocess.run(command, check=False).returncode != 0:
-                raise Miss(f"`{' '.join(command)}` failed (its output is above)")
-        record_installer(args.dist, sys.argv[1:] if argv is None else argv)
+        if args.index_url:
+            print(index_url(ROOT, entry))
+            return 0
+        why = None if uv else no_pip()
+        if why:
+            raise Miss(why)
+        command = install_command(checked(entry), args.dist, uv)
+        _say(f"{entry.name} for torch {running['version']} from {entry.directory}")
+        if args.dry_run:
+            print(shlex.join(command))
+            return 0
+        if subprocess.run(command, check=False).returncode != 0:
+            raise Miss(f"`{shlex.join(command)}` failed (its output is above)")
     except Miss as exc:
         _say(str(exc))
         return 1

@@ -16,6 +16,7 @@ from packaging.version import InvalidVersion, Version
 
 from ..core import _failures
 from ..core._errors import FaShimError
+from ..resources.team_install import ARCH
 from ._model import ENV_PREFIX, FIELDS, ConfigSettings, Setting, Settings, env_name
 
 if sys.version_info >= (3, 11):
@@ -70,7 +71,7 @@ def convert(key: str, kind: str, value: Any, where: str, maximum: int | None = N
             if not item:
                 continue
             # compute_XX names PTX for a virtual arch: flash-attn compiles real GPU code only
-            match = re.fullmatch(r"(?:sm_)?(\d+)(?:\.(\d))?([af]?)", item)
+            match = re.fullmatch(ARCH, item)  # install.py's --archs reads it too
             if not match:
                 raise bad("architectures like 80, 90, 9.0, 100a or 'sm_90'")
             major, minor, suffix = match.groups()

@@ -117,11 +117,16 @@ def read_pkg_info(sdist: Path) -> str:
 
 def torch_requirement(torch_version: str, stable_abi: str | None = None) -> str:
     """What the wheel requires of torch: `==` the release it was compiled against (2.11.0 matches
-    2.11.0+cu130 too), the runtime guard's rule; for a stable-ABI module its floor (`>=2.9`)."""
+    2.11.0+cu130 too, and PyPI's CUDA torch is unlabelled), the runtime guard's rule; a CPU torch
+    (always labelled: 2.13.0+cpu) with its label, so that no frontend puts the wheel beside a
+    CUDA torch, nor PyPI's CUDA torch under it; for a stable-ABI module its floor (`>=2.9`)."""
+    local = Version(torch_version).local or ""
     if stable_abi:
         floor = Version(stable_abi)
         shown = f"{floor.major}.{floor.minor}" if floor.release[2:] in ((), (0,)) else str(floor)
         requirement = f"torch>={shown}"
+    elif local.split(".")[0] == "cpu":
+        requirement = f"torch=={release(torch_version)}+{local}"
     else:
         requirement = f"torch=={release(torch_version)}"
     Requirement(requirement)  # raises on a torch version PEP 440 cannot express: a bug

@@ -9,7 +9,9 @@ or compiled, naming the per-torch line. The kernels run on a GPU: bench/results 
 from __future__ import annotations
 
 import json
+import shlex
 import zipfile
+from urllib.parse import unquote
 
 import pytest
 from conftest import (
@@ -138,7 +140,7 @@ def test_the_team_install_takes_it_for_a_torch_that_did_not_build_it(
     assert not list(root.glob(f"torch-*/**/{name}"))
     python, _ = overlay_venv(torch211_python, stable["tmp"] / "venv-team")
     ask = [python, root / "install.py", "--kernel-set", KERNEL_SET]
-    exact = run([*ask, "--dry-run"], env=clean_env()).stdout.split()[-1]
+    exact = unquote(shlex.split(run([*ask, "--dry-run"], env=clean_env()).stdout)[-1])
     assert "+cu130torch2.11cxx11abiTRUE." in exact, exact
     installed = run([*ask, "--binding", "stable"], env=clean_env()).stderr
     assert f"installed flash-attn {VERSION}; torch 2.11.0+cu130 untouched" in installed, installed

@@ -82,7 +82,7 @@ def test_pip_wheel_cache_and_a_new_torch(
     out = run([torch211_overlay, "-m", "pip", "install", requirement], env=env).stdout
     assert f"Using cached flash_attn-{SAMPLE_VERSION}+{HOST_LABEL}" in out
     assert _flash_attn_version(torch211_overlay) == f"{SAMPLE_VERSION}+{HOST_LABEL}"
-    # the stale wheel requires the torch it was built for (torch==2.13.0), and pip installs
+    # the stale wheel requires the torch it was built for (torch==2.13.0+cpu), and pip installs
     # that torch into this environment, over the 2.11 it had: the README warns of it
     assert "torch-2.13.0" in out.splitlines()[-1], out.splitlines()[-1]
     assert _torch_version(torch211_overlay).startswith("2.13.0")

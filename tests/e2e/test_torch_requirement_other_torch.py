@@ -1,4 +1,4 @@
-"""The wheel declares the torch release it was built against (`Requires-Dist: torch==2.13.0`),
+"""The wheel declares the torch release it was built against (`Requires-Dist: torch==2.13.0+cpu`),
 and `pip check` reports a different torch: the CUDA 13.0 torch 2.11.0 of the session's venv,
 seen through a .pth file. The wheel is conftest's sample_wheel, built against the machine's
 torch 2.13.0+cpu; what pip and uv do with it otherwise: tests/integration/
@@ -37,6 +37,6 @@ def test_pip_check_reports_a_different_torch(built, host_venv, torch211_python, 
     Path(purelib.stdout.strip(), "torch211.pth").write_text(site + "\n")
     run([other, "-m", "pip", "install", "-q", "--no-deps", built["wheel"]])
     assert broken(other) == [
-        "flash-attn 0.1.0+cputorch2.13cxx11abitrue has requirement torch==2.13.0, but you have "
-        "torch 2.11.0."
+        "flash-attn 0.1.0+cputorch2.13cxx11abitrue has requirement torch==2.13.0+cpu, but you "
+        "have torch 2.11.0."
     ]

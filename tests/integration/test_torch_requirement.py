@@ -1,4 +1,4 @@
-"""The wheel declares the torch release it was built against (`Requires-Dist: torch==2.13.0`),
+"""The wheel declares the torch release it was built against (`Requires-Dist: torch==2.13.0+cpu`),
 and real pip and uv act on it: a forced reinstall keeps the user's torch, uv refuses to resolve
 the wheel with another torch, and fa-shim's wheel cache still serves it. The wheel is the sample
 project built through fa-shim against the machine's torch 2.13.0+cpu (conftest's sample_wheel).
@@ -21,7 +21,7 @@ from fa_backend import _hooks
 
 pytestmark = pytest.mark.slow
 
-REQUIREMENT = "torch==2.13.0"  # the machine's torch 2.13.0+cpu, without its local label
+REQUIREMENT = "torch==2.13.0+cpu"  # the machine's CPU torch: its label kept
 
 
 @pytest.fixture
@@ -78,7 +78,7 @@ def test_uv_refuses_the_wheel_with_another_torch(built):
     refused = run([*uv, "torch==2.11.0"], env=env, check=False)
     assert refused.returncode != 0
     text = " ".join((refused.stdout + refused.stderr).split())
-    assert "depends on torch==2.13.0" in text, text
+    assert "depends on torch==2.13.0+cpu" in text, text
     assert "you require torch==2.11.0" in text or "torch==2.11.0 and flash-attn" in text, text
 
 

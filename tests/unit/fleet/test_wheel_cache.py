@@ -68,6 +68,24 @@ def test_each_wheel_is_linked_into_its_torchs_directory(tmp_path, capfd):
     assert line == f"python {root / 'install.py'} demo" and (root / "install.py").is_file()
 
 
+def test_install_py_names_each_distributions_own_project(tmp_path):
+    """The install.py fa-shim keeps names, for a miss, each flavour's project in this checkout:
+    `install.py flash-attn-3` builds flash-attn-3/, not the root (I3), and nothing else changes."""
+    from fa_backend.flavours import _registry
+    from fa_backend.resources import INSTALLER, team_install
+
+    _wheel_cache.keep_installer(tmp_path)
+    text = (tmp_path / "install.py").read_text()
+    scope: dict = {"__file__": str(tmp_path / "install.py"), "__name__": "install"}
+    exec(compile(text, "install.py", "exec"), scope)
+    wanted = {team_install.normal(f.names.dist): str(f.project_dir()) for f in _registry.every()}
+    assert scope["PROJECTS"] == wanted and len(set(wanted.values())) == len(wanted) >= 2
+    assert [a for a in text.splitlines() if a.startswith("PROJECTS")] == [
+        f"PROJECTS: dict = {wanted!r}"
+    ]
+    assert len(text.splitlines()) == len(INSTALLER.read_text().splitlines())
+
+
 def test_a_hit_leaves_nothing_behind_in_the_cache_root(tmp_path):
     """The torch directory's link already there (every hit after the first build): linking it
     again renames a link onto a link of the same file, which rename(2) does as a no-op that

@@ -67,32 +67,38 @@ def test_rebuild_command_names_the_source_pip_recorded(tmp_path, direct_url, sou
 
 
 def test_a_wheel_the_team_cache_installed_names_its_install_command(tmp_path):
-    """install.py records itself in the .dist-info (team_install.INSTALLED_BY, the guard's name);
-    the guard's fix is then that command, while the cache holds it, else the rebuild."""
-    from fa_backend.resources import team_install
+    """install.py installs an entry's own file, which the installer records in direct_url.json:
+    the guard's fix is then that cache's install.py (with the wheel's kernel set, its name and
+    --uv where uv installed it) while the cache keeps it and the entry, else the rebuild."""
+    from urllib.parse import quote
 
-    assert team_install.INSTALLED_BY == runtime_guard.INSTALLED_BY
-    dist = _dist(tmp_path, {"url": "file:///tmp/x/flash_attn-2.8.3-cp311-cp311-linux_x86_64.whl"})
-    script = tmp_path / "team fa" / "install.py"
-    command = {"command": [str(script), "flash-attn", "--kernel-set", "hdim128.bf16"]}
-    Path(dist.locate_file("flash_attn-2.8.3.dist-info"), runtime_guard.INSTALLED_BY).write_text(
-        json.dumps(command)
-    )
+    cache = tmp_path / "team fa+"
+    wheel = cache / "0123abcd" / "flash_attn-2.8.3+cu130-cp311-cp311-linux_x86_64.whl"
+    url = "file://" + quote(str(wheel)) + "#sha256=ab"
+    dist = _dist(tmp_path, {"url": url, "archive_info": {}})
+    info = Path(dist.locate_file("flash_attn-2.8.3.dist-info"))
     running = {"version": "2.13.0+cpu", "cuda": None, "cxx11_abi": 1}
     rebuild = runtime_guard._message("differs", BUILT, running, dist).splitlines()[-2:]
     assert rebuild[0].startswith("Rebuild flash-attn against the installed torch")
     assert rebuild[1].endswith("--force-reinstall /path/to/fa-shim")  # the cache is not there
-    script.parent.mkdir()
-    script.write_text("")
+    wheel.parent.mkdir(parents=True)
+    (wheel.parent / "entry.json").write_text("{}")
+    assert runtime_guard.team_command(dist) is None  # an entry, but no install.py beside it
+    (cache / "install.py").write_text("")
     fix = runtime_guard._message("differs", BUILT, running, dist).splitlines()[-2:]
     assert fix == [
         "Install the team's flash-attn wheel for the installed torch (or its build line):",
-        f"  {sys.executable} '{script}' flash-attn --kernel-set hdim128.bf16",
+        f"  {sys.executable} '{cache / 'install.py'}'",
     ]
+    (info / runtime_guard.PROVENANCE).write_text(json.dumps({"kernel_set_name": "hdim128.bf16"}))
+    (info / "INSTALLER").write_text("uv\n")
+    assert runtime_guard.team_command(dist) == (
+        f"{sys.executable} '{cache / 'install.py'}' --kernel-set hdim128.bf16 --uv"
+    )
     stable = runtime_guard._message("x", {**BUILT, "stable_abi": "2.10"}, running, dist)
     assert stable.splitlines()[-2].startswith("or install the team's flash-attn wheel")
-    for bad in ("[1]", '{"command": "install.py"}', '{"command": []}', "{"):
-        Path(dist.locate_file("flash_attn-2.8.3.dist-info"), runtime_guard.INSTALLED_BY).write_text(
-            bad
-        )
+    (wheel.parent / "entry.json").unlink()  # a wheel file beside some install.py: not the cache's
+    assert runtime_guard.team_command(dist) is None
+    for bad in ("[1]", '{"url": 1}', "{", '{"url": "https://x/flash_attn.whl"}'):
+        (info / "direct_url.json").write_text(bad)
         assert runtime_guard.team_command(dist) is None, bad

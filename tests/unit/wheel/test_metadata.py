@@ -113,6 +113,26 @@ RELEASES = [
 ]
 
 
+@pytest.mark.parametrize(
+    "installed, cuda",
+    [("2.13.0+cpu", None), ("2.13.0", "13.0"), ("2.13.0+cu130", "13.0"), ("2.13.1+cpu", None)],
+)
+def test_a_cpu_torchs_wheel_requires_the_cpu_torch(installed, cuda):
+    """Built on torch 2.13.0+cpu: the requirement names the label (issue 55's N5, D1), so a
+    frontend never installs the wheel beside a CUDA torch of that release (PyPI's is
+    unlabelled), nor that CUDA torch for it; it and the guard agree."""
+    from fa_backend.resources import runtime_guard
+
+    requirement = Requirement(_metadata.torch_requirement("2.13.0+cpu"))
+    assert str(requirement) == "torch==2.13.0+cpu"
+    built = {"version": "2.13.0+cpu", "cuda": None, "cxx11_abi": 1}
+    running = {"version": installed, "cuda": cuda, "cxx11_abi": 1}
+    pip_accepts = requirement.specifier.contains(installed, prereleases=True)
+    assert (
+        pip_accepts == (not runtime_guard.mismatches(built, running)) == (installed == "2.13.0+cpu")
+    )
+
+
 @pytest.mark.parametrize(("built", "installed"), RELEASES)
 def test_the_torch_requirement_accepts_exactly_what_the_runtime_guard_accepts(built, installed):
     """One rule: METADATA's Requires-Dist (resolved by pip/uv with PEP 440) and the import
