@@ -180,23 +180,29 @@ CONSUMER = """[project]
 name = "consumer"
 version = "0.1"
 requires-python = "==3.11.*"
-dependencies = ["flash-attn"]
+dependencies = ["flash-attn", "torch"]  # a CPU team names its torch and its index
 
 [[tool.uv.index]]
 name = "team"
 url = "{url}"
 explicit = true
 
+[[tool.uv.index]]
+name = "torch-cpu"
+url = "{torch}"
+explicit = true
+
 [tool.uv.sources]
 flash-attn = {{ index = "team" }}
+torch = {{ index = "torch-cpu" }}
 """
 
 
-def test_the_torchs_index_serves_pip_and_a_uv_project(cache, tmp_path):
+def test_the_torchs_index_serves_pip_and_a_uv_project(cache, tmp_path, torch_index):
     """The cache's PEP 503 index of torch 2.13.0+cpu, as docs/guides/fleet.md gives it: pip
     installs the team's wheel from it (its link's #sha256 checked), and a uv project with the
-    index explicit for flash-attn locks the team's wheel with its entry's hash, no sdist, while
-    PyPI (reachable) serves the rest."""
+    index explicit for flash-attn locks the team's wheel with its entry's hash, no sdist, and
+    the +cpu torch it requires from the CPU torch's own index, as a CPU team's project has it."""
     index = cache["root"] / "index" / "torch-2.13.0+cpu"
     entry = json.loads((cache["entry"] / "entry.json").read_text())
     run(
@@ -207,7 +213,7 @@ def test_the_torchs_index_serves_pip_and_a_uv_project(cache, tmp_path):
     assert installed.name.lower() == "flash_attn-0.1.0+cputorch2.13cxx11abitrue.dist-info"
     project = tmp_path / "consumer"
     project.mkdir()
-    (project / "pyproject.toml").write_text(CONSUMER.format(url=index.as_uri()))
+    (project / "pyproject.toml").write_text(CONSUMER.format(url=index.as_uri(), torch=torch_index))
     env = {**os.environ, "UV_CACHE_DIR": str(tmp_path / "uv"), "UV_PYTHON_DOWNLOADS": "never"}
     run(["uv", "lock", "--python", PY], cwd=project, env=env)
     lock = (project / "uv.lock").read_text()
@@ -283,23 +289,26 @@ def test_a_full_cache_disk_leaves_no_half_entry(sample_sdist_dir, tmp_path):
 def test_a_read_only_or_full_wheel_cache_builds_with_one_warning(cache, tmp_path, how):
     """A team's share mounted read-only (holding another build's entry), or a full disk: a
     miss is built and delivered, one warning names the cache, and nothing is written there."""
-    root = _copy(cache, tmp_path)[0] if how == "ro" else tmp_path / "wheels"
-    root.mkdir(exist_ok=True)
+    # a full disk holds the cache and the files that filled it (beside it: a file of another's
+    # in the cache's own directory is refused, as the ownership check says)
+    disk = tmp_path / "disk"
+    root = _copy(cache, tmp_path)[0] if how == "ro" else disk / "wheels"
+    root.mkdir(parents=True, exist_ok=True)
     before = sorted(str(p) for p in root.rglob("*"))
     settings = [
         s if "wheel-cache-dir" not in s else f"wheel-cache-dir={root}" for s in cache["settings"]
     ]
     line = " ".join(f"'{c}'" for c in pip_wheel_cmd(PY, tmp_path / "out", "-v", *settings))
-    script = f"{line} && echo LISTING && find {root} -mindepth 1 ! -name filler"
+    script = f"mkdir -p {root} && {line} && echo LISTING && find {root} -mindepth 1"
     env = {**_env(tmp_path), "CXXFLAGS": "-DSAMPLE_EXTRA=1"}  # another fingerprint: a miss
-    proc = run([*mounted(root, how), "sh", "-c", script], env=env)
+    proc = run([*mounted(root if how == "ro" else disk, how), "sh", "-c", script], env=env)
     assert len(list((tmp_path / "out").glob("*.whl"))) == 1, proc.stderr
     warned = [w for w in proc.stderr.splitlines() if "warning:" in w and str(root) in w]
     why = {"ro": "Read-only file system", "full": "No space left on device"}[how]
     assert len(warned) == 1 and f"the wheel cache {root} is not writable ({why})" in warned[0]
     assert "-C wheel-cache=false" in warned[0]
     listing = sorted(proc.stdout.split("LISTING\n", 1)[1].split())
-    assert listing == ([p for p in before if not p.endswith("filler")] if how == "ro" else [])
+    assert listing == (before if how == "ro" else [])
 
 
 def test_an_sdist_replaced_in_place_is_built_again(tmp_path):
