@@ -380,6 +380,18 @@ def torch2141_python(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def torch215_python(tmp_path_factory) -> Path:
+    """torch 2.15.0 (CUDA 13.2, ~4 GB; 2.4 s from a warm uv cache). uv reads no pip
+    configuration, so the CI box's pip cap (global.constraint torch<=2.14.1) does not stop the
+    venv; its own pip.conf lifts the cap for its pip alone, which would otherwise take any
+    `torch>=2.10` it resolves down to the box's 2.13.0+cpu (a user's machine has no cap)."""
+    python = _torch_venv(tmp_path_factory, "torch215", ["torch==2.15.0", "einops"])
+    if torch_venv_variable("torch215") not in OVERRIDES:
+        (python.parent.parent / "pip.conf").write_text("[global]\nconstraint = /dev/null\n")
+    return python
+
+
+@pytest.fixture(scope="session")
 def torch26_python(tmp_path_factory) -> Path:
     """A venv with torch 2.6.0 (CUDA 12.4, built with the old ABI, _GLIBCXX_USE_CXX11_ABI=0)."""
     return _torch_venv(tmp_path_factory, "torch26", ["torch==2.6.0", "numpy<2"])
@@ -537,6 +549,7 @@ _MARKED_FIXTURES = {
     "torch211_python": ["cuda_torch", "slow"],
     "torch211_second_python": ["cuda_torch", "slow"],
     "torch2141_python": ["cuda_torch", "slow"],
+    "torch215_python": ["cuda_torch", "slow"],
     "torch26_python": ["cuda_torch", "slow"],
     "torch291_python": ["cuda_torch", "slow"],
 }
