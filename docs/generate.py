@@ -319,9 +319,9 @@ def shown(cell: dict[str, str], run: dict) -> str | None:
 
 def matrix_section() -> list[str]:
     """Which torch x CUDA x C++ ABI cells CI builds for real, which it imports a wheel built
-    elsewhere under, which it prepares only: the marks on the tests themselves, so the table cannot claim a test that is
-    not there (tests/unit/test_matrix.py checks every mark), and a cell reads its stage only
-    where the recorded run shows its test passing."""
+    elsewhere under, which it prepares only: the marks on the tests themselves, so the table
+    cannot claim a test that is not there (tests/unit/test_matrix.py checks every mark), and a
+    cell reads its stage only where the recorded run shows its test passing."""
     run = json.loads(DURATIONS.read_text(encoding="utf-8"))
     lines = [
         "",

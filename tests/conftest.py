@@ -425,6 +425,12 @@ def nvcc_133(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def torch210_python(tmp_path_factory) -> Path:
+    """torch 2.10.0 from the index (CUDA 12.8): the stable line's floor, reached by CUDA 12."""
+    return _torch_venv(tmp_path_factory, "torch210", ["torch==2.10.0", "einops"])
+
+
+@pytest.fixture(scope="session")
 def cuda12_home() -> Path:
     """The CUDA 12.4 toolkit home (tests/cuda12_toolkit.py, kept between runs); skipped only
     where apt-get or the index cannot be reached (in CI a failure: pytest_runtest_makereport),
@@ -550,6 +556,7 @@ _MARKED_FIXTURES = {
     "torch211_second_python": ["cuda_torch", "slow"],
     "torch2141_python": ["cuda_torch", "slow"],
     "torch215_python": ["cuda_torch", "slow"],
+    "torch210_python": ["cuda_torch", "slow"],
     "torch26_python": ["cuda_torch", "slow"],
     "torch291_python": ["cuda_torch", "slow"],
 }
