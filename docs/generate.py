@@ -281,21 +281,11 @@ def versions_page() -> str:
 
 # ------------------------------------------------------------------------- the tested matrix
 
-# Cells no test can reach on the machines CI runs on, and why (a cell a test reaches is read from
-# that test's `pytest.mark.cell`, never written here).
-UNTESTED = [
-    {
-        "flavour": "FA2, FA3",
-        "torch": "2.15.0",
-        "nvcc": "—",
-        "abi": "TRUE",
-        "why": "on the index since October 2026, but the package index CI reaches caps torch "
-        "at 2.14.1; its headers, like 2.13's and 2.14's, need C++20, which fa-shim passes",
-    },
-]
 STAGES = {
     "compiled": "compiled for real: kernels built, the wheel verified and imported",
     "prepare": "prepared for real: upstream's setup.py ran to build.ninja, nothing compiled",
+    "imported": "a wheel built under another torch (the nvcc column says which), installed, "
+    "verified and imported under this one, nothing compiled",
 }
 
 
@@ -328,10 +318,10 @@ def shown(cell: dict[str, str], run: dict) -> str | None:
 
 
 def matrix_section() -> list[str]:
-    """Which torch x CUDA x C++ ABI cells CI builds for real, which it prepares only, which no
-    test reaches: the marks on the tests themselves, so the table cannot claim a test that is
-    not there (tests/unit/test_matrix.py checks every mark), and a cell reads its stage only
-    where the recorded run shows its test passing."""
+    """Which torch x CUDA x C++ ABI cells CI builds for real, which it imports a wheel built
+    elsewhere under, which it prepares only: the marks on the tests themselves, so the table
+    cannot claim a test that is not there (tests/unit/test_matrix.py checks every mark), and a
+    cell reads its stage only where the recorded run shows its test passing."""
     run = json.loads(DURATIONS.read_text(encoding="utf-8"))
     lines = [
         "",
@@ -348,18 +338,13 @@ def matrix_section() -> list[str]:
         "| flavour | torch | nvcc | C++ ABI | in CI | test |",
         "|---|---|---|---|---|---|",
     ]
-    order = {"compiled": 0, "prepare": 1}
+    order = {"compiled": 0, "imported": 1, "prepare": 2}
     for c in sorted(cells(), key=lambda c: (c["flavour"], order[c["stage"]], c["torch"])):
         why = shown(c, run)
         state = f"not shown ({c['stage']}: {why})" if why else c["stage"]
         lines.append(
             f"| {c['flavour']} | {c['torch']} | {c['nvcc']} | {c['abi']} | {state} "
             f"| `{c['test']}` |"
-        )
-    for c in UNTESTED:
-        lines.append(
-            f"| {c['flavour']} | {c['torch']} | {c['nvcc']} | {c['abi']} | untested: "
-            f"{c['why']} | — |"
         )
     return lines
 

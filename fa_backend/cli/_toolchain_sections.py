@@ -111,6 +111,9 @@ def torch_section(report: DoctorReport, flavour: Flavour, settings) -> _torch.To
             "install a CUDA build of torch (e.g. `pip install torch==2.11.0`, CUDA 13.0), then "
             "run doctor again.",
         )
+    lines = flavour.torch_lines(settings, torch) if torch.cuda else {}
+    if lines:
+        report.add("lines", lines, *(f"{name}: {why}" for name, why in lines.items()))
     return torch
 
 

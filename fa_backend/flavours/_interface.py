@@ -193,6 +193,11 @@ class Flavour(abc.ABC):
 
     # ------------------------------------------------------------------------------ advice
 
+    def torch_lines(self, settings: Settings, torch: TorchInfo) -> dict[str, str]:
+        """Each line this flavour builds (per-torch, stable ABI) and whether this torch can take
+        it, with why (doctor says so); {} where it has one line."""
+        return {}
+
     def project_dir(self) -> Path:
         """This project in the checkout fa_backend runs from (else a placeholder path)."""
         pyproject = CHECKOUT / "pyproject.toml"

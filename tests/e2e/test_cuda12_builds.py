@@ -14,7 +14,10 @@ Each builds the smallest set that compiles real kernels (conftest.SMALLEST_REAL_
 bf16, forward only, upstream's five DISABLE switches: 4 kernels and flash_api.cpp), verifies,
 carries its label and tags, and imports under its torch (no GPU here: import only).
 FlashAttention-3's stable line is prepared with the same nvcc under torch 2.9.1 (upstream needs
-CUDA 12.3 or newer).
+CUDA 12.3 or newer). The FA2 stable line's floor, torch 2.10.0 (on the index a CUDA 12.8 build):
+its stable wheel, built there with the same nvcc and the kernel objects of the torch 2.9.1
+build (the binding alone compiled), imports under 2.10.0 and is refused under 2.9.1 by the
+import guard, in one error naming the floor.
 """
 
 from __future__ import annotations
@@ -162,6 +165,51 @@ def test_torch_2_6_cu124_gets_abi_0_injected(torch26_build, cuda12_home):
         "4 kernel objects from the object cache (built under torch 2.9.1+cu128), "
         "compiling flash_api.cpp" in torch26_build["log"]
     ), torch26_build["log"][-3000:]
+
+
+@pytest.fixture(scope="module")
+def torch210_stable_build(
+    torch210_python, cuda12_home, cache, torch291_build, tmp_path_factory
+) -> dict:
+    tmp = tmp_path_factory.mktemp("cuda12-torch210-stable")
+    env = {"CUDA_HOME": str(cuda12_home)}
+    return _build(torch210_python, tmp, cache, "89", env, "-C", "torch-abi=stable")
+
+
+@pytest.mark.cell(
+    flavour="FA2 2.8.3.post2, torch's stable ABI",
+    torch="2.10.0+cu128",
+    nvcc="12.4 (the kernels from the object cache, compiled under 2.9.1+cu128)",
+    abi="stable ABI",
+    stage="compiled",
+)
+def test_the_cuda_12_stable_wheel_at_the_floor_torch_2_10(torch210_stable_build):
+    build = torch210_stable_build
+    label = f"cu12.torch2.10plus{SET}"
+    assert build["wheel"].name == f"flash_attn-2.8.3.post2+{label}-cp310-abi3-linux_x86_64.whl"
+    assert (
+        "4 kernel objects from the object cache (built under torch 2.9.1+cu128), "
+        "compiling flash_api_stable.cpp" in build["log"]
+    ), build["log"][-3000:]
+    _check_nvcc(build["prov"])
+    assert build["prov"]["torch"]["stable_abi"] == "2.10.0"
+    assert "result: OK" in build["verify"] and "stable ABI (torch >= 2.10.0)" in build["verify"]
+    assert build["import"] == {"version": f"2.8.3.post2+{label}", "torch": "2.10.0+cu128"}
+
+
+def test_the_cuda_12_stable_wheel_is_refused_under_torch_2_9_1(
+    torch210_stable_build, torch291_python, tmp_path
+):
+    """Below the floor the import guard stops the import: one ImportError naming the floor and
+    the torch to install, before the module loads."""
+    venv, _ = overlay_venv(torch291_python, tmp_path / "venv")
+    wheel = torch210_stable_build["wheel"]
+    run([venv, "-m", "pip", "install", "-q", "--no-deps", "--no-index", wheel])
+    proc = run([venv, "-c", "import flash_attn"], cwd=tmp_path, env=clean_env(), check=False)
+    err = proc.stderr
+    assert proc.returncode != 0 and err.count("ImportError: ") == 1, err[-3000:]
+    assert "torch version 2.9.1+cu128 is older than 2.10.0, the oldest this stable-ABI" in err
+    assert "Install a torch >= 2.10.0 built for CUDA 12, e.g.:" in err, err[-3000:]
 
 
 FA3_NO_FEATURES = "fp8,split,paged-kv,appendkv,local,softcap,packgqa,varlen,cluster"

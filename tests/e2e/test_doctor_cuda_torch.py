@@ -127,3 +127,21 @@ def test_doctor_shows_the_estimate_of_the_real_sdist(torch211_python, tmp_path):
     assert "would compile 5 source(s) x 1 architecture (kernel set hdim128.bf16.fwd)" in out
     assert "architectures: 80 from setting cuda-archs -> sm_80" in out
     assert "estimate: " in out and "not in the wheel cache" in out
+
+
+def _lines(python) -> dict[str, str]:
+    proc = doctor("--python", python, "--json")
+    return json.loads(proc.stdout)["lines"]
+
+
+def test_doctor_says_torch_2_9_1_has_no_stable_line_below_its_floor(torch291_python):
+    lines = _lines(torch291_python)
+    assert lines["per-torch"].startswith("yes, a wheel for torch 2.9.1+cu128 alone"), lines
+    assert "for torch >= 2.10.0; this torch is 2.9.1+cu128" in lines["stable"], lines
+    assert lines["stable"].startswith("no: "), lines
+
+
+def test_doctor_says_torch_2_15_takes_both_lines(torch215_python):
+    lines = _lines(torch215_python)
+    assert lines["stable"].startswith("yes, one wheel for every torch >= 2.10.0 of CUDA 13"), lines
+    assert lines["per-torch"].startswith("yes, a wheel for torch 2.15.0+cu132 alone"), lines

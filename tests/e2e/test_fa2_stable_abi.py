@@ -2,9 +2,10 @@
 quick start's set built under torch 2.14.1+cu130 takes the quick start's 4 kernel objects
 (compiled under torch 2.11 as the per-torch line) from the object cache and compiles the stable
 binding alone; its one cp310-abi3 wheel requires torch>=2.10, verifies and imports under torch
-2.14.1 and 2.11.0, where the binding's ops are registered and answer a CPU tensor with upstream's
-RuntimeError. A torch older than the line's floor (2.9.1) is refused before anything is fetched
-or compiled, naming the per-torch line. The kernels run on a GPU: bench/results (GPU box)."""
+2.14.1, 2.11.0 and 2.15.0 (released after the wheel's torch), where the binding's ops are
+registered and answer a CPU tensor with upstream's RuntimeError. A torch older than the line's
+floor (2.9.1) is refused before anything is fetched or compiled, naming the per-torch line. The
+kernels run on a GPU: bench/results (GPU box)."""
 
 from __future__ import annotations
 
@@ -119,12 +120,26 @@ def test_the_wheel_verifies_imports_and_registers_its_ops_under_the_torch_it_was
     torch="2.11.0+cu130",
     nvcc="13.0 (the wheel built under torch 2.14.1+cu130)",
     abi="stable ABI",
-    stage="compiled",
+    stage="imported",
 )
 def test_the_same_wheel_verifies_imports_and_registers_its_ops_under_an_older_torch(
     stable, torch211_python
 ):
     _verify_import_and_call(stable, torch211_python, "2.11.0+cu130", "uv")
+
+
+@pytest.mark.cell(
+    flavour="FA2 2.8.3.post2, torch's stable ABI",
+    torch="2.15.0+cu132",
+    nvcc="13.0 (the wheel built under torch 2.14.1+cu130)",
+    abi="stable ABI",
+    stage="imported",
+)
+def test_the_same_wheel_verifies_imports_and_registers_its_ops_under_a_newer_torch(
+    stable, torch215_python
+):
+    """torch 2.15.0, released after the wheel was built: nothing is built for it."""
+    _verify_import_and_call(stable, torch215_python, "2.15.0+cu132", "pip")
 
 
 def test_the_team_install_takes_it_for_a_torch_that_did_not_build_it(

@@ -8,9 +8,9 @@ tests/integration/test_fa3_prepare.py, test_fa3_patches.py, test_fa3_sources.py)
 Then the same wheel, once built:
 - under torch 2.11.0: its name, cp310-abi3 tag, `torch>=2.9` requirement and label, provenance,
   `verify` and the import through fa-shim's guard with the module's ops registered;
-- beside torch 2.14.1+cu130: `pip install ./flash-attn-3` there is a wheel-cache hit (the same
-  wheel, nothing compiled), it verifies against 2.14.1's libraries (every torch symbol one of its
-  declared C shim functions) and imports;
+- beside torch 2.14.1+cu130 and 2.15.0+cu132: `pip install ./flash-attn-3` there is a wheel-cache
+  hit (the same wheel, nothing compiled), it verifies against that torch's libraries (every
+  torch symbol one of its declared C shim functions) and imports;
 - against a CUDA 12 torch (the session's torch 2.6.0+cu124, which CI makes anyway for the ABI
   tests): refused by verify (libcudart.so.13 against CUDA 12, and the floor) and by the guard at
   import, each naming the fix.
@@ -169,19 +169,17 @@ def test_verify_and_import_under_the_build_torch(fa3_installed):
     assert out[2:] == ["True", "True"]
 
 
-def test_the_same_wheel_serves_torch_2_14_from_the_wheel_cache(
-    fa3_installed, torch2141_python, wheel_cache, tmp_path
-):
-    """A torch upgrade: `pip install ./flash-attn-3` beside torch 2.14.1 finds the wheel the
-    2.11.0 build stored (the fingerprint leaves the torch release out), compiles nothing, and
-    the module verifies against 2.14.1's own libraries and headers, and imports. The cache's
-    view of it is stable-cu13-torch2.9plus/, no torch's own."""
+def _served_from_the_wheel_cache(fa3_installed, base, wheel_cache, tmp_path, torch_version):
+    """`pip install ./flash-attn-3` beside another torch finds the wheel the 2.11.0 build stored
+    (the fingerprint leaves the torch release out), compiles nothing, and the module verifies
+    against that torch's own libraries and headers, and imports. The cache's view of it is
+    stable-cu13-torch2.9plus/, no torch's own."""
     _, _, built_info, _, _, wheel = fa3_installed
-    python, site = overlay_venv(torch2141_python, tmp_path / "venv")
+    python, site = overlay_venv(base, tmp_path / "venv")
     proc = _install(python, tmp_path, wheel_cache)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     output = proc.stdout + proc.stderr
-    assert "building against torch 2.14.1+cu130" in output
+    assert f"building against torch {torch_version}" in output
     assert f"wheel cache hit: {wheel}" in output
     assert "running upstream setup.py" not in output  # nothing prepared, nothing compiled
     # its view is named for the torches it serves, not for either that installed it
@@ -192,14 +190,40 @@ def test_the_same_wheel_serves_torch_2_14_from_the_wheel_cache(
     assert (dist_info / "RECORD").read_text() == (built_info / "RECORD").read_text()
     code, report = _verify(python, "flash_attn_3")
     assert code == 0, report
-    assert report["torch"]["version"] == "2.14.1+cu130"
+    assert report["torch"]["version"] == torch_version
     symbols = _check(report, "symbols")["summary"]
-    assert "C shim function torch 2.14.1+cu130's headers declare" in symbols
+    assert f"C shim function torch {torch_version}'s headers declare" in symbols
     assert "no C++ symbol of torch" in symbols
     provenance = _check(report, "provenance")["summary"]
     assert "torch >= 2.9.0 of CUDA 13 (torch's stable ABI; built with torch 2.11.0" in provenance
     out = run([python, "-c", IMPORT], cwd=tmp_path, env=clean_env()).stdout.split()
-    assert out[0] == "2.14.1+cu130" and out[2:] == ["True", "True"]
+    assert out[0] == torch_version and out[2:] == ["True", "True"]
+
+
+def test_the_same_wheel_serves_torch_2_14_from_the_wheel_cache(
+    fa3_installed, torch2141_python, wheel_cache, tmp_path
+):
+    """A torch upgrade."""
+    _served_from_the_wheel_cache(
+        fa3_installed, torch2141_python, wheel_cache, tmp_path, "2.14.1+cu130"
+    )
+
+
+@pytest.mark.cell(
+    flavour="FA3 main-0251105a",
+    torch="2.15.0+cu132",
+    nvcc="13.0 (the wheel built under torch 2.11.0+cu130, from the wheel cache)",
+    abi="stable ABI",
+    stage="imported",
+)
+def test_the_same_wheel_serves_torch_2_15_from_the_wheel_cache(
+    fa3_installed, torch215_python, wheel_cache, tmp_path
+):
+    """A torch released after the wheel was built (CUDA 13.2: the machine's nvcc 13.0 is of
+    its major, so the fingerprint is the 2.11.0 build's)."""
+    _served_from_the_wheel_cache(
+        fa3_installed, torch215_python, wheel_cache, tmp_path, "2.15.0+cu132"
+    )
 
 
 def test_a_cuda_12_torch_is_refused_by_verify_and_the_guard(

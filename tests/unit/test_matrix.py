@@ -99,9 +99,3 @@ def test_a_cell_reads_its_stage_only_where_its_test_passed():
     assert generate.shown(cell, {"tests": [skipped]}) == "skipped in the recorded run"
     other = {**passed, "id": "tests/e2e/test_x.py::test_yz"}
     assert generate.shown(cell, {"tests": [other]}) == "not in the recorded run"
-
-
-def test_the_untested_cells_say_why():
-    tested = {c["torch"] for c in _cells()}
-    for cell in generate.UNTESTED:
-        assert cell["why"] and cell["torch"] not in tested

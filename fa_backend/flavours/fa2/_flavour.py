@@ -116,6 +116,20 @@ class Fa2(Flavour):
         source = Fa2Source(sdist, tailoring)
         return Plan(settings, torch, self, source, patches, version, tag, metadata, floor)
 
+    def torch_lines(self, settings, torch) -> dict[str, str]:
+        lines = {"per-torch": f"yes, a wheel for torch {torch.version} alone (-C torch-abi=torch)"}
+        try:
+            own = {**settings.own, "torch-abi": "stable"}
+            line = stable_line(dataclasses.replace(settings, own=own), torch)
+        except FaShimError as exc:  # its refusal says why, e.g. the floor
+            lines["stable"] = f"no: {exc.cause}"
+        else:
+            lines["stable"] = (
+                f"yes, one wheel for every torch >= {line.torch_target} of CUDA "
+                f"{torch.cuda_major} (-C torch-abi=stable)"
+            )
+        return lines
+
     def sources(self, plan: Plan, with_origin: bool) -> dict:
         sdist = plan.source.sdist
         found = {"sha256": sdist.sha256}

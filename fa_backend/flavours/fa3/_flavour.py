@@ -77,6 +77,21 @@ class Fa3(Flavour):
     own_settings = _settings.OWN
     sources_key = "fa3_sources"
 
+    def torch_lines(self, settings, torch) -> dict[str, str]:
+        lines = {}
+        for line in map(_releases.release, _releases.known()):
+            if not line.stable:
+                lines[f"{line.version} (per-torch)"] = (
+                    f"yes, a wheel for torch {torch.version} alone"
+                )
+            elif line.serves(torch.version):
+                lines[f"{line.version} (stable ABI)"] = f"yes, every torch >= {line.torch_target}"
+            else:
+                lines[f"{line.version} (stable ABI)"] = (
+                    f"no: its floor is torch {line.torch_target}; this torch is {torch.version}"
+                )
+        return lines
+
     def plan(self, settings, torch) -> Plan:
         if torch.cuda is None:
             raise FaShimError(
