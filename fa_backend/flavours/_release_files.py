@@ -11,17 +11,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import sys
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from ..core._errors import FaShimError
+from ..core._toml import tomllib
 from ._vocabulary import did_you_mean
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - exercised on 3.9/3.10 only
-    import tomli as tomllib
 
 RELEASE_FILE = "release.toml"
 PATCH_DIR = "patches"
