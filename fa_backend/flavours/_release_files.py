@@ -14,6 +14,8 @@ import json
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
+from packaging.version import InvalidVersion, Version
+
 from ..core._errors import FaShimError
 from ..core._toml import tomllib
 from ._vocabulary import did_you_mean
@@ -38,6 +40,14 @@ def read_toml(path: Path, guide: str) -> dict:
 def key_hint(value: str, known: Iterable[str]) -> str:
     """(did you mean 'x'?) for a mistyped key or value of a release.toml."""
     return did_you_mean(value, known, " (did you mean {!r}?)", cutoff=0.6)
+
+
+def is_version(name: str) -> bool:
+    try:
+        Version(name)
+    except InvalidVersion:
+        return False
+    return True
 
 
 def patch_files(
