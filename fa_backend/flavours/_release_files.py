@@ -11,17 +11,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import sys
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from ..core._errors import FaShimError
-from ._vocabulary import did_you_mean
+from packaging.version import InvalidVersion, Version
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - exercised on 3.9/3.10 only
-    import tomli as tomllib
+from ..core._errors import FaShimError
+from ..core._toml import tomllib
+from ._vocabulary import did_you_mean
 
 RELEASE_FILE = "release.toml"
 PATCH_DIR = "patches"
@@ -43,6 +40,14 @@ def read_toml(path: Path, guide: str) -> dict:
 def key_hint(value: str, known: Iterable[str]) -> str:
     """(did you mean 'x'?) for a mistyped key or value of a release.toml."""
     return did_you_mean(value, known, " (did you mean {!r}?)", cutoff=0.6)
+
+
+def is_version(name: str) -> bool:
+    try:
+        Version(name)
+    except InvalidVersion:
+        return False
+    return True
 
 
 def patch_files(

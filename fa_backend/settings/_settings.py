@@ -7,7 +7,6 @@ from __future__ import annotations
 import difflib
 import os
 import re
-import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -16,13 +15,9 @@ from packaging.version import InvalidVersion, Version
 
 from ..core import _failures
 from ..core._errors import FaShimError
+from ..core._toml import tomllib
 from ..resources.team_install import ARCH
 from ._model import ENV_PREFIX, FIELDS, ConfigSettings, Setting, Settings, env_name
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - exercised on 3.9/3.10 only
-    import tomli as tomllib
 
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}

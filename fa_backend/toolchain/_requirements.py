@@ -16,12 +16,8 @@ from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 
 from ..core._errors import FaShimError
+from ..core._toml import tomllib
 from ..resources import PYPROJECT
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
 
 
 def requirements(pyproject: Path = PYPROJECT) -> list[Requirement]:

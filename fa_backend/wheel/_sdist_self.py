@@ -8,7 +8,6 @@ import gzip
 import io
 import os
 import re
-import sys
 import tarfile
 import time
 from collections.abc import Mapping
@@ -16,13 +15,9 @@ from pathlib import Path
 
 from ..core import _atomic
 from ..core._errors import FaShimError
+from ..core._toml import tomllib
 from ..resources import CHECKOUT, PACKAGE
 from ._metadata import Names
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - exercised on 3.9/3.10 only
-    import tomli as tomllib
 
 
 @dataclasses.dataclass(frozen=True)

@@ -11,14 +11,14 @@ import re
 from pathlib import Path
 
 from packaging.utils import InvalidSdistFilename, canonicalize_name, parse_sdist_filename
-from packaging.version import InvalidVersion, Version
+from packaging.version import Version
 
 from ...core._errors import FaShimError
 from ...resources import VENDORED
 from ...sources import _patches
 from ...sources._patches import Patch
 from ...toolchain._archs import Mechanism
-from .._release_files import PATCH_DIR, RELEASE_FILE, key_hint, patch_files, read_toml
+from .._release_files import PATCH_DIR, RELEASE_FILE, is_version, key_hint, patch_files, read_toml
 from ._tu_parts import PATCH as TU_PARTS_PATCH
 
 GUIDE = "see docs/upstream-versions.md#adding-a-release"
@@ -220,9 +220,7 @@ def _stable_line(table: dict | None, directory: Path, main: set[str]):
         f"[stable] has unknown key {k!r}" for k in table if k not in ("torch-target", "patches")
     ]
     target = table.get("torch-target")
-    try:
-        Version(str(target))
-    except InvalidVersion:
+    if not is_version(str(target)):
         problems.append(f"[stable] torch-target = {target!r} is not a torch version, e.g. 2.10.0")
     patches, wrong = patch_files(table, directory, strays=False)
     problems += [f"[stable] {w}" for w in wrong]
@@ -233,11 +231,9 @@ def _stable_line(table: dict | None, directory: Path, main: set[str]):
 
 
 def _check_values(version: str, data: dict) -> list[str]:
-    problems = []
-    try:
-        Version(version)
-    except InvalidVersion:
+    if not is_version(version):
         return [f"its directory name {version!r} is not a PEP 440 version"]
+    problems = []
     if "sdist" in data and not is_sdist(data["sdist"], version):
         problems.append(f"sdist = {data['sdist']!r} is not flash_attn-{version}.tar.gz")
     if "sha256" in data and not re.fullmatch(r"[0-9a-f]{64}", data["sha256"]):

@@ -11,11 +11,11 @@ import functools
 import re
 from pathlib import Path
 
-from packaging.version import InvalidVersion, Version
+from packaging.version import Version
 
 from ...core._errors import FaShimError
 from ...resources import VENDORED
-from .._release_files import PATCH_DIR, RELEASE_FILE, key_hint, patch_files, read_toml
+from .._release_files import PATCH_DIR, RELEASE_FILE, is_version, key_hint, patch_files, read_toml
 from .._vocabulary import did_you_mean
 
 FA3_DIR = VENDORED / "fa3"
@@ -159,7 +159,7 @@ def _problems(directory: Path, data: dict) -> list[str]:
         if pattern is None:  # patches: read by load()
             continue
         if value is None:
-            if required and not (key == "tag" and not _is_version(directory.name)):
+            if required and not (key == "tag" and not is_version(directory.name)):
                 problems.append(f"{key} is missing ({meaning})")
         elif not (isinstance(value, str) and re.fullmatch(pattern, value)):
             problems.append(f"{key} = {value!r} is not {meaning}")
@@ -173,7 +173,7 @@ def _problems(directory: Path, data: dict) -> list[str]:
         problems.append("torch-target goes with torch-abi = 'stable', and only with it")
     name = directory.name
     if "tag" in data:
-        if not _is_version(name) or Version(name) != Version(data["tag"]):
+        if not is_version(name) or Version(name) != Version(data["tag"]):
             problems.append(f"tag = {data['tag']!r} is not v{name}")
     else:
         match = _BRANCH_DIR.fullmatch(name)
@@ -185,14 +185,6 @@ def _problems(directory: Path, data: dict) -> list[str]:
         elif not data["commit"].startswith(match["short"]):
             problems.append(f"commit = {data['commit']!r} does not start with {match['short']}")
     return problems
-
-
-def _is_version(name: str) -> bool:
-    try:
-        Version(name)
-    except InvalidVersion:
-        return False
-    return True
 
 
 def load(directory: Path) -> Fa3Release:
