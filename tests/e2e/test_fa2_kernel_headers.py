@@ -64,27 +64,37 @@ def kernel_dirs(prepared, tmp_path_factory) -> dict[str, Path]:
     return {"patched": patched, "upstream": upstream}
 
 
-def _command(prepared) -> list[str]:
-    return next(c["args"] for c in prepared["compile_commands"] if c["file"].endswith(SOURCE))
+@pytest.fixture(scope="module")
+def commands(prepared, torch211_python) -> dict[str, list[str]]:
+    """The build's command for each tree: upstream's kernel sources read torch's and Python's
+    headers, so theirs has the include paths torch's cpp_extension gives every build; fa-shim's
+    torch-free kernels compile without them (resources/upstream_driver)."""
+    args = next(c["args"] for c in prepared["compile_commands"] if c["file"].endswith(SOURCE))
+    torch_dir = Path(prepared["provenance"]["torch"]["path"])
+    code = "import sysconfig; print(sysconfig.get_path('include'))"
+    python = run([torch211_python, "-c", code]).stdout.strip()
+    torch = [f"-I{torch_dir / 'include'}", f"-I{torch_dir / 'include/torch/csrc/api/include'}"]
+    return {"patched": list(args), "upstream": [args[0], *torch, f"-I{python}", *args[1:]]}
 
 
-def test_the_kernels_machine_code_is_upstreams(prepared, kernel_dirs, tmp_path):
+def test_the_kernels_machine_code_is_upstreams(commands, kernel_dirs, tmp_path):
     cubins = {name: tmp_path / f"{name}-{SOURCE}.cubin" for name in kernel_dirs}
-    compile_all(
-        [cubin_command(_command(prepared), kernel_dirs[n] / SOURCE, c) for n, c in cubins.items()]
-    )
+    compile_all([cubin_command(commands[n], kernel_dirs[n] / SOURCE, c) for n, c in cubins.items()])
     patched, upstream = kernel_code(cubins["patched"]), kernel_code(cubins["upstream"])
     assert len(upstream) >= 2, sorted(upstream)  # the source's kernels, found by name
     assert sorted(patched) == sorted(upstream)
     assert all(patched[k] == upstream[k] for k in upstream)
 
 
-def test_the_kernel_sources_read_no_torch_or_python_header(prepared, kernel_dirs, tmp_path):
-    """nvcc -M lists the headers a compile reads."""
+def test_the_kernel_sources_read_no_torch_or_python_header(
+    prepared, commands, kernel_dirs, tmp_path
+):
+    """nvcc -M lists the headers a compile reads (the patched tree's under the build's own
+    command, which names no torch or Python directory)."""
     torch_dir = Path(prepared["provenance"]["torch"]["path"]).resolve()
     read = {}
     for name, kernel_dir in kernel_dirs.items():
-        args = command_for(_command(prepared), kernel_dir / BACKWARD, tmp_path / "x.o")
+        args = command_for(commands[name], kernel_dir / BACKWARD, tmp_path / "x.o")
         i = args.index("-o")
         args = [a for a in args[:i] + args[i + 2 :] if a != "-c"] + ["-M"]
         out = subprocess.run(args, capture_output=True, text=True, check=True).stdout

@@ -366,7 +366,8 @@ def test_a_full_cache_disk_compiles_and_keeps_nothing(tmp_path):
     keep, err = _make_root(root, prefix)
     assert not keep and err.count("warning:") == 1, err
     assert f"cannot keep kernel objects in {root} (No space left on device)" in err, err
-    err = _finish(_launch(tree, _spec(tree, root, _args(tree), keep=keep), _args(tree), prefix))
+    spec = _spec(tree, root, _args(tree), keep=keep)
+    err = _finish(_launch(tree, spec, _args(tree), prefix=prefix))
     assert "warning" not in err, err
     err = _finish(_launch(tree, _spec(tree, root, _args(tree)), _args(tree), prefix=prefix))
     assert f"cannot take a lock (No space left on device: {root / '.locks'}" in err, err
