@@ -1,5 +1,6 @@
-"""The PEP 517 hooks. Each one is a line or two; the work lives in _plan and _build, imported
-only when needed: a metadata or sdist hook loads none of the compile pipeline."""
+"""The PEP 517 hooks. Each one is a line or two; the work lives in pipeline/_plan and, for a
+wheel, fleet/_cached (the caches around pipeline/_build), imported only when needed: a metadata
+or sdist hook loads none of the compile pipeline."""
 
 from __future__ import annotations
 
@@ -28,9 +29,10 @@ def prepare_metadata_for_build_wheel(metadata_directory, config_settings=None):
 
 @boundary
 def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
-    from .pipeline import _build
+    from .fleet import _cached
+    from .pipeline import _plan
 
-    return _build.build(_build.plan(config_settings), wheel_directory, metadata_directory)
+    return _cached.build(_plan.plan(config_settings), wheel_directory, metadata_directory)
 
 
 @boundary

@@ -103,11 +103,11 @@ def _object_row(directory: Path) -> Row:
 def rebuild(root: Path, config: dict[str, str]) -> list[Row]:
     """Build this environment's wheel again, here, with no object cache and no compiler cache,
     and compare its bytes with the entry's, and each object with the entry a build links."""
-    from ..fleet import _wheel_cache
+    from ..fleet import _cached, _wheel_cache
     from ..pipeline import _build
 
     plan = _build.plan(config)
-    tools = _build.toolchain(plan)
+    tools = _cached.toolchain(plan)
     key = _wheel_cache.key(_build.fingerprint(plan, tools))
     entry = _entries.load(root / key, plan.wheel_name)
     objects = _objects.root_of(plan.settings)
@@ -130,7 +130,7 @@ def rebuild(root: Path, config: dict[str, str]) -> list[Row]:
     rows = []
     with _build.scratch_dir(plan.settings) as scratch:
         audit = scratch / "objects-audit.jsonl"
-        fresh = _build.fresh_wheel(plan, tools, scratch, audit=audit)
+        fresh = _cached.fresh_wheel(plan, tools, scratch, audit=audit)
         if entry is not None:
             row = Row(key, entry.wheel.name)
             got = sha256_of(fresh)

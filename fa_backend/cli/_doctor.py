@@ -16,7 +16,7 @@ from ..core import _atomic, _log
 from ..core._errors import FaShimError, NotLocal
 from ..flavours import _registry
 from ..flavours._interface import Flavour, Plan, Tools
-from ..fleet import _objects, _wheel_cache
+from ..fleet import _cached, _objects, _wheel_cache
 from ..pipeline import _build, _progress, _seal
 from ..resources import PROJECT
 from ..toolchain import _jobs, _preflight, _requirements
@@ -76,7 +76,7 @@ def planned(project: Path) -> tuple[Plan | None, Tools | None, FaShimError | Non
     try:
         with in_project(project):  # pip runs the backend there: its [tool.fa-shim] counts
             plan = _build.plan({"offline": "true"})
-            return plan, _build.toolchain(plan), None
+            return plan, _cached.toolchain(plan), None
     except FaShimError as exc:
         return plan, None, exc
 

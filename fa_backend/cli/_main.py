@@ -73,6 +73,7 @@ def _settings(args: argparse.Namespace) -> int:
 def _prepare(args: argparse.Namespace) -> int:
     """Extract, patch, inject and let torch write build.ninja, without compiling anything."""
     from ..core import _log, _ownership
+    from ..fleet import _cached
     from ..pipeline import _build, _progress
     from ..toolchain import _jobs
 
@@ -81,7 +82,7 @@ def _prepare(args: argparse.Namespace) -> int:
     # only a new, empty or fa-shim-made directory; a failed or interrupted prepare takes back
     # what it added and nothing else
     with _ownership.owned(Path(args.build_dir).absolute(), "--build-dir") as out:
-        prep = _build.prepare(plan, out)
+        prep = _cached.prepare(plan, out)
     estimate = _progress.preview(
         plan, prep.tools, _progress.build_sources(prep.commands), _jobs.available_cores()
     )
@@ -163,7 +164,7 @@ class Row:
 
 def describe(config: dict[str, str]) -> dict:
     """This interpreter's fingerprint and whether the wheel cache holds its wheel."""
-    from ..fleet import _entries, _wheel_cache
+    from ..fleet import _cached, _entries, _wheel_cache
     from ..pipeline import _build
 
     plan = _build.plan(config)
@@ -172,7 +173,7 @@ def describe(config: dict[str, str]) -> dict:
             "prebuild fills the wheel cache, and -C wheel-cache=false turns it off.",
             fix="drop wheel-cache=false (and name the shared directory: -C wheel-cache-dir=DIR).",
         )
-    facts = _build.fingerprint(plan, _build.toolchain(plan))
+    facts = _build.fingerprint(plan, _cached.toolchain(plan))
     key = _wheel_cache.key(facts)
     root = plan.settings.resolved_wheel_cache_dir
     cached = _wheel_cache.lookup(root, key, plan.wheel_name)

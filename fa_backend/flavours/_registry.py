@@ -17,7 +17,7 @@ from ._interface import Flavour
 from ._vocabulary import did_you_mean
 
 ENTRY_POINTS = "fa_shim.flavours"
-BUILT_IN = {"fa2": "fa_backend.flavours.fa2._flavour", "fa3": "fa_backend.flavours.fa3._flavour"}
+BUILT_IN = {"fa2": "fa_backend.flavours.fa2", "fa3": "fa_backend.flavours.fa3"}
 
 
 @functools.cache  # one scan of the environment's distributions per process (~40 ms in a large one)
@@ -42,7 +42,7 @@ def _unknown(name: str, pyproject: str) -> FaShimError:
 def get(name: str) -> Flavour:
     """The flavour called name, or one error naming the known ones."""
     if name in BUILT_IN:
-        return importlib.import_module(BUILT_IN[name]).FLAVOUR
+        return importlib.import_module(BUILT_IN[name] + "._flavour").FLAVOUR
     plugin = _plugins().get(name)
     if plugin is None:
         raise _unknown(name, "pyproject.toml")
@@ -85,20 +85,28 @@ def of_project(project_dir: Path) -> Flavour | None:
     return get(name) if name in known() else None
 
 
+def own_settings(name: str) -> tuple[_settings.Setting, ...]:
+    """A flavour's own settings; a built-in's from its light _settings module, so a build
+    imports no other flavour's code (a hit's hooks: bench/results/2026-12-02-h200-hit-cost)."""
+    if name in BUILT_IN:
+        return importlib.import_module(BUILT_IN[name] + "._settings").OWN
+    return get(name).own_settings
+
+
 def declared() -> list[_settings.Setting]:
     """Every flavour's own settings, each key declared by one flavour only."""
-    owner: dict[str, Flavour] = {}
-    for flavour in every():
-        for setting in flavour.own_settings:
+    owner: dict[str, str] = {}
+    for name in known():
+        for setting in own_settings(name):
             if setting.key in _settings.FIELDS or setting.key in owner:
                 other = owner.get(setting.key)
                 raise FaShimError(
-                    f"flavour {flavour.names.flavour!r} declares setting {setting.key!r}, "
-                    + (f"as {other.names.flavour!r} does." if other else "a shared setting."),
-                    fix=f"rename the setting in flavour {flavour.names.flavour!r}.",
+                    f"flavour {name!r} declares setting {setting.key!r}, "
+                    + (f"as {other!r} does." if other else "a shared setting."),
+                    fix=f"rename the setting in flavour {name!r}.",
                 )
-            owner[setting.key] = flavour
-    return [s for f in every() for s in f.own_settings]
+            owner[setting.key] = name
+    return [s for name in known() for s in own_settings(name)]
 
 
 def load_settings(
@@ -117,11 +125,12 @@ def defaults() -> _settings.Settings:
 
 def _check_applies(flavour: Flavour, settings: _settings.Settings) -> None:
     """A setting of another flavour is a mistake, not something to ignore silently."""
-    for other in every():
-        if other is flavour:
+    for name in known():
+        if name == flavour.names.flavour:
             continue
-        for key in sorted(s.key for s in other.own_settings):
+        for key in sorted(s.key for s in own_settings(name)):
             if key in settings.given:
+                other = get(name)
                 raise FaShimError(
                     f"setting {key!r} (from {settings.given[key]}) applies to "
                     f"{other.names.project_label} only, and this project builds "

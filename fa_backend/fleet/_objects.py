@@ -16,11 +16,10 @@ from pathlib import Path
 
 from ..core import _atomic, _log
 from ..core._digest import sha256_of
-from ..resources import object_cache
-from ..resources.object_cache import SPEC_NAME, under
 from ..resources.upstream_driver import TORCH_ONLY_DEFINES
 from ..toolchain._compilers import INCLUDE_PATH_ENV, NVCC_FLAGS_ENV
-from . import _entries
+from . import _entries, _serve
+from ._serve import SPEC_NAME, under
 
 FORMAT = 2  # 2: keyed on nvcc_inputs (the environment, nvcc and its host compiler)
 # the C++ ABI's define, which the launcher keeps in an entry's name unless the object shows it
@@ -154,11 +153,11 @@ def cached(spec_path: Path) -> dict[str, dict]:
     """The spec's units that are cached now: their records by output path."""
     spec = json.loads(spec_path.read_text())
     root = Path(spec["root"])
-    found = {out: object_cache.find(root, unit) for out, unit in spec["units"].items()}
+    found = {out: _serve.find(root, unit) for out, unit in spec["units"].items()}
     return {out: hit[1] for out, hit in found.items() if hit}
 
 
-# what a killed writer leaves (resources/object_cache._store): an entry being written, or a
+# what a killed writer leaves (_serve._store): an entry being written, or a
 # damaged one moved aside; `cache check` lists them and `--sweep` removes them
 LEFTOVERS = (".*.part-*", ".*.bad-*")
 
@@ -183,6 +182,6 @@ def describe(root: Path) -> str:
 
 def check(directory: Path) -> str | None:
     """Why an entry would not be served (None: it would be), for `cache check`."""
-    if object_cache.lookup(directory.parent, directory.name) is None:
+    if _serve.lookup(directory.parent, directory.name) is None:
         return "incomplete or not the object it recorded (a build compiles it again)"
     return None

@@ -1,53 +1,56 @@
-"""The pipeline behind the hooks: toolchain, prepare (build.ninja written, nothing compiled), the
-upstream build, repack, verify, and build, which runs them through the wheel cache. Every step
-asks the plan's flavour (flavours/_interface) what differs between flavours, never which it is."""
+"""The build, cache-free: a plan in, a verified wheel out. toolchain, prepare (build.ninja
+written, nothing compiled), the upstream build, repack, verify; what stands around the compilers
+comes in as Wrappers, from fleet/, which wraps this build with its caches. Every step asks the
+plan's flavour (flavours/_interface) what differs between flavours, never which it is."""
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-import hashlib
 import json
 import shutil
-import sysconfig
 import tempfile
 import time
 import zipfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from ..core import _atomic, _failures, _log, _scratch
-from ..core._digest import sha256_of
+from ..core import _failures, _log, _scratch
 from ..core._errors import FaShimError
 from ..core._version import __version__
 from ..flavours._interface import Plan, Tools
-from ..fleet import _objects, _sccache, _stable_src, _wheel_cache
 from ..settings import _settings
-from ..toolchain import _compile_commands, _compilers, _jobs, _preflight, _space, _toolkit
-from ..toolchain._torch import TorchInfo
+from ..toolchain import _compile_commands, _jobs, _preflight, _space, _toolkit
 from ..wheel import _metadata
 from ..wheel._wheelfile import WheelWriter
 from . import _compile_plan, _progress, _reproducible, _stats, _upstream
-from ._compile_plan import Prepared
+from ._compile_plan import BARE, Prepared, Wrappers
 from ._plan import check_prepared_metadata, plan, write_metadata
-from ._provenance import GUARD, PROVENANCE, fa_shim_sources, fingerprint, provenance
+from ._provenance import GUARD, PROVENANCE, fingerprint, provenance
 
-# what the hooks and the CLI call (provenance: `prepare`'s JSON)
+# what fleet, the hooks and the CLI call (provenance: `prepare`'s JSON)
 __all__ = [
     "Plan",
     "Prepared",
     "Tools",
-    "build",
+    "Wrappers",
+    "check_prepared_metadata",
+    "check_space",
+    "fingerprint",
+    "fresh_wheel",
     "plan",
     "prepare",
     "provenance",
+    "scratch_dir",
     "toolchain",
+    "verify",
     "write_metadata",
 ]
 
 
 def toolchain(plan: Plan) -> Tools:
-    """nvcc (the system's, or one from the index), the architectures and the compile jobs."""
+    """nvcc (the system's, or one from the index), the architectures and the compile jobs;
+    a compiler cache is the caller's to add (fleet/_cached.toolchain)."""
     s, flavour = plan.settings, plan.flavour
     nvcc = archs = None
     if flavour.needs_nvcc(plan):
@@ -58,19 +61,15 @@ def toolchain(plan: Plan) -> Tools:
     sizing = flavour.sizing(plan, archs, cores, memory)
     n_archs = len(archs.targets) if archs else 1
     _log.info(_jobs.describe(sizing.jobs, sizing.threads, cores, memory, n_archs, sizing.cut))
-    cache = _compilers.compiler_cache(s.compiler_cache)
-    if cache:
-        _sccache.check_nvcc(cache, nvcc)
-        _log.info(f"compiling through the compiler cache {cache}")
     threads = sizing.threads if nvcc else None
-    return Tools(nvcc, archs, sizing.jobs, threads, cache, sizing.shape)
+    return Tools(nvcc, archs, sizing.jobs, threads, None, sizing.shape)  # no compiler cache
 
 
 def prepare(
-    plan: Plan, scratch: Path, tools: Tools | None = None, audit: Path | None = None
+    plan: Plan, scratch: Path, tools: Tools | None = None, wrappers: Wrappers = BARE
 ) -> Prepared:
     """Lay out and patch the sources, let torch write build.ninja (nothing compiled), check it;
-    `audit`: the object cache compares each compile there and serves none (object_cache)."""
+    then the wrappers learn the compile commands and say which sources they serve."""
     tools = tools or toolchain(plan)
     log_dir = plan.settings.resolved_cache_dir / "logs"
     log_dir.mkdir(parents=True, exist_ok=True)
@@ -79,7 +78,7 @@ def prepare(
     source = plan.flavour.lay_out(plan, tools, scratch / "src")
     _reproducible.settle_times(scratch / "src")
     code, output, report = _upstream.run_setup(
-        plan, tools, source, scratch / "dist", "prepare", log
+        plan, tools, source, scratch / "dist", "prepare", log, wrappers
     )
     if code != 0:
         raise _upstream.failure(code, report, log, output)
@@ -105,68 +104,8 @@ def prepare(
     )
     _compile_plan.apply(ninja_file, units)
     tools = dataclasses.replace(tools, jobs=units.jobs)
-    cached = object_cache(plan, tools, source, commands, audit)
-    return Prepared(source, tools, ninja_file, commands, report, log, units, cached)
-
-
-def object_cache(
-    plan: Plan, tools: Tools, source: Path, commands, audit: Path | None = None
-) -> frozenset[str]:
-    """Write the object cache's spec (fleet/_objects) where the flavour's CUDA sources are
-    torch-free; return the sources it serves without compiling. With `audit` (cache check
-    --rebuild) every unit compiles, compared there with the entry a build would link."""
-    s = plan.settings
-    if not ((s.object_cache or audit) and tools.nvcc and plan.flavour.torch_free_kernels(plan)):
-        return frozenset()
-    units = [c for c in commands if c.kind == "nvcc"]
-    cwd = source  # torch's build.ninja names absolute paths; relative ones are the setup dir's
-    ccbin = next(filter(None, (_compilers.ccbin_in(c.args) for c in units)), None)
-    inputs, unkeyable = _compilers.nvcc_inputs(tools.nvcc.path, ccbin)
-    if unkeyable:
-        _log.warn(f"object cache not used by this build: {unkeyable}")
-        return frozenset()
-    # torch's and Python's headers are never the toolkit's, even inside its root (conda)
-    foreign = [plan.torch.package_dir, *{sysconfig.get_path(p) for p in ("include", "platinclude")}]
-    keys = _objects.Keys(source.parent, tools.nvcc.cuda_home, inputs, foreign)
-    by_output = {
-        str((cwd / c.values("-o")[-1]).resolve()): {
-            "key": keys.key(c.args[1:], c.file, cwd),
-            "abi": c.last_define(_objects.ABI_DEFINE),
-        }
-        for c in units
-    }
-    root = _objects.root_of(s)
-    if s.wheel_cache_dir:  # objects/ beside the team's wheels
-        _wheel_cache.check_root(s.wheel_cache_dir)
-    keep = audit is None and _objects.make_root(root, s.wheel_cache_dir)
-    spec = _objects.write_spec(
-        source.parent,
-        root,
-        by_output,
-        sorted(keys.excluded),
-        f"torch {plan.torch.version}",
-        s.wheel_cache_lock_timeout,
-        s.wheel_cache_heartbeat,
-        keep,
-        audit,
-    )
-    if audit:
-        _log.info(f"compiling {len(units)} kernel objects to compare with those in {root}")
-        return frozenset()
-    hits = _objects.cached(spec)
-    names = {str((cwd / c.values("-o")[-1]).resolve()): c.file.rsplit("/", 1)[-1] for c in units}
-    served = frozenset(names[o] for o in hits)
-    rest = [n for n in _progress.build_sources(commands) if n not in served]
-    if hits:
-        under = ", ".join(sorted({r["built_under"] for r in hits.values()}))
-        _log.info(
-            f"{len(hits)} kernel objects from the object cache (built under {under}), "
-            f"compiling {', '.join(rest[:4])}{' ...' if len(rest) > 4 else ''}"
-        )
-    else:
-        kept = f"kept in {root}" if keep else f"none kept ({root} cannot keep them)"
-        _log.info(f"object cache: {len(units)} kernel objects to compile, {kept}")
-    return served
+    cached = wrappers.units(tools, source, commands) if wrappers.units else frozenset()
+    return Prepared(source, tools, ninja_file, commands, report, log, units, cached, wrappers)
 
 
 def run_upstream_build(plan: Plan, prep: Prepared) -> Path:
@@ -177,7 +116,15 @@ def run_upstream_build(plan: Plan, prep: Prepared) -> Path:
     started = time.monotonic()
     while True:
         code, output, report = _upstream.run_setup(
-            plan, prep.tools, prep.source, dist, "wheel", prep.log, units.jobs, units.driver_spec()
+            plan,
+            prep.tools,
+            prep.source,
+            dist,
+            "wheel",
+            prep.log,
+            prep.wrappers,
+            units.jobs,
+            units.driver_spec(),
         )
         if code == 0:
             break
@@ -253,31 +200,30 @@ def _member(zf: zipfile.ZipFile, info: zipfile.ZipInfo):
 
 
 def fresh_wheel(
-    plan: Plan, tools: Tools, scratch: Path, how: dict | None = None, audit: Path | None = None
+    plan: Plan,
+    tools: Tools,
+    where: Path,
+    out: Path,
+    wrappers: Wrappers = BARE,
+    how: dict | None = None,
+    check: Callable[[Path], None] | None = None,
 ) -> Path:
-    """Prepare, compile, repack and verify: a checked wheel in scratch; `how` receives what
-    describes this run rather than the wheel (the cache entry's record); `audit`: prepare's."""
-    # a compiler cache shared by nodes: the same source path everywhere, sccache's hit rate;
-    # CUDA device code records its source path (_reproducible): the same path for every build
-    shared = _sccache.is_sccache(tools.compiler_cache) or tools.nvcc is not None
-    sources = plan.flavour.sources(plan, with_origin=False)
-    place = _stable_src.place(scratch, shared, sources, plan.settings.keep_build_dir)
-    with place as where, _sccache.session(tools.compiler_cache):
-        with _failures.doing(f"preparing the sources in {where}"):
-            prep = prepare(plan, where, tools, audit)
-        with _progress.watching(plan, prep), _failures.doing(f"building in {prep.source}"):
-            upstream_wheel = run_upstream_build(plan, prep)  # the estimate, then progress
-        started = time.monotonic()  # repacked before the source place goes
-        target = scratch / "wheel" / plan.wheel_name
-        in_wheel, this_run = _reproducible.split(provenance(plan, prep), plan.flavour)
-        with _failures.doing(f"repacking the wheel into {target}"):
-            wheel = repack(plan, upstream_wheel, target, in_wheel)
-        if how is not None:
-            how.update(this_run, compiled_in=str(where), **_reproducible.circumstances())
+    """Prepare in `where`, compile, repack into `out` and check (`check`, else verify): a
+    wheel that fails is never returned; `how` receives what describes this run rather than the
+    wheel (the cache entry's record)."""
+    with _failures.doing(f"preparing the sources in {where}"):
+        prep = prepare(plan, where, tools, wrappers)
+    with _progress.watching(plan, prep), _failures.doing(f"building in {prep.source}"):
+        upstream_wheel = run_upstream_build(plan, prep)  # the estimate, then progress
+    started = time.monotonic()
+    target = out / plan.wheel_name
+    in_wheel, this_run = _reproducible.split(provenance(plan, prep), plan.flavour)
+    with _failures.doing(f"repacking the wheel into {target}"):
+        wheel = repack(plan, upstream_wheel, target, in_wheel)
+    if how is not None:
+        how.update(this_run, compiled_in=str(where), **_reproducible.circumstances())
     _log.info(f"repacked as {wheel.name} ({time.monotonic() - started:.1f} s)")
-    # a wheel that fails is neither published nor cached; one that passes is recorded, so its
-    # first wheel-cache hit is not verified again (the same bytes against the same torch)
-    verify_once(plan.settings.resolved_cache_dir, wheel, plan.torch, lambda: verify(plan, wheel))
+    (check or (lambda w: verify(plan, w)))(wheel)
     return wheel
 
 
@@ -293,37 +239,6 @@ def verify(plan: Plan, wheel: Path) -> None:
     )
 
 
-def _torch_identity(torch: TorchInfo) -> list:
-    """What verify reads of torch: its facts and its libraries, by file identity."""
-    files = []
-    with contextlib.suppress(OSError):
-        for lib in sorted(torch.lib_dir.glob("lib*.so*")):
-            st = lib.stat()
-            files.append([lib.name, st.st_ino, st.st_size, st.st_mtime_ns])
-    return [torch.version, torch.cuda, torch.abi, torch.package_dir, files]
-
-
-def verify_once(cache_dir: Path, wheel: Path, torch: TorchInfo, check: Callable[[], None]) -> None:
-    """Run `check` (it raises) unless these bytes passed it against this torch and fa-shim
-    (`<cache-dir>/verified/`): re-reading the ELF files cost most of a hit (docs/benchmarks.md)."""
-    facts = [sha256_of(wheel), _torch_identity(torch), fa_shim_sources()]
-    marker = cache_dir / "verified" / hashlib.sha256(json.dumps(facts).encode()).hexdigest()[:32]
-    if marker.is_file():
-        _log.info(
-            f"{wheel.name}: these bytes passed RECORD and verify against this torch before "
-            f"({marker})"
-        )
-        return
-    check()
-    try:
-        _atomic.write(marker, json.dumps({"wheel": wheel.name}).encode())
-    except OSError as exc:  # bookkeeping: it only costs the next hit its check
-        _log.warn(
-            f"could not record that {wheel.name} passed its checks ({exc.strerror or exc}: "
-            f"{exc.filename or marker}); the next wheel-cache hit checks it again"
-        )
-
-
 @contextlib.contextmanager
 def scratch_dir(settings: _settings.Settings) -> Iterator[Path]:
     with _scratch.directory("build", keep=settings.keep_build_dir) as path:
@@ -335,47 +250,9 @@ def scratch_dir(settings: _settings.Settings) -> Iterator[Path]:
 
 
 def check_space(plan: Plan, tools: Tools, out_dir: Path, compiling: bool = True) -> None:
-    """The output directory; when compiling, scratch too. Not the wheel cache: one that cannot
-    keep the wheel costs a warning, not the build (fleet/_wheel_cache.obtain)."""
+    """The output directory; when compiling, scratch too (a cache that cannot keep the wheel
+    costs a warning, not the build: fleet/_wheel_cache.obtain)."""
     peak, wheel = plan.flavour.disk_needs(plan, tools)
     needs = [("scratch", Path(tempfile.gettempdir()), peak)] if compiling else []
     needs.append(("the wheel", out_dir, wheel))
     _space.require(needs)
-
-
-def build(plan: Plan, wheel_directory: str, metadata_directory: str | None) -> str:
-    if metadata_directory:
-        check_prepared_metadata(plan, metadata_directory)
-    out_dir = Path(wheel_directory).absolute()
-    if plan.settings.wheel_cache:
-        _wheel_cache.check_root(plan.settings.resolved_wheel_cache_dir)
-    tools = toolchain(plan)
-    check_space(plan, tools, out_dir, compiling=not plan.settings.wheel_cache)
-    with scratch_dir(plan.settings) as scratch:
-        if plan.settings.wheel_cache:
-            how: dict = {}
-            facts = fingerprint(plan, tools)
-
-            def miss() -> Path:
-                check_space(plan, tools, out_dir)
-                return fresh_wheel(plan, tools, scratch, how)
-
-            path = _wheel_cache.obtain(
-                plan.settings.resolved_wheel_cache_dir,
-                facts,
-                plan.wheel_name,
-                out_dir,
-                lambda wheel: verify_once(
-                    plan.settings.resolved_cache_dir, wheel, plan.torch, lambda: verify(plan, wheel)
-                ),
-                miss,
-                plan.settings.wheel_cache_lock_timeout,
-                plan.settings.wheel_cache_heartbeat,
-                built=lambda: how,
-                torch_version=plan.torch.version,
-                variants=plan.settings.wheel_variants,
-            )
-        else:
-            path = _wheel_cache.deliver(fresh_wheel(plan, tools, scratch), out_dir)
-    _log.info(f"built {path}")
-    return path.name

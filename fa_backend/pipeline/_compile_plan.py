@@ -5,7 +5,7 @@ memory: schedule/_pools), written into build.ninja; an out-of-memory kill lowers
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -20,6 +20,22 @@ if TYPE_CHECKING:
     from ..flavours._interface import Plan, Tools
 
 
+@dataclasses.dataclass(frozen=True)
+class Wrappers:
+    """What a caller puts around the build's compilers (fleet: the compiler and object caches);
+    the build itself keeps and reads no cache. `serve` ("module:function") is asked first for
+    each compile, once `units` has written the spec it reads (resources/launcher.py)."""
+
+    env: Mapping[str, str] = dataclasses.field(default_factory=dict)  # the user's own win
+    serve: str | None = None
+    spec: Path | None = None
+    # build.ninja written: the sources `serve` answers without compiling
+    units: Callable[[Tools, Path, Sequence[Command]], frozenset[str]] | None = None
+
+
+BARE = Wrappers()  # nothing around the compilers
+
+
 @dataclasses.dataclass
 class Prepared:
     """A source tree ready to compile: laid out and patched by the flavour, its build.ninja
@@ -32,7 +48,8 @@ class Prepared:
     report: dict  # the upstream driver's (resources/upstream_driver)
     log: Path
     compile_plan: CompilePlan | None = None  # order and pools (None: the jobs alone)
-    cached: frozenset[str] = frozenset()  # sources the object cache serves (no compile)
+    cached: frozenset[str] = frozenset()  # sources the wrappers serve (no compile)
+    wrappers: Wrappers = BARE
 
     @property
     def stats_file(self) -> Path:

@@ -15,8 +15,7 @@ from typing import TYPE_CHECKING
 
 from ..core import _failures, _log
 from ..core._errors import FaShimError
-from ..fleet import _sccache
-from ..resources import DRIVER, LAUNCHER, object_cache, process_session
+from ..resources import DRIVER, LAUNCHER, launcher, process_session
 from ..resources.process_session import PARENT_ENV
 from ..resources.upstream_driver import BLOCKED_EXIT
 from ..toolchain import _compilers
@@ -24,6 +23,7 @@ from . import _reproducible, _seal, _stats
 
 if TYPE_CHECKING:
     from ..flavours._interface import Plan, Tools
+    from ._compile_plan import Wrappers
 
 # set by a user for upstream's setup.py; each would change the build behind fa-shim's label
 _SCRUBBED_ENV = (
@@ -46,7 +46,9 @@ def _launcher_script(path: Path, stats: Path, compiler: str, cache: str | None) 
     return str(path)
 
 
-def environment(plan: Plan, tools: Tools, scratch: Path, jobs: int | None) -> dict[str, str]:
+def environment(
+    plan: Plan, tools: Tools, scratch: Path, jobs: int | None, wrappers: Wrappers
+) -> dict[str, str]:
     env = dict(os.environ)
     for name in _SCRUBBED_ENV:
         if env.pop(name, None) is not None:
@@ -69,17 +71,15 @@ def environment(plan: Plan, tools: Tools, scratch: Path, jobs: int | None) -> di
         env["PYTORCH_NVCC"] = _launcher_script(bin_dir / "nvcc", stats, real_nvcc, cache)
         env.update(tools.archs.env)
     env.update(plan.flavour.environment(plan, tools))
-    if cache:
-        # every build has a fresh scratch path: hash paths relative to it, or nothing ever hits
-        env.setdefault("CCACHE_BASEDIR", str(scratch))
-        env.setdefault("CCACHE_NOHASHDIR", "true")
-        env.update(_sccache.defaults(env))  # as its server got them (see _sccache)
+    for name, value in wrappers.env.items():  # the user's own settings win
+        env.setdefault(name, value)
     if jobs:
         env["MAX_JOBS"] = str(jobs)
     if tools.nvcc_threads:
         env["NVCC_THREADS"] = str(tools.nvcc_threads)
     env[_reproducible.KEEP_ENV] = "1"  # nvcc's files under fixed names (launcher)
-    env[object_cache.SPEC_ENV] = str(scratch / object_cache.SPEC_NAME)  # used where it exists
+    if wrappers.serve:  # asked before each compile, once the spec exists (launcher._compile)
+        env[launcher.SERVE_ENV], env[launcher.SPEC_ENV] = wrappers.serve, str(wrappers.spec)
     if tools.nvcc and _compilers.nvcc_takes_random_seed(tools.nvcc.path):
         env[_reproducible.SEED_ENV] = "1"  # a random seed per source file (launcher)
     return env
@@ -92,6 +92,7 @@ def run_setup(
     dist: Path,
     mode: str,
     log: Path,
+    wrappers: Wrappers,
     jobs: int | None = None,
     schedule: dict | None = None,
 ) -> tuple[int, str, dict]:
@@ -117,7 +118,7 @@ def run_setup(
     }
     spec_path.write_text(json.dumps(spec))
     command = [sys.executable, str(DRIVER), str(spec_path)]
-    env = environment(plan, tools, scratch, jobs)
+    env = environment(plan, tools, scratch, jobs, wrappers)
     if mode == "prepare":  # the tools setup.py will call, found as it will find them
         problems = _compilers.host_compiler_problems()
         problems.append(_compilers.ninja_problem(env.get("PATH", os.defpath)))

@@ -3,6 +3,7 @@
 and exit status to STATS_FILE (and STATS_FILE.started), and names a death by signal in the
 log: the OOM killer's SIGKILL otherwise leaves nothing but "FAILED:" behind."""
 
+import importlib
 import json
 import os
 import resource
@@ -15,7 +16,9 @@ import time
 PROBE_ENV = "_FA_SHIM_PROBE"  # set by fa-shim's preflight (_preflight.py)
 KEEP_ENV = "_FA_SHIM_NVCC_KEEP"  # set for the upstream build (pipeline/_reproducible.py)
 SEED_ENV = "_FA_SHIM_NVCC_SEED"  # set where nvcc takes --frandom-seed (pipeline/_reproducible.py)
-OBJECTS_ENV = "_FA_SHIM_OBJECTS"  # the object cache's spec, where it exists (fleet/_objects.py)
+# a wrapper the caller names ("module:function", fa-shim's fleet/: the object cache), asked first
+# for each compile once its spec exists (pipeline/_compile_plan.Wrappers)
+SERVE_ENV, SPEC_ENV = "_FA_SHIM_SERVE", "_FA_SHIM_SERVE_SPEC"
 
 
 def _source(args):
@@ -50,17 +53,15 @@ def started_file(stats_file):
 
 
 def _compile(command):
-    """Compile, or serve a torch-free kernel object from the object cache (object_cache.py,
-    which needs fa-shim's own modules)."""
-    spec = os.environ.get(OBJECTS_ENV)
-    if not (spec and os.path.isfile(spec) and _source(command).endswith(".cu")):
-        return subprocess.call(command), False
+    """Compile, or let the wrapper serve the unit: `serve(spec, command, compile)` returns the
+    exit status and what served it (None: compiled)."""
+    spec, serve = os.environ.get(SPEC_ENV), os.environ.get(SERVE_ENV)
+    if not (spec and serve and os.path.isfile(spec)):
+        return subprocess.call(command), None
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-    from pathlib import Path
-
-    from fa_backend.resources import object_cache
-
-    return object_cache.serve(Path(spec), command, lambda: subprocess.call(command))
+    module, _, name = serve.partition(":")
+    serve = getattr(importlib.import_module(module), name)
+    return serve(spec, command, lambda: subprocess.call(command))
 
 
 def main():
@@ -89,7 +90,7 @@ def main():
         "started": round(started, 2),  # wall clock: the compile phase's span, across jobs
         "peak_rss_mib": peak_kib // 1024,
         "exit": code,
-        "cached": cached,  # served by the object cache: no compile
+        "cached": cached,  # served by the wrapper (its record): no compile
     }
     with open(stats_file, "a") as f:  # one short O_APPEND write per TU: safe across jobs
         f.write(json.dumps(record) + "\n")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ast
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -24,8 +25,8 @@ LAYERS = [
     "schedule",
     "flavours",
     "verify",
-    "fleet",
     "pipeline",
+    "fleet",
     "cli",
 ]
 
@@ -80,6 +81,28 @@ def test_subpackages_import_only_those_above_them():
         and _layer(target) is not None
         and _layer(target) > _layer(module)
     ]
+    assert not wrong, "\n".join(wrong)
+
+
+# what the files run by path or shipped in wheels act on, never helpers they lean on
+ACTED_ON = {"torch", "setuptools"}
+
+
+def test_resources_import_only_the_standard_library():
+    """They run by path in other interpreters (a teammate's, upstream's build), without
+    fa_backend or packaging there; a wrapper the launcher is given is named, not imported."""
+    wrong = []
+    for path in sorted((PACKAGE / "resources").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom):
+                names = ["." * node.level + (node.module or "")]
+            wrong += [
+                f"{path.name} imports {name}"
+                for name in names
+                if name.startswith(".")
+                or name.split(".")[0] not in sys.stdlib_module_names | ACTED_ON
+            ]
     assert not wrong, "\n".join(wrong)
 
 

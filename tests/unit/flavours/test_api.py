@@ -4,6 +4,9 @@ demo-flavour/) needs nothing else of fa-shim, and every name the API exports is 
 from __future__ import annotations
 
 import ast
+import dataclasses
+import inspect
+import re
 
 from conftest import TESTS
 
@@ -28,3 +31,20 @@ def test_every_exported_name_is_there_and_public():
     for name in api.__all__:
         assert getattr(api, name) is not None and not name.startswith("_")
     assert issubclass(api.Flavour, object) and api.Flavour.__abstractmethods__
+
+
+def _named_types(annotation: str) -> set[str]:
+    return set(re.findall(r"\b[A-Z][A-Za-z]+\b", annotation))
+
+
+def test_every_type_the_apis_signatures_name_is_exported():
+    """A plug-in can name, in its own signatures, every type fa-shim hands it or wants back."""
+    named = set()
+    for cls in (api.Flavour,):
+        for _, member in inspect.getmembers(cls, inspect.isfunction):
+            named |= {t for a in member.__annotations__.values() for t in _named_types(str(a))}
+    for cls in (api.Plan, api.Tools, api.Sizing, api.Costs):
+        named |= {t for f in dataclasses.fields(cls) for t in _named_types(str(f.type))}
+    typing_names = {"Any", "Callable", "Mapping", "Sequence", "Path", "None"}
+    missing = named - typing_names - set(api.__all__)
+    assert not missing, missing

@@ -1,9 +1,9 @@
 """Upstream's setup.py run under fa-shim's rules (fa_backend/pipeline/_upstream.py), up to the
 child process: its environment (the variables a user set for upstream's setup.py scrubbed with a
 warning, upstream's own download path switched off, every compiler behind the launcher, the
-compiler cache's settings, jobs and threads) and what a failed run's exit status and output
-mean. The run itself (resources/upstream_driver.py in a sealed child) is the integration and
-end-to-end tiers'."""
+compiler cache in front of the compilers, jobs and threads) and what a failed run's exit status
+and output mean. The run itself (resources/upstream_driver.py in a sealed child) is the
+integration and end-to-end tiers'."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from conftest import fa2_plan
 
 from fa_backend.flavours._interface import Tools
 from fa_backend.pipeline import _stats, _upstream
+from fa_backend.pipeline._compile_plan import BARE, Wrappers
 from fa_backend.resources import LAUNCHER
 from fa_backend.resources.upstream_driver import BLOCKED_EXIT
 
@@ -39,7 +40,7 @@ def scratch(tmp_path, monkeypatch):
 def test_upstreams_own_switches_are_fa_shims(plan, scratch, monkeypatch, capsys):
     for name in _upstream._SCRUBBED_ENV:
         monkeypatch.setenv(name, "TRUE")
-    env = _upstream.environment(plan, CPU_TOOLS, scratch, None)
+    env = _upstream.environment(plan, CPU_TOOLS, scratch, None, BARE)
     assert not set(_upstream._SCRUBBED_ENV) & set(env)
     err = capsys.readouterr().err
     for name in _upstream._SCRUBBED_ENV:
@@ -53,13 +54,13 @@ def test_upstreams_own_switches_are_fa_shims(plan, scratch, monkeypatch, capsys)
 
 
 def test_nothing_is_scrubbed_or_said_when_the_user_set_nothing(plan, scratch, capsys):
-    _upstream.environment(plan, CPU_TOOLS, scratch, None)
+    _upstream.environment(plan, CPU_TOOLS, scratch, None, BARE)
     assert "ignoring" not in capsys.readouterr().err
 
 
 def test_the_compiler_is_a_launcher_script_recording_into_the_scratch(plan, scratch, monkeypatch):
     monkeypatch.setenv("CXX", "g++ -fdiagnostics-color=never")  # the user's text, as written
-    env = _upstream.environment(plan, CPU_TOOLS, scratch, 3)
+    env = _upstream.environment(plan, CPU_TOOLS, scratch, 3, BARE)
     script = scratch / "bin" / "cxx"
     assert env["CXX"] == str(script)
     assert stat.S_IMODE(script.stat().st_mode) == 0o755
@@ -73,31 +74,27 @@ def test_the_compiler_is_a_launcher_script_recording_into_the_scratch(plan, scra
 
 
 def test_without_cxx_the_launcher_runs_cc_plus_plus(plan, scratch):
-    env = _upstream.environment(plan, CPU_TOOLS, scratch, None)
+    env = _upstream.environment(plan, CPU_TOOLS, scratch, None, BARE)
     assert (scratch / "bin" / "cxx").read_text().endswith(' c++ "$@"\n')
     assert env["CXX"] == str(scratch / "bin" / "cxx")
 
 
 def test_a_compiler_cache_goes_in_front_of_the_compiler_inside_the_launcher(plan, scratch):
     tools = Tools(None, None, jobs=2, nvcc_threads=4, compiler_cache="/opt/cache bin/sccache")
-    env = _upstream.environment(plan, tools, scratch, None)
+    env = _upstream.environment(plan, tools, scratch, None, BARE)
     assert shlex.split((scratch / "bin" / "cxx").read_text().splitlines()[1])[-3:] == [
         "/opt/cache bin/sccache",
         "c++",
         "$@",
     ]
-    # every build has a fresh scratch: paths hashed relative to it, or nothing ever hits
-    assert env["CCACHE_BASEDIR"] == str(scratch) and env["CCACHE_NOHASHDIR"] == "true"
-    assert env["SCCACHE_SERVER_UDS"].startswith("/tmp/fa-shim-sccache-")
     assert env["NVCC_THREADS"] == "4"
 
 
-def test_the_users_cache_settings_win(plan, scratch, monkeypatch):
+def test_the_wrappers_settings_reach_the_build_and_the_users_win(plan, scratch, monkeypatch):
+    wrappers = Wrappers(env={"CCACHE_BASEDIR": str(scratch), "OTHER": "x"})
     monkeypatch.setenv("CCACHE_BASEDIR", "/mine")
-    monkeypatch.setenv("SCCACHE_SERVER_UDS", "/tmp/mine.sock")
-    tools = Tools(None, None, jobs=1, nvcc_threads=None, compiler_cache="ccache")
-    env = _upstream.environment(plan, tools, scratch, None)
-    assert env["CCACHE_BASEDIR"] == "/mine" and env["SCCACHE_SERVER_UDS"] == "/tmp/mine.sock"
+    env = _upstream.environment(plan, CPU_TOOLS, scratch, None, wrappers)
+    assert env["CCACHE_BASEDIR"] == "/mine" and env["OTHER"] == "x"
 
 
 def test_a_blocked_download_is_named_as_the_network_not_a_compile_error(tmp_path):

@@ -1,6 +1,6 @@
-"""The object cache's side in the compiler launcher (resources/launcher.py): serve one unit from
-the cache, or compile it and keep its object when it read no torch or Python header. The keys and
-the spec come from the pipeline (fleet/_objects, which describes the cache)."""
+"""The object cache's side in the compiler launcher (resources/launcher.py, which the build runs
+with fleet/_cached's Wrappers): serve one unit from the cache, or compile it and keep its object
+when it read no torch or Python header. The keys and the spec: fleet/_objects."""
 
 from __future__ import annotations
 
@@ -16,7 +16,6 @@ from ..core import _hostlock, _log
 from ..core._digest import sha256_of
 
 SPEC_NAME = "fa-shim-objects.json"
-SPEC_ENV = "_FA_SHIM_OBJECTS"  # where the launcher finds the spec (pipeline/_upstream)
 
 
 def under(path: Path, dirs: Iterable[Path]) -> bool:
@@ -106,7 +105,7 @@ def serve(spec_path: Path, args: Sequence[str], compile: Callable[[], int]) -> t
     """Serve one unit (the launcher's): from the cache, or compiled by `compile()` and stored
     where the cache can keep it (`keep`: the pipeline found it writable, and said so once
     where not). Returns the exit status and whether it came from the cache."""
-    spec = json.loads(spec_path.read_text())
+    spec = json.loads(Path(spec_path).read_text())
     output = _value(args, "-o")
     unit = spec["units"].get(str(Path(output).resolve())) if output else None
     if unit is None:
