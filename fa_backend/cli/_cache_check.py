@@ -103,8 +103,8 @@ def _object_row(directory: Path) -> Row:
 def rebuild(root: Path, config: dict[str, str]) -> list[Row]:
     """Build this environment's wheel again, here, with no object cache and no compiler cache,
     and compare its bytes with the entry's, and each object with the entry a build links."""
-    from ..fleet import _cached, _wheel_cache
-    from ..pipeline import _build
+    from ..fleet import _cached, _compiling, _wheel_cache
+    from ..pipeline import _build, _tools
 
     plan = _build.plan(config)
     tools = _cached.toolchain(plan)
@@ -128,9 +128,9 @@ def rebuild(root: Path, config: dict[str, str]) -> list[Row]:
     tools = dataclasses.replace(tools, compiler_cache=None)  # an independent compile
     _log.info(f"rebuilding {plan.wheel_name} (fingerprint {key}) with no cache to compare")
     rows = []
-    with _build.scratch_dir(plan.settings) as scratch:
+    with _tools.scratch_dir(plan.settings) as scratch:
         audit = scratch / "objects-audit.jsonl"
-        fresh = _cached.fresh_wheel(plan, tools, scratch, audit=audit)
+        fresh = _compiling.fresh_wheel(plan, tools, scratch, audit=audit)
         if entry is not None:
             row = Row(key, entry.wheel.name)
             got = sha256_of(fresh)

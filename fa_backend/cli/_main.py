@@ -73,7 +73,7 @@ def _settings(args: argparse.Namespace) -> int:
 def _prepare(args: argparse.Namespace) -> int:
     """Extract, patch, inject and let torch write build.ninja, without compiling anything."""
     from ..core import _log, _ownership
-    from ..fleet import _cached
+    from ..fleet import _cached, _compiling
     from ..pipeline import _build, _progress
     from ..toolchain import _jobs
 
@@ -82,7 +82,7 @@ def _prepare(args: argparse.Namespace) -> int:
     # only a new, empty or fa-shim-made directory; a failed or interrupted prepare takes back
     # what it added and nothing else
     with _ownership.owned(Path(args.build_dir).absolute(), "--build-dir") as out:
-        prep = _cached.prepare(plan, out)
+        prep = _compiling.prepare(plan, _cached.toolchain(plan), out)
     estimate = _progress.preview(
         plan, prep.tools, _progress.build_sources(prep.commands), _jobs.available_cores()
     )

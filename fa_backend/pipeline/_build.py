@@ -1,31 +1,28 @@
-"""The build, cache-free: a plan in, a verified wheel out. toolchain, prepare (build.ninja
-written, nothing compiled), the upstream build, repack, verify; what stands around the compilers
-comes in as Wrappers, from fleet/, which wraps this build with its caches. Every step asks the
-plan's flavour (flavours/_interface) what differs between flavours, never which it is."""
+"""The build, cache-free: a plan in, a verified wheel out. prepare (build.ninja written, nothing
+compiled; the toolchain: _tools), the upstream build, repack, verify; what stands around the
+compilers comes in as Wrappers, from fleet/, which wraps this build with its caches. Every step
+asks the plan's flavour (flavours/_interface) what differs between flavours, never which it is."""
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 import shutil
-import tempfile
 import time
 import zipfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
-from ..core import _failures, _log, _scratch
+from ..core import _failures, _log
 from ..core._errors import FaShimError
 from ..core._version import __version__
 from ..flavours._interface import Plan, Tools
-from ..settings import _settings
-from ..toolchain import _compile_commands, _jobs, _preflight, _space, _toolkit
+from ..toolchain import _compile_commands, _jobs, _preflight
 from ..wheel import _metadata
 from ..wheel._wheelfile import WheelWriter
-from . import _compile_plan, _progress, _reproducible, _stats, _upstream
+from . import _compile_plan, _progress, _reproducible, _stats, _tools, _upstream
 from ._compile_plan import BARE, Prepared, Wrappers
-from ._plan import check_prepared_metadata, plan, write_metadata
+from ._plan import plan, write_metadata
 from ._provenance import GUARD, PROVENANCE, fingerprint, provenance
 
 # what fleet, the hooks and the CLI call (provenance: `prepare`'s JSON)
@@ -34,35 +31,14 @@ __all__ = [
     "Prepared",
     "Tools",
     "Wrappers",
-    "check_prepared_metadata",
-    "check_space",
     "fingerprint",
     "fresh_wheel",
     "plan",
     "prepare",
     "provenance",
-    "scratch_dir",
-    "toolchain",
     "verify",
     "write_metadata",
 ]
-
-
-def toolchain(plan: Plan) -> Tools:
-    """nvcc (the system's, or one from the index), the architectures and the compile jobs;
-    a compiler cache is the caller's to add (fleet/_cached.toolchain)."""
-    s, flavour = plan.settings, plan.flavour
-    nvcc = archs = None
-    if flavour.needs_nvcc(plan):
-        nvcc = _toolkit.choose(plan.torch, s)
-        _log.info(f"using nvcc {nvcc}, CUDA_HOME={nvcc.cuda_home}")
-        archs = flavour.archs(s, plan.torch, nvcc.path)
-    cores, memory = _jobs.available_cores(), _jobs.available_memory()
-    sizing = flavour.sizing(plan, archs, cores, memory)
-    n_archs = len(archs.targets) if archs else 1
-    _log.info(_jobs.describe(sizing.jobs, sizing.threads, cores, memory, n_archs, sizing.cut))
-    threads = sizing.threads if nvcc else None
-    return Tools(nvcc, archs, sizing.jobs, threads, None, sizing.shape)  # no compiler cache
 
 
 def prepare(
@@ -70,7 +46,7 @@ def prepare(
 ) -> Prepared:
     """Lay out and patch the sources, let torch write build.ninja (nothing compiled), check it;
     then the wrappers learn the compile commands and say which sources they serve."""
-    tools = tools or toolchain(plan)
+    tools = tools or _tools.toolchain(plan)
     log_dir = plan.settings.resolved_cache_dir / "logs"
     log_dir.mkdir(parents=True, exist_ok=True)
     log = log_dir / f"flash-attn-{plan.version}-{time.strftime('%Y%m%d-%H%M%S')}.log"
@@ -237,22 +213,3 @@ def verify(plan: Plan, wheel: Path) -> None:
         f"verified {wheel.name} against torch {plan.torch.version}: {report.summary()} "
         f"({time.monotonic() - started:.1f} s)"
     )
-
-
-@contextlib.contextmanager
-def scratch_dir(settings: _settings.Settings) -> Iterator[Path]:
-    with _scratch.directory("build", keep=settings.keep_build_dir) as path:
-        try:
-            yield path
-        finally:
-            if settings.keep_build_dir:
-                _log.info(f"kept the build directory {path}")
-
-
-def check_space(plan: Plan, tools: Tools, out_dir: Path, compiling: bool = True) -> None:
-    """The output directory; when compiling, scratch too (a cache that cannot keep the wheel
-    costs a warning, not the build: fleet/_wheel_cache.obtain)."""
-    peak, wheel = plan.flavour.disk_needs(plan, tools)
-    needs = [("scratch", Path(tempfile.gettempdir()), peak)] if compiling else []
-    needs.append(("the wheel", out_dir, wheel))
-    _space.require(needs)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import os
+from typing import TYPE_CHECKING
 
 from ..core._digest import sha256_of
 from ..core._version import __version__
@@ -14,8 +15,9 @@ from ..flavours._interface import Plan, Tools
 from ..resources import GUARD, PACKAGE
 from ..resources.runtime_guard import PROVENANCE, binding
 from ..toolchain import _archs, _compilers, _toolkit
-from . import _seal
-from ._compile_plan import Prepared
+
+if TYPE_CHECKING:  # the fingerprint is a hit's, which imports none of the build
+    from ._compile_plan import Prepared
 
 __all__ = ["GUARD", "PROVENANCE", "fingerprint", "provenance"]
 
@@ -86,6 +88,8 @@ def fingerprint(plan: Plan, tools: Tools) -> dict:
 
 
 def provenance(plan: Plan, prep: Prepared) -> dict:
+    from . import _seal
+
     return {
         "fa_shim_version": __version__,
         "flash_attn_version": plan.flavour.upstream_version(plan),

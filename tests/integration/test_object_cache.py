@@ -21,7 +21,7 @@ from packaging.version import Version
 
 from fa_backend.cli import _cache_check
 from fa_backend.flavours._interface import Tools
-from fa_backend.fleet import _cached, _objects, _serve
+from fa_backend.fleet import _compiling, _objects, _serve
 from fa_backend.resources import LAUNCHER, launcher
 from fa_backend.toolchain import _compilers
 from fa_backend.toolchain._compile_commands import Command
@@ -75,14 +75,14 @@ def _env(**changes: str | None) -> dict[str, str]:
 
 
 def _keys(tree: Path, env: dict | None = None, nvcc: str = NVCC, **kw) -> _objects.Keys:
-    """The keys as the pipeline makes them (fleet/_cached.object_cache), in `env`."""
+    """The keys as the pipeline makes them (fleet/_compiling.object_cache), in `env`."""
     inputs, unkeyable = _compilers.nvcc_inputs(Path(nvcc), None, env or os.environ)
     assert unkeyable is None
     return _objects.Keys(tree, kw.pop("toolkit", TOOLKIT), inputs, **kw)
 
 
 def _spec(tree: Path, root: Path, args: list[str], *more: list[str], keys=None, **how) -> Path:
-    """The spec of these units (args: each one's command), as fleet/_cached writes it, with
+    """The spec of these units (args: each one's command), as fleet/_compiling writes it, with
     `keys` (default: this process's environment's)."""
     (tree / "build").mkdir(exist_ok=True)
     keys, units = keys or _keys(tree), {}
@@ -101,7 +101,7 @@ def _launch(
 ) -> subprocess.Popen:
     # nvcc's temporaries under fixed names, as the upstream build runs it (pipeline/_upstream)
     env = {**(env or os.environ), launcher.SPEC_ENV: str(spec), launcher.KEEP_ENV: "1"}
-    env[launcher.SERVE_ENV] = _cached.SERVE
+    env[launcher.SERVE_ENV] = _compiling.SERVE
     stats = tree / "build" / "stats.jsonl"
     # the nvcc torch runs: PYTORCH_NVCC's (pipeline/_upstream gives it to the launcher)
     nvcc_command = shlex.split(env.get("PYTORCH_NVCC", "")) or [nvcc]
@@ -119,7 +119,7 @@ def _second_unit(tree: Path) -> list[str]:
 
 
 def _make_root(root: Path, prefix=()) -> tuple[bool, str]:
-    """The pipeline's first step with the object cache (fleet/_cached.object_cache)."""
+    """The pipeline's first step with the object cache (fleet/_compiling.object_cache)."""
     code = "import sys, pathlib; from fa_backend.fleet import _objects as o; "
     code += "print(o.make_root(pathlib.Path(sys.argv[1]), None))"
     proc = subprocess.run(
@@ -307,7 +307,7 @@ def test_torchs_headers_inside_a_toolkit_root_that_holds_the_environment_stay_ex
 def test_an_input_that_cannot_be_keyed_sets_the_object_cache_aside_in_one_line(
     tmp_path, monkeypatch, capfd
 ):
-    """fleet/_cached.object_cache on a unit as build.ninja names it, for the pinned release
+    """fleet/_compiling.object_cache on a unit as build.ninja names it, for the pinned release
     (its patches take torch out of the kernels): keyable, it writes the spec with torch's and
     Python's directories excluded; with NVCC_CCBIN naming no compiler it writes none (every unit
     compiles as without the cache) and says why in one line."""
@@ -316,13 +316,13 @@ def test_an_input_that_cannot_be_keyed_sets_the_object_cache_aside_in_one_line(
     command = Command("nvcc", str(tree / "csrc" / "k.cu"), (NVCC, *_args(tree)))
     tools = Tools(Nvcc(Path(NVCC), Version("13.0"), "PATH"), None, 2, None, None, {})
     spec = tmp_path / "scratch" / _serve.SPEC_NAME
-    assert _cached.object_cache(plan, tools, tree, [command]) == frozenset()  # nothing kept yet
+    assert _compiling.object_cache(plan, tools, tree, [command]) == frozenset()  # nothing kept yet
     excluded = {Path(p) for p in json.loads(spec.read_text())["excluded"]}
     assert {Path("/t"), Path(sysconfig.get_path("include")).resolve()} <= excluded  # torch's "/t"
     spec.unlink()
     monkeypatch.setenv("NVCC_CCBIN", str(tmp_path / "no-such-gcc"))
     capfd.readouterr()
-    assert _cached.object_cache(plan, tools, tree, [command]) == frozenset()
+    assert _compiling.object_cache(plan, tools, tree, [command]) == frozenset()
     err = capfd.readouterr().err
     assert err.count("\n") == 1 and "no-such-gcc, from NVCC_CCBIN" in err, err
     assert (

@@ -1,0 +1,127 @@
+"""The caches around the build's compilers, for a wheel the build compiles: the compiler cache's
+settings and session, the stable source path it hashes, and the object cache (its keys and
+spec: fleet/_objects; its side in the launcher: fleet/_serve), given to pipeline/_build as its
+Wrappers. A wheel-cache hit never imports this module or the build (fleet/_cached)."""
+
+from __future__ import annotations
+
+import os
+import sysconfig
+from collections.abc import Callable
+from pathlib import Path
+
+from ..core import _log
+from ..flavours._interface import Plan, Tools
+from ..pipeline import _build, _progress
+from ..pipeline._build import Wrappers
+from ..toolchain import _compilers
+from . import _objects, _sccache, _stable_src, _wheel_cache
+
+SERVE = "fa_backend.fleet._serve:serve"  # the object cache's side in the launcher
+
+
+def wrappers(plan: Plan, tools: Tools, where: Path, audit: Path | None = None) -> Wrappers:
+    """What stands around the compilers of a build in `where`: the compiler cache's settings,
+    and the object cache's spec (`audit`: every unit compiled and compared there)."""
+    env = {}
+    if tools.compiler_cache:
+        # every build has a fresh scratch path: hash paths relative to it, or nothing ever hits
+        env = {"CCACHE_BASEDIR": str(where), "CCACHE_NOHASHDIR": "true"}
+        env.update(_sccache.defaults(dict(os.environ)))  # as its server got them
+
+    def units(tools: Tools, source: Path, commands) -> frozenset[str]:
+        return object_cache(plan, tools, source, commands, audit)
+
+    return Wrappers(env, SERVE, where / _objects.SPEC_NAME, units)
+
+
+def prepare(plan: Plan, tools: Tools, where: Path) -> _build.Prepared:
+    """`prepare`'s: build.ninja written as a build would write it, the object cache asked."""
+    return _build.prepare(plan, where, tools, wrappers(plan, tools, where))
+
+
+def object_cache(
+    plan: Plan, tools: Tools, source: Path, commands, audit: Path | None = None
+) -> frozenset[str]:
+    """Write the object cache's spec (fleet/_objects) where the flavour's CUDA sources are
+    torch-free; return the sources it serves without compiling. With `audit` (cache check
+    --rebuild) every unit compiles, compared there with the entry a build would link."""
+    s = plan.settings
+    if not ((s.object_cache or audit) and tools.nvcc and plan.flavour.torch_free_kernels(plan)):
+        return frozenset()
+    units = [c for c in commands if c.kind == "nvcc"]
+    cwd = source  # torch's build.ninja names absolute paths; relative ones are the setup dir's
+    ccbin = next(filter(None, (_compilers.ccbin_in(c.args) for c in units)), None)
+    inputs, unkeyable = _compilers.nvcc_inputs(tools.nvcc.path, ccbin)
+    if unkeyable:
+        _log.warn(f"object cache not used by this build: {unkeyable}")
+        return frozenset()
+    # torch's and Python's headers are never the toolkit's, even inside its root (conda)
+    foreign = [plan.torch.package_dir, *{sysconfig.get_path(p) for p in ("include", "platinclude")}]
+    keys = _objects.Keys(source.parent, tools.nvcc.cuda_home, inputs, foreign)
+    by_output = {
+        str((cwd / c.values("-o")[-1]).resolve()): {
+            "key": keys.key(c.args[1:], c.file, cwd),
+            "abi": c.last_define(_objects.ABI_DEFINE),
+        }
+        for c in units
+    }
+    root = _objects.root_of(s)
+    if s.wheel_cache_dir:  # objects/ beside the team's wheels
+        _wheel_cache.check_root(s.wheel_cache_dir)
+    keep = audit is None and _objects.make_root(root, s.wheel_cache_dir)
+    spec = _objects.write_spec(
+        source.parent,
+        root,
+        by_output,
+        sorted(keys.excluded),
+        f"torch {plan.torch.version}",
+        s.wheel_cache_lock_timeout,
+        s.wheel_cache_heartbeat,
+        keep,
+        audit,
+    )
+    if audit:
+        _log.info(f"compiling {len(units)} kernel objects to compare with those in {root}")
+        return frozenset()
+    hits = _objects.cached(spec)
+    names = {str((cwd / c.values("-o")[-1]).resolve()): c.file.rsplit("/", 1)[-1] for c in units}
+    served = frozenset(names[o] for o in hits)
+    rest = [n for n in _progress.build_sources(commands) if n not in served]
+    if hits:
+        under = ", ".join(sorted({r["built_under"] for r in hits.values()}))
+        _log.info(
+            f"{len(hits)} kernel objects from the object cache (built under {under}), "
+            f"compiling {', '.join(rest[:4])}{' ...' if len(rest) > 4 else ''}"
+        )
+    else:
+        kept = f"kept in {root}" if keep else f"none kept ({root} cannot keep them)"
+        _log.info(f"object cache: {len(units)} kernel objects to compile, {kept}")
+    return served
+
+
+def fresh_wheel(
+    plan: Plan,
+    tools: Tools,
+    scratch: Path,
+    how: dict | None = None,
+    audit: Path | None = None,
+    check: Callable[[Path], None] | None = None,
+) -> Path:
+    """The build, with the compiler and object caches around its compilers: a wheel in scratch
+    that passed `check` (else verify); `audit`: object_cache's."""
+    # a compiler cache shared by nodes: the same source path everywhere, sccache's hit rate;
+    # CUDA device code records its source path (_reproducible): the same path for every build
+    shared = _sccache.is_sccache(tools.compiler_cache) or tools.nvcc is not None
+    sources = plan.flavour.sources(plan, with_origin=False)
+    place = _stable_src.place(scratch, shared, sources, plan.settings.keep_build_dir)
+    with place as where, _sccache.session(tools.compiler_cache):
+        return _build.fresh_wheel(
+            plan,
+            tools,
+            where,
+            scratch / "wheel",
+            wrappers(plan, tools, where, audit),
+            how,
+            check,
+        )
