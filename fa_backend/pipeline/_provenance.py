@@ -14,7 +14,7 @@ from ..flavours._interface import Plan, Tools
 from ..resources import GUARD, PACKAGE
 from ..resources.runtime_guard import PROVENANCE, binding
 from ..toolchain import _archs, _compilers, _toolkit
-from . import _seal
+from . import _seal, _stats
 from ._compile_plan import Prepared
 
 __all__ = ["GUARD", "PROVENANCE", "fingerprint", "provenance"]
@@ -124,4 +124,5 @@ def provenance(plan: Plan, prep: Prepared) -> dict:
             "cxx": sum(c.kind == "cxx" for c in prep.commands),
             "nvcc": sum(c.kind == "nvcc" for c in prep.commands),
         },
+        "reused_objects": _stats.served(prep.stats_file),  # from the object cache, not compiled
     }

@@ -51,10 +51,10 @@ def started_file(stats_file):
 
 def _compile(command):
     """Compile, or serve a torch-free kernel object from the object cache (object_cache.py,
-    which needs fa-shim's own modules)."""
+    which needs fa-shim's own modules): (exit status, the served entry's record or None)."""
     spec = os.environ.get(OBJECTS_ENV)
     if not (spec and os.path.isfile(spec) and _source(command).endswith(".cu")):
-        return subprocess.call(command), False
+        return subprocess.call(command), None
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
     from pathlib import Path
 
@@ -77,7 +77,7 @@ def main():
         with open(started_file(stats_file), "a") as f:
             f.write(json.dumps({"source": _source(command), "started": round(started, 2)}) + "\n")
     try:
-        code, cached = _compile(command)
+        code, served = _compile(command)
     finally:
         if kept:
             shutil.rmtree(kept, ignore_errors=True)
@@ -89,8 +89,10 @@ def main():
         "started": round(started, 2),  # wall clock: the compile phase's span, across jobs
         "peak_rss_mib": peak_kib // 1024,
         "exit": code,
-        "cached": cached,  # served by the object cache: no compile
+        "cached": served is not None,  # served by the object cache: no compile
     }
+    if served:  # which entry, for the wheel's provenance (pipeline/_stats.served)
+        record["object"] = served
     with open(stats_file, "a") as f:  # one short O_APPEND write per TU: safe across jobs
         f.write(json.dumps(record) + "\n")
     if code < 0:
