@@ -150,7 +150,8 @@ def write_spec(
 def cached(spec_path: Path) -> dict[str, dict]:
     """The spec's units that are cached now: their records by output path."""
     spec = json.loads(spec_path.read_text())
-    found = {out: object_cache.find(spec, unit) for out, unit in spec["units"].items()}
+    now: dict[str, str | None] = {}  # the units' headers, each hashed once
+    found = {out: object_cache.find(spec, unit, now) for out, unit in spec["units"].items()}
     return {out: hit[1] for out, hit in found.items() if hit}
 
 

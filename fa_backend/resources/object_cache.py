@@ -65,10 +65,10 @@ def _hash_now(name: str, spec: dict) -> str | None:
         return None  # gone: that entry is not this compile's
 
 
-def find(spec: dict, unit: dict) -> tuple[str, dict] | None:
-    """The unit's entry and record whose includes hash now as recorded: its C++ ABI's own
-    first, else one every ABI shares."""
-    root, own, now = Path(spec["root"]), f".abi{unit['abi']}", {}
+def find(spec: dict, unit: dict, now: dict | None = None) -> tuple[str, dict] | None:
+    """The unit's entry and record whose includes hash now as recorded (`now`: the hashes so
+    far, which units share): its C++ ABI's own first, else one every ABI shares."""
+    root, own, now = Path(spec["root"]), f".abi{unit['abi']}", {} if now is None else now
     try:
         names = [p.name for p in root.glob(f"{unit['key']}-*") if not p.name.startswith(".")]
     except OSError:
