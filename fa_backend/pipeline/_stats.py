@@ -7,13 +7,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ..resources.launcher import started_file
+from ..resources.launcher import started_file as started_file  # the launcher's own
 
 STATS_FILE = "compile-stats.jsonl"  # one JSON line per compiled TU, in the scratch
-
-__all__ = [
-    "STATS_FILE", "compile_span", "compiled", "served", "started_file", "stats_file", "tu_stats"
-]  # fmt: skip
 
 
 def stats_file(scratch: Path) -> Path:

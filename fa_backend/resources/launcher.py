@@ -90,9 +90,8 @@ def main():
         "peak_rss_mib": peak_kib // 1024,
         "exit": code,
         "cached": served is not None,  # served by the object cache: no compile
+        "object": served,  # which entry, for the wheel's provenance (pipeline/_stats.served)
     }
-    if served:  # which entry, for the wheel's provenance (pipeline/_stats.served)
-        record["object"] = served
     with open(stats_file, "a") as f:  # one short O_APPEND write per TU: safe across jobs
         f.write(json.dumps(record) + "\n")
     if code < 0:

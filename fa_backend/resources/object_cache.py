@@ -70,11 +70,11 @@ def find(spec: dict, unit: dict, now: dict | None = None) -> tuple[str, dict] | 
     far, which units share): its C++ ABI's own first, else one every ABI shares."""
     root, own, now = Path(spec["root"]), f".abi{unit['abi']}", {} if now is None else now
     try:
-        names = [p.name for p in root.glob(f"{unit['key']}-*") if not p.name.startswith(".")]
+        names = [p.name for p in root.glob(f"{unit['key']}-*")]
     except OSError:
         return None
-    names = sorted(n for n in names if n.endswith(own) or ".abi" not in n)
-    for name in sorted(names, key=lambda n: not n.endswith(own)):
+    names = [n for n in names if n.endswith(own) or ".abi" not in n]
+    for name in sorted(names, key=lambda n: (not n.endswith(own), n)):
         try:  # the manifest's line first: an object is hashed only where its includes match
             includes = json.loads((root / name / "object.json").read_text())["includes"]
         except (OSError, ValueError, KeyError, TypeError):
@@ -124,11 +124,11 @@ def _neutral(obj: Path, abi: str) -> bool:
     return abi == "1" and b"cxx11" not in obj.read_bytes()
 
 
-def _audit(spec: dict, unit: dict, output: Path, source: str) -> None:
+def _audit(spec: dict, unit: dict, output: Path, name: str) -> None:
     """`cache check --rebuild`: whether the entry a build would link is what this compile, with
     no cache, gave (a line per unit in the spec's audit file)."""
     found = find(spec, unit)
-    line = {"source": Path(source).name, "sha256": sha256_of(output), "entry": None}
+    line = {"source": name, "sha256": sha256_of(output), "entry": None}
     if found:
         line.update(entry=str(Path(spec["root"]) / found[0]), recorded=found[1]["sha256"])
     with open(spec["audit"], "a") as f:  # one short O_APPEND write per unit: safe across jobs
@@ -164,7 +164,7 @@ def serve(
     if spec.get("audit"):  # compiled, never served or kept, and compared
         code = compile()
         if code == 0:
-            _audit(spec, unit, output, source)
+            _audit(spec, unit, output, name)
         return code, None
     depfile = _value(args, "--dependency-output") or _value(args, "-MF")
     depfile = Path(depfile) if depfile else None
