@@ -22,6 +22,7 @@ from ..core import _log
 from ..core._digest import sha256_of
 from ..core._errors import FaShimError
 from ..fleet import _entries, _objects, _variants
+from ..resources.runtime_guard import PROVENANCE
 from ..wheel import _wheelfile
 
 OK, FAILED = "ok", "FAILED"
@@ -96,7 +97,8 @@ def _object_row(directory: Path) -> Row:
     why = _objects.check(directory)
     record = _json(directory / "object.json")
     row = Row(directory.name, f"object {record.get('source', '?')}", FAILED if why else OK)
-    row.reason = why or f"sha256 ok; built under {record.get('built_under', '?')}"
+    built = f"built under {record.get('built_under', '?')} on {record.get('host', '?')}"
+    row.reason = why or f"sha256 ok; {built}"
     return row
 
 
@@ -120,9 +122,7 @@ def rebuild(root: Path, config: dict[str, str]) -> list[Row]:
             "every entry.",
         )
     if entry is not None:  # the object layout the entry has
-        with zipfile.ZipFile(entry.wheel) as zf:
-            name = next(n for n in zf.namelist() if n.endswith("/fa_shim_provenance.json"))
-            recorded = json.loads(zf.read(name))
+        recorded = _provenance(entry.wheel)
         shape = {knob: recorded.get(knob, value) for knob, value in tools.shape.items()}
         tools = dataclasses.replace(tools, shape=shape)
     tools = dataclasses.replace(tools, compiler_cache=None)  # an independent compile
@@ -132,16 +132,7 @@ def rebuild(root: Path, config: dict[str, str]) -> list[Row]:
         audit = scratch / "objects-audit.jsonl"
         fresh = _compiling.fresh_wheel(plan, tools, scratch, audit=audit)
         if entry is not None:
-            row = Row(key, entry.wheel.name)
-            got = sha256_of(fresh)
-            if got == entry.sha256:
-                row.result, row.reason = OK, f"rebuilt byte for byte (sha256 {got})"
-            else:
-                row.reason = (
-                    f"not what its fingerprint builds: the rebuild's sha256 is {got}, the "
-                    f"entry's {entry.sha256}; " + _differences(entry.wheel, fresh)
-                )
-            rows.append(row)
+            rows.append(_rebuilt(Row(key, entry.wheel.name), entry.wheel, entry.sha256, fresh))
         lines = audit.read_text().splitlines() if audit.is_file() else []
     rows += [r for r in map(_audited, map(json.loads, lines)) if r]
     if not rows:
@@ -170,7 +161,36 @@ def _audited(line: dict) -> Row | None:
     return row
 
 
-def _differences(a: Path, b: Path) -> str:
+def _rebuilt(row: Row, wheel: Path, had: str, fresh: Path) -> Row:
+    """The entry's wheel (sha256 `had`) against the rebuild's: the same bytes, or the same but
+    for the objects its provenance says the object cache gave (the rebuild compiles each, and
+    each is compared on its own row)."""
+    got, differ = sha256_of(fresh), _differing(wheel, fresh)
+    prov, again = _provenance(wheel), _provenance(fresh)
+    reused = len(prov.pop("reused_objects", None) or [])
+    again.pop("reused_objects", None)  # the rebuild compiled every kernel
+    only_provenance = [n.endswith(f".dist-info/{PROVENANCE}") for n in differ] == [True]
+    if got == had:
+        row.result, row.reason = OK, f"rebuilt byte for byte (sha256 {got})"
+    elif reused and only_provenance and prov == again:
+        row.result = OK
+        row.reason = f"rebuilt byte for byte but the provenance's {reused} reused kernel objects"
+    else:
+        row.reason = (
+            f"not what its fingerprint builds: the rebuild's sha256 is {got}, the entry's "
+            f"{had}; members that differ: {', '.join(differ[:8]) or 'none (the zip itself)'}"
+        )
+    return row
+
+
+def _provenance(wheel: Path) -> dict:
+    with zipfile.ZipFile(wheel) as zf:
+        return json.loads(zf.read(next(n for n in zf.namelist() if n.endswith(PROVENANCE))))
+
+
+def _differing(a: Path, b: Path) -> list[str]:
+    """The members whose RECORD rows differ."""
+
     def rows(wheel: Path) -> dict[str, str]:
         with zipfile.ZipFile(wheel) as zf:
             record = next(n for n in zf.namelist() if n.endswith(".dist-info/RECORD"))
@@ -178,8 +198,7 @@ def _differences(a: Path, b: Path) -> str:
         return dict(line.rsplit(",", 2)[:2] for line in lines if line.count(",") >= 2)
 
     old, new = rows(a), rows(b)
-    differ = sorted(n for n in old.keys() | new.keys() if old.get(n) != new.get(n))
-    return f"members that differ: {', '.join(differ[:8]) or 'none (the zip itself)'}"
+    return sorted(n for n in old.keys() | new.keys() if old.get(n) != new.get(n))
 
 
 def requirements(root: Path) -> list[str]:

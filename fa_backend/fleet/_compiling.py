@@ -80,6 +80,7 @@ def object_cache(
         s.wheel_cache_heartbeat,
         keep,
         audit,
+        keys=keys,
     )
     if audit:
         _log.info(f"compiling {len(units)} kernel objects to compare with those in {root}")

@@ -1,8 +1,9 @@
-"""The object cache: each torch-free kernel object kept under the inputs that make it (source and
-include bytes, the nvcc command line less this build's directories and `_TORCH_ONLY`, and what
-reaches nvcc beyond it: toolchain/_compilers.nvcc_inputs), so that a build for another torch,
-Python or C++ ABI compiles only the binding (docs/guides/build-speed.md); the launcher serves each
-unit from the spec `write_spec` writes."""
+"""The object cache: each torch-free kernel object kept under the inputs that make it (the source's
+bytes, the nvcc command line less this build's directories and `_TORCH_ONLY`, and what reaches
+nvcc beyond it: toolchain/_compilers.nvcc_inputs), and the files its compile read, each by sha256
+(resources/object_cache's manifest), so that a build for another torch, Python or C++ ABI compiles
+only the binding (docs/guides/build-speed.md); the launcher serves each unit from the spec
+`write_spec` writes."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from ..toolchain._compilers import INCLUDE_PATH_ENV, NVCC_FLAGS_ENV
 from . import _entries, _serve
 from ._serve import SPEC_NAME, under
 
-FORMAT = 2  # 2: keyed on nvcc_inputs (the environment, nvcc and its host compiler)
+FORMAT = 3  # 2: keyed on nvcc_inputs (the environment, nvcc and its host compiler); 3: includes
 # the C++ ABI's define, which the launcher keeps in an entry's name unless the object shows it
 # needs none, and those only torch's headers read (the driver leaves them out of kernel commands)
 ABI_DEFINE = "-D_GLIBCXX_USE_CXX11_ABI="
@@ -56,23 +57,14 @@ class Keys:
         self._before, self._after = (shlex.split(env[n] or "") for n in NVCC_FLAGS_ENV)
         paths = [p for n in INCLUDE_PATH_ENV for p in (env[n] or "").split(os.pathsep) if p]
         self._after += [f"-I{p}" for p in paths]
-        self._hashes: dict[Path, str] = {}
-
-    def _dir_hash(self, directory: Path) -> str:
-        if directory not in self._hashes:
-            digest = hashlib.sha256()
-            for path in sorted(p for p in directory.rglob("*") if p.is_file()):
-                digest.update(f"{path.relative_to(self.tree)}\0".encode())
-                digest.update(sha256_of(path).encode())
-            self._hashes[directory] = digest.hexdigest()
-        return self._hashes[directory]
+        self.flags: dict[str, list[str]] = {}  # each key's command line as keyed
 
     def _relative(self, arg: str) -> str:
         return arg.replace(str(self.tree), ".")
 
     def key(self, args: Sequence[str], source: str, cwd: Path) -> str:
         """args: the command after the compiler; source: the unit's source path."""
-        kept, in_tree, words = [], set(), iter([*self._before, *args, *self._after])
+        kept, words = [], iter([*self._before, *args, *self._after])
         for a in words:
             if a in _VALUED:
                 next(words, None)
@@ -81,8 +73,7 @@ class Keys:
             given = a[2:] if given is None and a.startswith("-I") else given
             if given is not None:
                 directory = (cwd / given).resolve()
-                if under(directory, [self.tree]):
-                    in_tree.add(directory)
+                if under(directory, [self.tree]):  # its files: the entry's includes
                     kept.append(f"-I{self._relative(str(directory))}")
                 elif under(directory, self.foreign) or not under(directory, [self.toolkit]):
                     self.excluded.add(directory)  # nvcc's version stands for the toolkit's
@@ -93,11 +84,12 @@ class Keys:
             "format": FORMAT,
             "source": str(src.relative_to(self.tree)) if under(src, [self.tree]) else source,
             "source_sha256": sha256_of(src),
-            "tree": {str(d.relative_to(self.tree)): self._dir_hash(d) for d in sorted(in_tree)},
             "args": kept,
             "compilers": self.inputs,
         }
-        return hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()[:32]
+        key = hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()[:32]
+        self.flags[key] = kept
+        return key
 
 
 def make_root(root: Path, team_root: Path | None) -> bool:
@@ -129,14 +121,19 @@ def write_spec(
     heartbeat: float,
     keep: bool = True,
     audit: Path | None = None,
+    keys: Keys | None = None,
 ) -> Path:
-    """What the launcher reads: the root, each unit's key by output, the include directories
-    a stored unit must not have read, what the build runs under, whether the root can keep
-    objects, and for `cache check --rebuild` the file where it compares each compile with
-    the entry it would have linked (nothing served, nothing kept)."""
+    """What the launcher reads: the root, each unit's key (and its flags) by output, the tree
+    and the toolkit a manifest names includes below, the include directories a stored unit must
+    not have read, what the build runs under, whether the root can keep objects, and for `cache
+    check --rebuild` the file where it compares each compile with the entry it would have
+    linked (nothing served, nothing kept). Without `keys`, the tree is `scratch`."""
+    flags = keys.flags if keys else {}
     spec = {
         "root": str(root),
-        "units": units,
+        "units": {out: {**u, "flags": flags.get(u["key"])} for out, u in units.items()},
+        "tree": str(keys.tree if keys else scratch.resolve()),
+        "toolkit": str(keys.toolkit) if keys else None,
         "excluded": [str(p) for p in excluded],
         "built_under": built_under,
         "lock_timeout": lock_timeout,
@@ -152,8 +149,8 @@ def write_spec(
 def cached(spec_path: Path) -> dict[str, dict]:
     """The spec's units that are cached now: their records by output path."""
     spec = json.loads(spec_path.read_text())
-    root = Path(spec["root"])
-    found = {out: _serve.find(root, unit) for out, unit in spec["units"].items()}
+    now: dict[str, str | None] = {}  # the units' headers, each hashed once
+    found = {out: _serve.find(spec, unit, now) for out, unit in spec["units"].items()}
     return {out: hit[1] for out, hit in found.items() if hit}
 
 

@@ -88,7 +88,7 @@ def fingerprint(plan: Plan, tools: Tools) -> dict:
 
 
 def provenance(plan: Plan, prep: Prepared) -> dict:
-    from . import _seal
+    from . import _seal, _stats  # the build's, never a hit's
 
     return {
         "fa_shim_version": __version__,
@@ -128,4 +128,5 @@ def provenance(plan: Plan, prep: Prepared) -> dict:
             "cxx": sum(c.kind == "cxx" for c in prep.commands),
             "nvcc": sum(c.kind == "nvcc" for c in prep.commands),
         },
+        "reused_objects": _stats.served(prep.stats_file),  # from the object cache, not compiled
     }

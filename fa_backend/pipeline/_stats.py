@@ -1,16 +1,15 @@
 """The compiler launcher's records of one upstream run (resources/launcher): where they are in
-the scratch, and each translation unit's start, time, peak memory and exit status."""
+the scratch, and each translation unit's start, time, peak memory, exit status and, where the
+object cache served it, that entry's record."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-from ..resources.launcher import started_file
+from ..resources.launcher import started_file as started_file  # the launcher's own
 
 STATS_FILE = "compile-stats.jsonl"  # one JSON line per compiled TU, in the scratch
-
-__all__ = ["STATS_FILE", "compile_span", "compiled", "started_file", "stats_file", "tu_stats"]
 
 
 def stats_file(scratch: Path) -> Path:
@@ -35,3 +34,10 @@ def compile_span(stats: list[dict]) -> float:
     if not timed:
         return 0.0
     return max(r["started"] + r["seconds"] for r in timed) - min(r["started"] for r in timed)
+
+
+def served(path: Path) -> list[dict]:
+    """The object-cache entries the run linked instead of compiling (the launcher's `object`:
+    key, source, sha256, the torch built under, host, flags), one per source, by source."""
+    found = {r["object"]["source"]: r["object"] for r in tu_stats(path) if r.get("object")}
+    return [found[source] for source in sorted(found)]

@@ -78,7 +78,7 @@ def main():
         with open(started_file(stats_file), "a") as f:
             f.write(json.dumps({"source": _source(command), "started": round(started, 2)}) + "\n")
     try:
-        code, cached = _compile(command)
+        code, served = _compile(command)
     finally:
         if kept:
             shutil.rmtree(kept, ignore_errors=True)
@@ -90,7 +90,8 @@ def main():
         "started": round(started, 2),  # wall clock: the compile phase's span, across jobs
         "peak_rss_mib": peak_kib // 1024,
         "exit": code,
-        "cached": cached,  # served by the wrapper (its record): no compile
+        "cached": served is not None,  # served by the wrapper: no compile
+        "object": served,  # the wrapper's record of it, for the provenance (pipeline/_stats)
     }
     with open(stats_file, "a") as f:  # one short O_APPEND write per TU: safe across jobs
         f.write(json.dumps(record) + "\n")

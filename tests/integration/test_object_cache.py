@@ -1,5 +1,6 @@
 """The object cache (fleet/_objects, fleet/_serve) through the real compiler launcher
-and the real nvcc, on a one-kernel CUDA source: what is kept, what is served, what is refused.
+and the real nvcc, on a one-kernel CUDA source: what is kept, what is served (by the files the
+compile read, not the whole tree), what is refused, and what the wheel's provenance names.
 
 Each unit is a real `python launcher.py STATS nvcc ...` as torch's build.ninja runs it, with the
 spec the pipeline writes; the launcher's records say whether it compiled or was served."""
@@ -10,6 +11,7 @@ import json
 import os
 import shlex
 import shutil
+import socket
 import subprocess
 import sys
 import sysconfig
@@ -22,6 +24,8 @@ from packaging.version import Version
 from fa_backend.cli import _cache_check
 from fa_backend.flavours._interface import Tools
 from fa_backend.fleet import _compiling, _objects, _serve
+from fa_backend.pipeline import _provenance, _stats
+from fa_backend.pipeline._compile_plan import Prepared
 from fa_backend.resources import LAUNCHER, launcher
 from fa_backend.toolchain import _compilers
 from fa_backend.toolchain._compile_commands import Command
@@ -92,7 +96,7 @@ def _spec(tree: Path, root: Path, args: list[str], *more: list[str], keys=None, 
         units[unit[unit.index("-o") + 1]] = {"key": key, "abi": abi}
     assert _torch(tree).resolve() in keys.excluded
     return _objects.write_spec(
-        tree / "build", root, units, keys.excluded, "torch 9.9", 60, 1, **how
+        tree / "build", root, units, keys.excluded, "torch 9.9", 60, 1, **how, keys=keys
     )
 
 
@@ -102,7 +106,7 @@ def _launch(
     # nvcc's temporaries under fixed names, as the upstream build runs it (pipeline/_upstream)
     env = {**(env or os.environ), launcher.SPEC_ENV: str(spec), launcher.KEEP_ENV: "1"}
     env[launcher.SERVE_ENV] = _compiling.SERVE
-    stats = tree / "build" / "stats.jsonl"
+    stats = _stats.stats_file(tree)  # where the pipeline reads it (Prepared.stats_file)
     # the nvcc torch runs: PYTORCH_NVCC's (pipeline/_upstream gives it to the launcher)
     nvcc_command = shlex.split(env.get("PYTORCH_NVCC", "")) or [nvcc]
     command = [*prefix, sys.executable, LAUNCHER, stats, *nvcc_command, *args]
@@ -137,8 +141,7 @@ def _listing(root: Path) -> list[str]:
 
 
 def _served(tree: Path) -> list[bool]:
-    lines = (tree / "build" / "stats.jsonl").read_text().splitlines()
-    return [json.loads(line)["cached"] for line in lines]
+    return [record["cached"] for record in _stats.tu_stats(_stats.stats_file(tree))]
 
 
 def _finish(proc: subprocess.Popen) -> str:
@@ -147,10 +150,22 @@ def _finish(proc: subprocess.Popen) -> str:
     return err
 
 
+def _reused(tree: Path) -> list[dict]:
+    """What the wheel's provenance names as reused objects, read from this run's records as the
+    pipeline reads them (pipeline/_provenance, pipeline/_stats)."""
+    plan = fa2_plan(SHARED_SDISTS, "2.8.3", cache_dir=str(tree.parent / "cache"))
+    tools = Tools(None, None, 2, None, None, {})
+    prep = Prepared(tree / "src", tools, tree / "build.ninja", [], {}, tree / "log")
+    return _provenance.provenance(plan, prep)["reused_objects"]
+
+
 def test_two_builders_racing_for_one_entry_both_finish_and_one_compiles(tmp_path):
+    """One compiles and keeps the object with the files it read; the other links it, and its
+    wheel's provenance names that entry: key, the torch it was built under, host and flags."""
     root = tmp_path / "objects"
     trees = [_tree(tmp_path / name) for name in ("a", "b")]
-    procs = [_launch(t, _spec(t, root, _args(t)), _args(t)) for t in trees]
+    keys = [_keys(t) for t in trees]
+    procs = [_launch(t, _spec(t, root, _args(t), keys=k), _args(t)) for t, k in zip(trees, keys)]
     for proc in procs:
         _finish(proc)
     served = [_served(t) for t in trees]
@@ -160,7 +175,68 @@ def test_two_builders_racing_for_one_entry_both_finish_and_one_compiles(tmp_path
         assert (tree / "build" / "k.o").read_bytes() == (entry / "object.o").read_bytes()
     record = json.loads((entry / "object.json").read_text())
     assert record["built_under"] == "torch 9.9" and record["source"] == "k.cu"
+    assert {"csrc/k.cu", "csrc/scale.h"} <= record["includes"].keys()  # below the tree
     assert not [p for p in root.iterdir() if ".part-" in p.name]  # nothing half-written
+
+    server = trees[served.index([True])]
+    flags = keys[trees.index(server)].flags[entry.name.partition("-")[0]]
+    assert "-I./csrc" in flags and not [f for f in flags if "venv" in f]  # the command as keyed
+    assert _reused(server) == [
+        {
+            "key": entry.name,
+            "source": "k.cu",
+            "sha256": record["sha256"],
+            "built_under": "torch 9.9",
+            "host": socket.gethostname(),
+            "flags": flags,
+        }
+    ]
+    assert _reused(trees[served.index([False])]) == []  # it compiled its own
+
+
+def _kept(tree: Path, root: Path, **how) -> bool:
+    """A build of k.cu in `tree` on the cache at `root`: whether it was served."""
+    _finish(_launch(tree, _spec(tree, root, _args(tree), **how), _args(tree)))
+    return _served(tree)[-1]
+
+
+def test_a_header_the_unit_does_not_include_changes_nothing(tmp_path):
+    """Keyed by the files its compile read (its depfile), not by the include directory: a
+    header beside them that changes, or appears, leaves the entry served."""
+    root, tree = tmp_path / "objects", _tree(tmp_path / "a")
+    (tree / "csrc" / "unrelated.h").write_text("#define UNRELATED 1\n")
+    assert not _kept(tree, root)
+    (tree / "csrc" / "unrelated.h").write_text("#define UNRELATED 2\n")
+    (tree / "csrc" / "new.h").write_text("#define NEW 1\n")
+    assert _kept(tree, root)
+
+
+def test_a_change_in_an_included_header_misses_and_each_version_is_kept(tmp_path):
+    """The included header changed: a miss, compiled and kept beside the first entry under the
+    same key (the manifest: one entry per set of includes); the header back as it was: the
+    first entry is served again."""
+    root, tree = tmp_path / "objects", _tree(tmp_path / "a")
+    first = (tree / "csrc" / "scale.h").read_text()
+    assert not _kept(tree, root)
+    (tree / "csrc" / "scale.h").write_text("#define SCALE 2.0f\n")
+    assert not _kept(tree, root)
+    entries = _objects.entries(root)
+    assert len(entries) == 2 and len({e.name.partition("-")[0] for e in entries}) == 1
+    (tree / "csrc" / "scale.h").write_text(first)
+    assert _kept(tree, root)
+
+
+def test_two_trees_split_differently_share_the_object(tmp_path):
+    """Another host's tree holds other generated files beside the unit's (another unit and its
+    header, as another split of the sources writes them): its k.cu is served from the first
+    tree's entry, where the whole-tree key missed."""
+    root = tmp_path / "objects"
+    plain, split = _tree(tmp_path / "plain"), _tree(tmp_path / "split")
+    _second_unit(split)  # k2.cu
+    (split / "csrc" / "k2_generated.h").write_text("#define PART 2\n")
+    assert not _kept(plain, root)
+    assert _kept(split, root)
+    assert len(_objects.entries(root)) == 1
 
 
 def test_an_entry_with_a_flipped_byte_is_compiled_again_never_linked(tmp_path):
@@ -193,7 +269,8 @@ def test_a_unit_that_reads_a_torch_header_is_compiled_and_not_kept(tmp_path):
 def test_the_key_is_the_units_inputs_not_torchs_or_this_builds_paths(tmp_path):
     """Torch's include directory and defines, the tree's location, fa-shim's path maps and the
     output paths leave the key as it is (the C++ ABI too: the launcher's entry names it unless
-    the object shows it needs none); -std, an in-tree header and nvcc's flags change it."""
+    the object shows it needs none); -std and nvcc's flags change it (a header: its entry's
+    includes, below)."""
     a, b = _tree(tmp_path / "a"), _tree(tmp_path / "b")
 
     def key(tree: Path, args: list[str]) -> str:
@@ -205,7 +282,7 @@ def test_the_key_is_the_units_inputs_not_torchs_or_this_builds_paths(tmp_path):
     assert key(a, _args(a, abi=0)) == base  # the launcher names the ABI where it matters
     assert key(a, [x.replace("c++17", "c++20") for x in _args(a)]) != base
     assert key(a, [*_args(a), "--use_fast_math"]) != base
-    (a / "csrc" / "scale.h").write_text("#define SCALE 2.0f\n")
+    (a / "csrc" / "k.cu").write_text(KERNEL + "// changed\n")
     assert key(a, _args(a)) != base
 
 

@@ -46,8 +46,9 @@ def test_each_input_beyond_the_command_line_changes_the_key(tmp_path):
 
 
 def test_include_directories_from_the_environment_are_classified_as_the_commands_are(tmp_path):
-    """An -I in NVCC_PREPEND_FLAGS to the tree is keyed by its files; a CPATH or NVCC_APPEND_FLAGS
-    directory outside the tree and the toolkit is excluded (a unit reading it is not kept)."""
+    """An -I in NVCC_PREPEND_FLAGS to the tree is keyed by its place in the tree (the files read
+    there: the entry's includes); a CPATH or NVCC_APPEND_FLAGS directory outside the tree and
+    the toolkit is excluded (a unit reading it is not kept)."""
     tree, toolkit = _layout(tmp_path)
     (tree / "extra").mkdir()
     outside = tmp_path / "opt"
@@ -58,8 +59,12 @@ def test_include_directories_from_the_environment_are_classified_as_the_commands
     )
     before, excluded = _key(tree, toolkit, inputs)
     assert excluded == {(outside / "a").resolve(), (outside / "b").resolve()}
-    (tree / "extra" / "x.h").write_text("#define X 1\n")
-    assert _key(tree, toolkit, inputs)[0] != before
+    (tree / "extra" / "x.h").write_text("#define X 1\n")  # read or not: the manifest's to say
+    assert _key(tree, toolkit, inputs)[0] == before
+    keys = _objects.Keys(tree, toolkit, inputs)
+    source = str(tree / "csrc" / "k.cu")
+    key = keys.key(["-c", source, "-o", str(tree / "k.o")], source, tree)
+    assert keys.flags[key] == ["-I./extra", "-c"]  # the command line as keyed, paths relative
 
 
 def test_torch_and_python_inside_the_toolkit_root_are_excluded_not_toolkit(tmp_path):

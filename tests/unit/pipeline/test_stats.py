@@ -1,8 +1,8 @@
 """The compiler launcher's records as the pipeline reads them (fa_backend/pipeline/_stats.py):
 where they sit in a run's scratch, the translation units compiled so far (not nvcc's own probes,
-not failed compiles) and the compile phase's span. The records are the launcher's own lines
-(resources/launcher.py writes one JSON object per compiled unit); tests/integration/
-test_launcher.py has the launcher write them for real."""
+not failed compiles), the compile phase's span and the objects the object cache served. The
+records are the launcher's own lines (resources/launcher.py writes one JSON object per compiled
+unit); tests/integration/test_launcher.py and test_object_cache.py have it write them for real."""
 
 from __future__ import annotations
 
@@ -49,3 +49,18 @@ def test_every_line_is_a_record_and_compiled_leaves_out_probes_and_failures(tmp_
 def test_the_span_runs_from_the_first_start_to_the_last_end():
     assert _stats.compile_span(RECORDS) == pytest.approx(1110.0 - 1000.0)  # fwd_a ends last
     assert _stats.compile_span([{"source": "old.cu", "seconds": 5.0, "exit": 0}]) == 0.0
+
+
+def test_served_names_each_object_the_cache_gave_once_by_source(tmp_path):
+    """The launcher's `object` (resources/object_cache.serve's record), which the wheel's
+    provenance lists; a compiled unit has none, and a unit served again (a retried run's
+    records follow the first's) is named once."""
+    entry = {"key": "ab12-cd34", "source": "fwd_b.cu", "built_under": "torch 2.11.0", "host": "n1"}
+    other = {**entry, "key": "ef56-7890", "source": "fwd_a.cu"}
+    served = [
+        {**RECORDS[2], "source": s["source"], "cached": True, "object": s} for s in (entry, other)
+    ]
+    stats = _stats.stats_file(tmp_path)
+    _write(stats, [*RECORDS, *served, served[0]])
+    assert _stats.served(stats) == [other, entry]
+    assert _stats.served(_stats.stats_file(tmp_path / "none")) == []
