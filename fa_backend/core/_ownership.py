@@ -144,7 +144,15 @@ def owned(directory: Path, setting: str) -> Iterator[Path]:
     """`directory` locked and claimed for a run, marked when it succeeds; on failure (or Ctrl-C)
     only this run's additions go (and the directory, if the run made it)."""
     _failures.name_place(directory, setting)  # a failure in it names the option
-    if directory.is_symlink() or (directory.exists() and not directory.is_dir()):
+    if directory.is_symlink():  # taken as its target, never through a link that may move
+        target = directory.resolve()
+        raise FaShimError(
+            f"{directory} ({setting}) is a symlink to {target}, not a directory itself.",
+            fix=f"name the directory: {setting} {target}"
+            if target.is_dir()
+            else f"name a new or empty directory for {setting}.",
+        )
+    if directory.exists() and not directory.is_dir():
         raise FaShimError(
             f"{directory} ({setting}) is not a directory.",
             fix=f"name a new or empty directory for {setting}.",
