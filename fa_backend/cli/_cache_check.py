@@ -72,11 +72,8 @@ def check_entry(directory: Path, torch) -> Row:
         row.reason = f"unreadable: {exc}" + gone
         return row
     if found:
-        row.reason = (
-            f"RECORD does not match: {found[0]}"
-            + (f" (and {len(found) - 1} more)" if len(found) > 1 else "")
-            + gone
-        )
+        more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
+        row.reason = f"RECORD does not match: {found[0]}{more}{gone}"
         return row
     built_for = (_json(directory / _entries.FINGERPRINT).get("torch") or [None])[0]
     if built_for is None:
@@ -302,15 +299,10 @@ def main(action: str, root: Path, rebuild_one: bool, config: dict[str, str], swe
         for key, what, bad in _variants.check(root):  # uv's variants.json (fleet/_variants)
             rows.append(Row(key, what, FAILED if bad else OK, "; ".join(bad) or _variants.MATCH))
         if not rows:
-            from ..settings import _model
-
             wheels = root / "wheels"  # a cache-dir's own wheel cache (settings/_model)
-            raise FaShimError(
-                f"{root} holds no wheel-cache entry.",
-                fix=f"check {wheels}, the wheel cache of this cache-dir."
-                if _entries.all_entries(wheels)
-                else "name a wheel cache: the directory a build's -C wheel-cache-dir names "
-                f"(without it, {_model.default_cache_dir() / 'wheels'}).",
-            )
+            fix = f"check {wheels}, the wheel cache of this cache-dir."
+            if not _entries.all_entries(wheels):
+                fix = "name a wheel cache: the directory a build's -C wheel-cache-dir names."
+            raise FaShimError(f"{root} holds no wheel-cache entry.", fix=fix)
     print(render(rows))
     return 0 if all(r.result in (OK, "stray") for r in rows) else 1

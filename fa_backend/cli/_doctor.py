@@ -62,9 +62,8 @@ def requirements_section(report) -> None:
 
 
 def _stop(report, data: dict, exc: FaShimError, plan_refused: bool = False) -> None:
-    """The build would stop here: an error unless the report has one (no double count); a
-    refusal of the plan's own (a setting this torch cannot take) unless a check says the same,
-    since fixing the other errors leaves it standing."""
+    """The build would stop here: an error unless the report has one (no double count), or for
+    the plan's own refusal (fixing the others leaves it standing) one no check states."""
     data["stops"] = exc.cause
     report.add("build", data, f"a build would stop: {exc.cause}")
     if report.ok or (

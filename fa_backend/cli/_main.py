@@ -8,6 +8,7 @@ import collections
 import dataclasses
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -194,14 +195,9 @@ def describe(config: dict[str, str]) -> dict:
 
 def _failure(output: str) -> FaShimError:
     """The child's own error and fix if it printed them, else the last line it said."""
-    lines = [line.strip() for line in output.splitlines() if line.strip()]
-
-    def said(kind: str) -> str | None:
-        return next(
-            (x.split(f"fa-shim: {kind}: ", 1)[1] for x in lines if f"fa-shim: {kind}: " in x), None
-        )
-
-    return FaShimError((said("error") or (lines or ["no output"])[-1])[:300], fix=said("fix"))
+    said = dict(reversed(re.findall(r"fa-shim: (error|fix): (.*)", output)))  # the first of each
+    last = ([x.strip() for x in output.splitlines() if x.strip()] or ["no output"])[-1]
+    return FaShimError(said.get("error", last)[:300], fix=said.get("fix"))
 
 
 def _options(config: dict[str, str]) -> list[str]:

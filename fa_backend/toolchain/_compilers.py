@@ -146,16 +146,22 @@ def choose_nvcc(torch: TorchInfo, explicit: Path | None) -> Nvcc:
     if named:
         path, origin = named[0]
         candidates = [n for n in found if n.origin == origin]
-        fix = f"point {origin} at the bin/nvcc of a CUDA {torch.cuda_major}.x toolkit."
-        inside = os.path.join(path, "nvcc")  # a toolkit's bin/, named for its nvcc
-        if not candidates and origin == "setting nvcc" and os.path.isfile(inside):
-            cause, fix = "is a directory, not the nvcc program.", f"name it: -C nvcc={inside}"
-        elif not candidates:
-            cause = "does not exist or is not executable."
-        elif candidates[0].version is None:
-            cause = f"is not nvcc: `{path} --version` prints no CUDA release."
         if not candidates or candidates[0].version is None:
-            raise FaShimError(f"{origin} names {path}, which {cause}", fix=fix)
+            inside = os.path.join(path, "nvcc")  # a toolkit's bin/, named for its nvcc
+            is_bin = not candidates and origin == "setting nvcc" and os.path.isfile(inside)
+            raise FaShimError(
+                f"{origin} names {path}, which "
+                + (
+                    "is a directory, not the nvcc program."
+                    if is_bin
+                    else f"is not nvcc: `{path} --version` prints no CUDA release."
+                    if candidates
+                    else "does not exist or is not executable."
+                ),
+                fix=f"name it: -C nvcc={inside}"
+                if is_bin
+                else f"point {origin} at the bin/nvcc of a CUDA {torch.cuda_major}.x toolkit.",
+            )
     if not found:
         raise FaShimError(
             "nvcc not found (looked at CUDA_HOME, CUDA_PATH, PATH, /usr/local/cuda*).",

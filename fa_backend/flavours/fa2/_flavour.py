@@ -45,9 +45,8 @@ def stable_line(settings, torch) -> _releases.StableLine | None:
         build = f"-C flash-attn-version={having[-1] if having else '...'}"
         cause = f"flash-attn {version} has"
         if settings.sdist and having:  # the file decides the release (_sdist.of_the_given_sdist)
-            build = (
-                f"its sdist: -C sdist={settings.sdist.parent / _releases.release(having[-1]).sdist}"
-            )
+            other = _releases.release(having[-1]).sdist
+            build = f"its sdist: -C sdist={settings.sdist.with_name(other)}"
             cause = f"{settings.sdist} (setting sdist) is flash-attn {version}, which has"
         raise FaShimError(
             f"{cause} no binding on torch's stable ABI in fa-shim (-C torch-abi=stable; "
