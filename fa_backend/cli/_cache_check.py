@@ -300,7 +300,7 @@ def main(action: str, root: Path, rebuild_one: bool, config: dict[str, str], swe
             rows.append(Row(key, what, FAILED if bad else OK, "; ".join(bad) or _variants.MATCH))
         if not rows:
             wheels = root / "wheels"  # a cache-dir's own wheel cache (settings/_model)
-            fix = f"check {wheels}, the wheel cache of this cache-dir."
+            fix = f"check its wheel cache: python -m fa_backend cache check {wheels}"
             if not _entries.all_entries(wheels):
                 fix = "name a wheel cache: the directory a build's -C wheel-cache-dir names."
             raise FaShimError(f"{root} holds no wheel-cache entry.", fix=fix)

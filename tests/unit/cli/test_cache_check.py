@@ -83,7 +83,9 @@ def test_c14_cache_check_of_a_cache_dir_names_its_wheel_cache(tmp_path):
     with pytest.raises(FaShimError) as exc:
         _cache_check.main("check", cache_dir, False, {})
     assert exc.value.cause == f"{cache_dir} holds no wheel-cache entry."
-    assert exc.value.fix == f"check {cache_dir / 'wheels'}, the wheel cache of this cache-dir."
+    assert exc.value.fix == (
+        f"check its wheel cache: python -m fa_backend cache check {cache_dir / 'wheels'}"
+    )
     (entry,) = _entries.all_entries(cache_dir / "wheels")  # the one the fix names
     assert _cache_check.check_entry(entry, None).result == "ok"
 
