@@ -57,26 +57,29 @@ def _this_torch():
 
 def check_entry(directory: Path, torch) -> Row:
     row = Row(directory.name)
+    gone = f"; remove it (rm -r {directory}): the next build of it stores it again"
     entry = _entries.load(directory)
     if entry is None:
-        row.reason = f"incomplete: no {_entries.ENTRY} naming a wheel that is there"
+        row.reason = f"incomplete: no {_entries.ENTRY} naming a wheel that is there" + gone
         return row
     row.wheel = entry.wheel.name
     try:
         why = _entries.matches(entry)
         if why:
-            row.reason = f"not the wheel it stored: {why}"
+            row.reason = f"not the wheel it stored: {why}" + gone
             return row
         found = _wheelfile.problems(entry.wheel)
     except (OSError, zipfile.BadZipFile) as exc:
-        row.reason = f"unreadable: {exc}"
+        row.reason = f"unreadable: {exc}" + gone
         return row
     if found:
-        row.reason = f"RECORD does not match: {found[0]}" + (
-            f" (and {len(found) - 1} more)" if len(found) > 1 else ""
-        )
+        more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
+        row.reason = f"RECORD does not match: {found[0]}{more}{gone}"
         return row
     built_for = (_json(directory / _entries.FINGERPRINT).get("torch") or [None])[0]
+    if built_for is None:
+        row.reason = f"incomplete: no readable {_entries.FINGERPRINT} (its inputs)" + gone
+        return row
     if torch is None or built_for != torch.version:
         row.result = OK
         here = f"this environment has {torch.version}" if torch else "no torch here"
@@ -307,13 +310,18 @@ def main(action: str, root: Path, rebuild_one: bool, config: dict[str, str], swe
             raise FaShimError("--sweep and --rebuild are two runs.", fix="run them one by one.")
         rows = rebuild(root, config)
     else:
-        torch = _this_torch()
-        rows = [check_entry(d, torch) for d in _entries.all_entries(root)]
+        entries = _entries.all_entries(root)
+        torch = _this_torch() if entries else None  # a child: only for entries to verify
+        rows = [check_entry(d, torch) for d in entries]
         rows += [_object_row(d) for d in _objects.entries(root / "objects")]
         rows += stray_rows(root, sweep) + stale_links(root)
         for key, what, bad in _variants.check(root):  # uv's variants.json (fleet/_variants)
             rows.append(Row(key, what, FAILED if bad else OK, "; ".join(bad) or _variants.MATCH))
         if not rows:
-            raise FaShimError(f"{root} holds no wheel-cache entry.", fix="name a wheel cache.")
+            wheels = root / "wheels"  # a cache-dir's own wheel cache (settings/_model)
+            fix = f"check its wheel cache: python -m fa_backend cache check {wheels}"
+            if not _entries.all_entries(wheels):
+                fix = "name a wheel cache: the directory a build's -C wheel-cache-dir names."
+            raise FaShimError(f"{root} holds no wheel-cache entry.", fix=fix)
     print(render(rows))
     return 0 if all(r.result in (OK, "stray") for r in rows) else 1

@@ -61,11 +61,14 @@ def requirements_section(report) -> None:
         report.problem("requires", ERROR, "a build would stop at once: " + exc.cause, exc.fix or "")
 
 
-def _stop(report, data: dict, exc: FaShimError) -> None:
-    """The build would stop here: an error unless the report has one (no double count)."""
+def _stop(report, data: dict, exc: FaShimError, plan_refused: bool = False) -> None:
+    """The build would stop here: an error unless the report has one (no double count), or for
+    the plan's own refusal (fixing the others leaves it standing) one no check states."""
     data["stops"] = exc.cause
     report.add("build", data, f"a build would stop: {exc.cause}")
-    if report.ok:
+    if report.ok or (
+        plan_refused and not any(c.summary.endswith(exc.cause) for c in report.checks)
+    ):
         report.problem("build", ERROR, "a build would stop: " + exc.cause, exc.fix or "")
 
 
@@ -101,7 +104,7 @@ def build_section(report, project: Path, plan, tools, exc: FaShimError | None) -
     if plan is not None:
         data.update(wheel=plan.wheel_name, kernel_set=plan.kernel_set)
     if exc is not None:
-        _stop(report, data, exc)
+        _stop(report, data, exc, plan_refused=plan is None)
         return
     lines = [plan.wheel_name]
     data["archs"] = list(tools.archs.targets) if tools.archs else None

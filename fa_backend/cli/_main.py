@@ -8,6 +8,7 @@ import collections
 import dataclasses
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -38,6 +39,18 @@ def _with_checkout() -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": path}
 
 
+def _runs_fa_shim(exe: str) -> None:
+    """fa-shim's own imports (tags, ELF) in another interpreter, asked before it runs there."""
+    probe = _in(exe, ["-c", "import elftools, packaging"])
+    if probe.returncode != 0:
+        last = (probe.stderr.strip().splitlines() or ["no output"])[-1]
+        raise FaShimError(
+            f"{exe} cannot run fa-shim: {last}.",
+            fix=f"install what fa-shim reads tags and ELF with: `{exe} -m pip install pyelftools "
+            "packaging`.",
+        )
+
+
 def _delegate(python: str, argv: list[str]) -> int:
     """Run `python -m fa_backend ARGV` in another interpreter (its torch, its tags), this
     checkout's fa_backend first on its path; its report and exit status are ours."""
@@ -47,19 +60,10 @@ def _delegate(python: str, argv: list[str]) -> int:
             f"--python {python} is not an executable interpreter.",
             fix="pass the python of the environment to check, e.g. --python /path/venv/bin/python.",
         )
-    env = _with_checkout()
-    probe = subprocess.run(
-        [exe, "-c", "import elftools, packaging"], env=env, capture_output=True, text=True
-    )
-    if probe.returncode != 0:
-        raise FaShimError(
-            f"{exe} cannot run fa-shim's checks: {probe.stderr.strip().splitlines()[-1:]}.",
-            fix=f"install what they read ELF and tags with: `{exe} -m pip install pyelftools "
-            "packaging`.",
-        )
+    _runs_fa_shim(exe)
     sys.stdout.flush()
     sys.stderr.flush()
-    return subprocess.run([exe, "-m", "fa_backend", *argv], env=env).returncode
+    return subprocess.run([exe, "-m", "fa_backend", *argv], env=_with_checkout()).returncode
 
 
 def _settings(args: argparse.Namespace) -> int:
@@ -160,6 +164,7 @@ class Row:
     reason: str = ""
     seconds: float = 0.0
     sha256: str | None = None
+    fix: str | None = None
 
 
 def describe(config: dict[str, str]) -> dict:
@@ -189,11 +194,11 @@ def describe(config: dict[str, str]) -> dict:
     }
 
 
-def _reason(output: str) -> str:
-    """fa-shim's own error line if there is one, else the last line of what the child said."""
-    lines = [line.strip() for line in output.splitlines() if line.strip()]
-    errors = [line.split("fa-shim: error: ", 1)[1] for line in lines if "fa-shim: error: " in line]
-    return (errors[0] if errors else lines[-1] if lines else "no output")[:300]
+def _failure(output: str) -> FaShimError:
+    """The child's own error and fix if it printed them, else the last line it said."""
+    said = dict(reversed(re.findall(r"fa-shim: (error|fix): (.*)", output)))  # the first of each
+    last = ([x.strip() for x in output.splitlines() if x.strip()] or ["no output"])[-1]
+    return FaShimError(said.get("error", last)[:300], fix=said.get("fix"))
 
 
 def _options(config: dict[str, str]) -> list[str]:
@@ -209,7 +214,7 @@ def _in(python: str, argv: list[str], timeout: float | None = None) -> subproces
 def _fingerprint_in(python: str, config: dict[str, str]) -> dict:
     proc = _in(python, ["-m", "fa_backend", "fingerprint", *_options(config)], timeout=900)
     if proc.returncode != 0:
-        raise FaShimError(_reason(proc.stderr + proc.stdout))
+        raise _failure(proc.stderr + proc.stdout)
     return json.loads(proc.stdout)
 
 
@@ -221,6 +226,7 @@ def prebuild_one(python: str, config: dict[str, str]) -> Row:
         row.reason = "not an executable interpreter"
         return row
     try:
+        _runs_fa_shim(exe)
         facts = _fingerprint_in(exe, config)
         row.fingerprint, row.wheel = facts["key"], facts["wheel"]
         if facts["cached"]:
@@ -231,13 +237,13 @@ def prebuild_one(python: str, config: dict[str, str]) -> Row:
             pip = ["-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "-w", str(out)]
             proc = _in(exe, [*pip, str(PROJECT), *_options(config)])
         if proc.returncode != 0:
-            raise FaShimError(_reason(proc.stderr + proc.stdout))
+            raise _failure(proc.stderr + proc.stdout)
         stored = _fingerprint_in(exe, config)
         if not stored["cached"]:  # the build stored it, or it is not there
             raise FaShimError(f"the build succeeded but {facts['wheel_cache_dir']} has no entry")
         row.result, row.sha256 = "built", stored["sha256"]
     except FaShimError as exc:
-        row.reason = exc.cause
+        row.reason, row.fix = exc.cause, exc.fix
     except (OSError, ValueError, subprocess.TimeoutExpired) as exc:
         row.reason = str(exc)
     finally:
@@ -264,7 +270,9 @@ def render(rows: list[Row]) -> str:
         table.append((r.python, r.fingerprint, r.wheel, result))
     widths = [max(len(row[i]) for row in table) for i in range(4)]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in table]
-    lines += [f"{r.python}: failed: {r.reason}" for r in rows if r.result == "failed"]
+    for r in rows:
+        if r.result == "failed":
+            lines += [f"{r.python}: failed: {r.reason}", *([f"  fix: {r.fix}"] if r.fix else [])]
     count = collections.Counter(r.result for r in rows)
     lines.append(
         f"prebuild: {count['built']} built, {count['cached']} cached, {count['failed']} failed"

@@ -145,9 +145,14 @@ def owned(directory: Path, setting: str) -> Iterator[Path]:
     only this run's additions go (and the directory, if the run made it)."""
     _failures.name_place(directory, setting)  # a failure in it names the option
     if directory.is_symlink() or (directory.exists() and not directory.is_dir()):
+        target = directory.resolve()  # a link is refused: the directory it names may move
+        link = directory.is_symlink() and target.is_dir()
         raise FaShimError(
-            f"{directory} ({setting}) is not a directory.",
-            fix=f"name a new or empty directory for {setting}.",
+            f"{directory} ({setting}) is "
+            + (f"a symlink to {target}, not a directory itself." if link else "not a directory."),
+            fix=f"name the directory: {setting} {target}"
+            if link
+            else f"name a new or empty directory for {setting}.",
         )
     made = not directory.exists()
     directory.mkdir(parents=True, exist_ok=True)

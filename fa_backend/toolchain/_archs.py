@@ -277,14 +277,15 @@ def check_gencodes(commands: Sequence[Command], targets: Sequence[str]) -> None:
 
 @functools.cache
 def nvcc_arch_list(nvcc: Path) -> tuple[str, ...]:
-    """`nvcc --list-gpu-arch`: the virtual architectures this nvcc can compile for."""
-    out = _subprocess.run(
-        [nvcc, "--list-gpu-arch"],
-        timeout=60,
-        cause=f"could not list the architectures of {nvcc}.",
-        fix="check that this nvcc runs, or pick another with -C nvcc=...",
-    ).stdout
-    return tuple(parse_arch_list(out))
+    """`nvcc --list-gpu-arch`: the virtual architectures this nvcc can compile for (its
+    compute_NN lines: any other output is not nvcc's)."""
+    fix = "check that this nvcc runs, or point -C nvcc at a CUDA toolkit's bin/nvcc."
+    cause = f"could not list the architectures of {nvcc}"
+    out = _subprocess.run([nvcc, "--list-gpu-arch"], timeout=60, cause=cause + ".", fix=fix)
+    found = parse_arch_list(" ".join(re.findall(r"\bcompute_\d+[af]?\b", out.stdout)))
+    if not found:
+        raise FaShimError(f"{nvcc} is not nvcc: its --list-gpu-arch names no compute_NN.", fix=fix)
+    return tuple(found)
 
 
 @dataclasses.dataclass(frozen=True)

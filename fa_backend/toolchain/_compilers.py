@@ -146,10 +146,21 @@ def choose_nvcc(torch: TorchInfo, explicit: Path | None) -> Nvcc:
     if named:
         path, origin = named[0]
         candidates = [n for n in found if n.origin == origin]
-        if not candidates:
+        if not candidates or candidates[0].version is None:
+            inside = os.path.join(path, "nvcc")  # a toolkit's bin/, named for its nvcc
+            is_bin = not candidates and origin == "setting nvcc" and os.path.isfile(inside)
             raise FaShimError(
-                f"{origin} names {path}, which does not exist or is not executable.",
-                fix=f"point {origin} at a CUDA {torch.cuda_major}.x toolkit.",
+                f"{origin} names {path}, which "
+                + (
+                    "is a directory, not the nvcc program."
+                    if is_bin
+                    else f"is not nvcc: `{path} --version` prints no CUDA release."
+                    if candidates
+                    else "does not exist or is not executable."
+                ),
+                fix=f"name it: -C nvcc={inside}"
+                if is_bin
+                else f"point {origin} at the bin/nvcc of a CUDA {torch.cuda_major}.x toolkit.",
             )
     if not found:
         raise FaShimError(

@@ -141,6 +141,18 @@ def test_doctor_says_torch_2_9_1_has_no_stable_line_below_its_floor(torch291_pyt
     assert lines["stable"].startswith("no: "), lines
 
 
+def test_sa05_doctor_lists_the_stable_refusal_of_torch_2_9_1(torch291_python):
+    """FA_SHIM_TORCH_ABI=stable: the build's refusal is a problem of its own, not only the
+    build line's, whatever else doctor finds (here: no CUDA 12.8 nvcc)."""
+    proc = doctor("--python", torch291_python, "--json", FA_SHIM_TORCH_ABI="stable")
+    causes = [p["cause"] for p in json.loads(proc.stdout)["problems"]]
+    refusal = (
+        "a build would stop: -C torch-abi=stable builds flash-attn 2.8.3.post2 on torch's "
+        "stable ABI, for torch >= 2.10.0; this torch is 2.9.1+cu128."
+    )
+    assert proc.returncode == 1 and refusal in causes, causes
+
+
 def test_doctor_says_torch_2_15_takes_both_lines(torch215_python):
     lines = _lines(torch215_python)
     assert lines["stable"].startswith("yes, one wheel for every torch >= 2.10.0 of CUDA 13"), lines

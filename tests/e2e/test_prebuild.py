@@ -45,7 +45,11 @@ def test_prebuild_builds_each_environment_once_then_users_hit(
 
     first, rows = _prebuild(pythons, options, check_rc=1)
     assert [rows[str(p)][2] for p in pythons] == ["built", "failed", "built"], first.stdout
-    assert f"{broken_python}: failed: ModuleNotFoundError: No module named" in first.stdout
+    assert (
+        f"{broken_python}: failed: {broken_python} cannot run fa-shim: ModuleNotFoundError: No "
+        f"module named 'elftools'.\n  fix: install what fa-shim reads tags and ELF with: "
+        f"`{broken_python} -m pip install pyelftools packaging`."
+    ) in first.stdout
     assert "prebuild: 2 built, 0 cached, 1 failed" in first.stdout
     cpu, cuda = rows[str(host_venv)], rows[str(torch211_python)]
     assert re.fullmatch(r"[0-9a-f]{32}", cpu[0]) and re.fullmatch(r"[0-9a-f]{32}", cuda[0])

@@ -51,3 +51,15 @@ def test_gpu_capabilities_come_from_the_driver_without_torch():
         return
     expected = {tuple(map(int, line.split("."))) for line in proc.stdout.split()}
     assert set(_archs.capabilities()) == expected
+
+
+def test_t10_a_script_printing_a_version_is_not_taken_as_an_nvcc(tmp_path):
+    """A script answering every call with nvcc's banner passes the version check; its
+    --list-gpu-arch banner read as architecture "130" (13.0) gave "use some of 130"."""
+    fake = tmp_path / "nvcc"
+    fake.write_text('#!/bin/sh\necho "Cuda compilation tools, release 13.0, V13.0.88"\n')
+    fake.chmod(0o755)
+    with pytest.raises(FaShimError) as exc:
+        _archs.nvcc_arch_list(fake)
+    assert exc.value.cause == f"{fake} is not nvcc: its --list-gpu-arch names no compute_NN."
+    assert exc.value.fix.endswith("or point -C nvcc at a CUDA toolkit's bin/nvcc.")

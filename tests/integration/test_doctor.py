@@ -190,3 +190,33 @@ def test_doctor_names_a_cache_a_build_cannot_write_with_a_fix_that_clears_it(tmp
     env = {"FA_SHIM_WHEEL_CACHE": "false", "FA_SHIM_OBJECT_CACHE": "false"}
     fixed = doctor(FA_SHIM_WHEEL_CACHE_DIR=str(cache), **env).stdout
     assert "cannot be written" not in fixed and "object cache off" in fixed, fixed
+
+
+def test_sa05_doctor_lists_the_stable_refusal_beside_a_missing_toolkit(tmp_path):
+    """FA_SHIM_TORCH_ABI=stable on torch 2.9.1+cu128 (its probed facts as values: the suite
+    builds that venv for e2e only, where test_doctor_cuda_torch.py runs the whole doctor): this
+    machine's real nvccs (CUDA 13) give the toolkit error, the build's real plan its refusal of
+    the stable line. Both are errors: installing a CUDA 12.8 toolkit alone left the build
+    refused."""
+    from conftest import torch_info
+
+    from fa_backend.cli import _doctor
+    from fa_backend.flavours import _registry
+
+    torch = torch_info("2.9.1+cu128", "12.8")
+    flavour, settings = _registry.load({"torch-abi": "stable"}, environ={}, project_dir=REPO)
+    report = _toolchain_sections.DoctorReport(REPO)
+    _toolchain_sections.nvcc_section(report, settings, torch)
+    with pytest.raises(_doctor.FaShimError) as refused:
+        flavour.plan(settings, torch)
+    _doctor.build_section(report, REPO, None, None, refused.value)
+    causes = [c.summary for c in report.checks]
+    assert len(causes) == 2 and "no nvcc on this machine has its major" in causes[0], causes
+    assert causes[1] == (
+        "a build would stop: -C torch-abi=stable builds flash-attn 2.8.3.post2 on torch's "
+        "stable ABI, for torch >= 2.10.0; this torch is 2.9.1+cu128."
+    )
+    assert report.checks[1].fix.startswith("install torch >= 2.10.0, or build the per-torch")
+    assert report.summary() == "PROBLEMS (2 errors, 0 warnings)"
+    _doctor.build_section(report, REPO, None, None, refused.value)  # the same stop: once
+    assert len(report.checks) == 2

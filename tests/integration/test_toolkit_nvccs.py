@@ -5,6 +5,8 @@ tests/e2e/test_toolkit_provision.py."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from conftest import TESTS, torch_info
 
@@ -115,3 +117,26 @@ def test_one_toolkit_reached_by_a_symlink_is_asked_once(tmp_path, monkeypatch):
     dry_runs = [line for line in log.read_text().splitlines() if "--dryrun" in line]
     # the file (through the link; not again through CUDA_HOME), then the wrapper
     assert len(dry_runs) == 2, dry_runs
+
+
+@needs_system_13
+@pytest.mark.parametrize("row", ["T08", "T09"])
+def test_t08_t09_a_named_nvcc_that_is_no_nvcc_names_what_it_is(tmp_path, row):
+    """-C nvcc=/usr/bin/true (a program, not nvcc; it read "(…, CUDA None) does not match
+    torch") and -C nvcc=<toolkit>/bin (it read "does not exist or is not executable")."""
+    torch, real = _torch("2.11.0+cu130", "13.0"), SYSTEM_13[0].path
+    named = Path("/usr/bin/true") if row == "T08" else real.parent
+    with pytest.raises(FaShimError) as exc:
+        _compilers.choose_nvcc(torch, named)
+    if row == "T08":
+        assert exc.value.cause == (
+            f"setting nvcc names {named}, which is not nvcc: `{named} --version` prints no "
+            "CUDA release."
+        )
+        assert exc.value.fix == "point setting nvcc at the bin/nvcc of a CUDA 13.x toolkit."
+    else:
+        assert exc.value.cause == (
+            f"setting nvcc names {named}, which is a directory, not the nvcc program."
+        )
+        assert exc.value.fix == f"name it: -C nvcc={real}"
+    assert _compilers.choose_nvcc(torch, real).path == real  # the fix, as written

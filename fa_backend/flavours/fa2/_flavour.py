@@ -42,12 +42,16 @@ def stable_line(settings, torch) -> _releases.StableLine | None:
     per_torch = "or build the per-torch wheel: -C torch-abi=torch (docs/guides/stable-abi.md)"
     if line is None:
         having = [v for v in _releases.known() if _releases.release(v).stable]
+        build = f"-C flash-attn-version={having[-1] if having else '...'}"
+        cause = f"flash-attn {version} has"
+        if settings.sdist and having:  # the file decides the release (_sdist.of_the_given_sdist)
+            other = _releases.release(having[-1]).sdist
+            build = f"its sdist: -C sdist={settings.sdist.with_name(other)}"
+            cause = f"{settings.sdist} (setting sdist) is flash-attn {version}, which has"
         raise FaShimError(
-            f"flash-attn {version} has no binding on torch's stable ABI in fa-shim "
-            f"(-C torch-abi=stable; releases with one: {', '.join(having) or 'none'}).",
-            fix=f"build one of those (-C flash-attn-version={having[-1] if having else '...'}), "
-            + per_torch
-            + ".",
+            f"{cause} no binding on torch's stable ABI in fa-shim (-C torch-abi=stable; "
+            f"releases with one: {', '.join(having) or 'none'}).",
+            fix=f"build one of those ({build}), " + per_torch + ".",
         )
     if torch.cuda is None:
         raise FaShimError(

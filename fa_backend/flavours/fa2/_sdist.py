@@ -137,7 +137,8 @@ def locate(settings: Settings) -> Sdist:
             f"sha256 mismatch for {path} (from {origin}): {pin} pins {release.sha256}, the file "
             f"has {digest}. The file is truncated, corrupt or not the upstream release.",
             fix=(
-                f"delete {path} and let fa-shim download it again."
+                f"delete {path} and let fa-shim download it again"
+                + (" (-C offline=false: offline forbids it)." if settings.offline else ".")
                 if origin == "fa-shim cache"
                 else f"put the original {release.sdist} from PyPI in its place (move {path} "
                 "aside first), or name another copy with -C sdist=FILE."

@@ -1,17 +1,96 @@
 """cli/_cache_check in-process, on a real wheel cache made by fleet/_wheel_cache.obtain: the
-links of a torch's PEP 503 index to wheels that are gone are rows of their own (issue 54's TC07).
-Through the command line, on the sample built by pip: tests/integration/test_cache_trust.py."""
+links of a torch's PEP 503 index to wheels that are gone are rows of their own (issue 54's TC07);
+each damaged entry's row names the `rm -r` that clears it, and `cache check` of a cache-dir names
+its wheels/ (issue 54's C01, C03, C05, C09, C14). Through the command line, on the sample
+built by pip: tests/integration/test_cache_trust.py."""
 
 from __future__ import annotations
 
 import json
+import shutil
 import zipfile
+
+import pytest
 
 from fa_backend.cli import _cache_check
 from fa_backend.core._digest import sha256_of
-from fa_backend.fleet import _wheel_cache
+from fa_backend.core._errors import FaShimError
+from fa_backend.fleet import _entries, _wheel_cache
 from fa_backend.resources.runtime_guard import PROVENANCE
 from fa_backend.wheel import _wheelfile
+
+NAME = "demo-1.0+cpu-cp311-cp311-linux_x86_64.whl"
+
+
+def _cache(tmp_path, root):
+    wheel = _wheelfile.WheelWriter(tmp_path / NAME, "demo-1.0+cpu.dist-info")
+    wheel.add("demo/__init__.py", b"")
+    built = wheel.write()
+    fingerprint = {"torch": ["2.13.0+cpu"]}
+    _wheel_cache.obtain(
+        root, fingerprint, NAME, tmp_path / "out", lambda w: None, lambda: built, 600, 15,
+        torch_version="2.13.0+cpu",
+    )  # fmt: skip
+    (entry,) = _entries.all_entries(root)
+    return entry
+
+
+def _flip(entry):
+    data = bytearray((entry / NAME).read_bytes())
+    data[len(data) // 2] ^= 1
+    (entry / NAME).write_bytes(bytes(data))
+
+
+def _outside(entry):
+    (entry.parent.parent / "outside.whl").write_bytes((entry / NAME).read_bytes())
+    (entry / _entries.ENTRY).write_text('{"wheel": "../../outside.whl", "sha256": "0"}')
+
+
+@pytest.mark.parametrize(
+    "damage, cause",
+    [
+        pytest.param(_flip, "not the wheel it stored: its sha256 is", id="C01-byte-flipped"),
+        pytest.param(
+            lambda e: (e / _entries.ENTRY).unlink(),
+            f"incomplete: no {_entries.ENTRY} naming a wheel that is there",
+            id="C03-entry-json-missing",
+        ),
+        pytest.param(
+            _outside,
+            f"incomplete: no {_entries.ENTRY} naming a wheel that is there",
+            id="C05-entry-names-outside",
+        ),
+        pytest.param(
+            lambda e: (e / _entries.FINGERPRINT).unlink(),
+            f"incomplete: no readable {_entries.FINGERPRINT}",
+            id="C09-fingerprint-missing",
+        ),
+    ],
+)
+def test_a_damaged_entry_fails_naming_the_rm_that_clears_it(tmp_path, damage, cause):
+    root = tmp_path / "cache"
+    entry = _cache(tmp_path, root)
+    assert _cache_check.check_entry(entry, None).result == "ok"
+    damage(entry)
+    row = _cache_check.check_entry(entry, None)
+    assert row.result == "FAILED" and row.reason.startswith(cause)
+    assert row.reason.endswith(f"remove it (rm -r {entry}): the next build of it stores it again")
+    # the fix as written: the entry goes, and the next build stores it whole
+    shutil.rmtree(entry)
+    assert _cache_check.check_entry(_cache(tmp_path, root), None).result == "ok"
+
+
+def test_c14_cache_check_of_a_cache_dir_names_its_wheel_cache(tmp_path):
+    cache_dir = tmp_path / "fa-shim"
+    _cache(tmp_path, cache_dir / "wheels")
+    with pytest.raises(FaShimError) as exc:
+        _cache_check.main("check", cache_dir, False, {})
+    assert exc.value.cause == f"{cache_dir} holds no wheel-cache entry."
+    assert exc.value.fix == (
+        f"check its wheel cache: python -m fa_backend cache check {cache_dir / 'wheels'}"
+    )
+    (entry,) = _entries.all_entries(cache_dir / "wheels")  # the one the fix names
+    assert _cache_check.check_entry(entry, None).result == "ok"
 
 
 def test_an_index_link_to_a_deleted_wheel_is_a_failed_row_naming_the_index(tmp_path):

@@ -95,6 +95,27 @@ def test_a_file_where_the_directory_should_be_is_refused(tmp_path):
     assert (tmp_path / "f").read_text() == "x"
 
 
+def test_b05_a_symlink_to_a_directory_is_refused_naming_its_target(tmp_path):
+    """--build-dir a symlink to an empty directory read "is not a directory"; the fix names
+    the target, which is taken as written."""
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "empty")
+    with (
+        pytest.raises(FaShimError) as exc,
+        _ownership.owned(tmp_path / "link", "--build-dir"),
+    ):
+        pytest.fail("claimed")
+    target = tmp_path / "empty"
+    assert exc.value.cause == (
+        f"{tmp_path / 'link'} (--build-dir) is a symlink to {target}, not a directory itself."
+    )
+    assert exc.value.fix == f"name the directory: --build-dir {target}"
+    assert list(target.iterdir()) == [] and (tmp_path / "link").is_symlink()
+    with _ownership.owned(target, "--build-dir") as out:  # the fix, as written
+        (out / "src").mkdir()
+    assert _ownership.is_ours(target)
+
+
 def test_a_directory_fa_shim_fills_run_after_run_refuses_what_it_did_not_make(tmp_path):
     """refuse_foreign (a wheel cache's root: fleet/_wheel_cache.check_root): missing or holding
     only what `ours` accepts, taken; else one error naming the files, none of them changed."""
