@@ -1,9 +1,9 @@
 """Finished wheels, kept by the full fingerprint of what went into them ("build once, use
 everywhere"): <root>/<key>/ the entry (_entries), <root>/install.py a teammate's install
-(resources/team_install.py), <root>/torch-<v>/[<set>/] hard links per torch.__version__ (and
-tailored kernel set) for --find-links, or for a module on torch's stable ABI, which serves every
-torch from its floor of one CUDA major, <root>/stable-cu<N>-torch<floor>plus/, <root>/index/<view>/
-a PEP 503 index of each such view, and
+(resources/team_install.py), <root>/torch-<v>/[<set>/][<archs>/] hard links per
+torch.__version__ (and tailored kernel set, and arch set: `sm80_sm90`) for --find-links, or for
+a module on torch's stable ABI, which serves every torch from its floor of one CUDA major,
+<root>/stable-cu<N>-torch<floor>plus/..., <root>/index/<view>/ a PEP 503 index of each view, and
 <root>/.locks/<key>.lock one builder per key on any host (docs/guides/fleet.md)."""
 
 from __future__ import annotations
@@ -135,39 +135,53 @@ def _recorded(wheel: Path) -> dict:
         return {}
 
 
-def link_into(root: Path, wheel: Path, view: str, recorded: dict) -> Path:
-    """The wheel (its provenance `recorded`) in its view: a hard link renamed into place (a copy
-    where the file system links nothing). A wheel's name does not say its GPU archs: a file of
-    that name built for other GPUs stays (a warning says so) unless this build's covers its;
-    install.py tells the entries apart. Anything else there (a file that is no fa-shim wheel, a
-    link to one of the user's, a copy cut short) is replaced, for a CPU torch as for a CUDA one."""
+def views(recorded: dict, view: str) -> list[str]:
+    """The directories under root a wheel (its provenance) is linked into: its torch's, or its
+    tailored kernel set's below it, and below that its arch set's (`sm80_sm90`; none without
+    GPU code). A wheel's name does not say its archs, so only the arch set's directory keeps
+    every build apart (link_into)."""
     kernel_set = recorded.get("kernel_set_name") or "full"
-    view = root / view / ("" if kernel_set == "full" else kernel_set)
-    target = view / wheel.name
+    top = view if kernel_set == "full" else f"{view}/{kernel_set}"
+    archs = _variants.label(recorded.get("cuda_archs"))
+    return [top, *([f"{top}/{archs}"] if archs else [])]
+
+
+def link_into(root: Path, wheel: Path, names: list[str], recorded: dict) -> None:
+    """The wheel (its provenance `recorded`) in its views (`views`): a hard link renamed into
+    place (a copy where the file system links nothing). In the torch's (or set's) directory a
+    file of that name built for other GPUs stays (one warning says where this one is) unless
+    this build's archs cover its. Anything else there (a file that is no fa-shim wheel, a link
+    to one of the user's, a copy cut short) is replaced, for a CPU torch as for a CUDA one."""
+    target = root / names[0] / wheel.name
     if target.is_file() and not os.path.samefile(target, wheel):
         theirs, ours = _recorded(target).get("cuda_archs"), recorded.get("cuda_archs")
         # no readable provenance: not a build of ours (None, never []); a superset replaces it
         if theirs is not None and theirs != ours and not set(theirs) < set(ours or ()):
+            names = names[1:]  # its arch set's directory, if it has one
+            where = f"{root / names[0]} (index: {index_dir(root, names[0])})" if names else ""
             _log.warn(
                 f"{target} is the build for sm_{',sm_'.join(theirs)}, and stays: this one "
-                f"(sm_{',sm_'.join(ours or [])}) is only in {wheel.parent}, and "
+                f"(sm_{',sm_'.join(ours or [])}) is in {where or wheel.parent}, and "
                 f"`python {root / INSTALL_PY}` takes it on those GPUs"
             )
-            return target
-    _entries.make(view, root)
+    for name in names:
+        _link(root, wheel, _entries.make(root / name, root))
+
+
+def _link(root: Path, wheel: Path, view: Path) -> None:
     part = root / f".fa-shim-{uuid.uuid4().hex[:12]}.part"  # the top level's: swept when stale
     try:
         os.link(wheel, part)
     except OSError:
-        return publish(wheel, view)
+        publish(wheel, view)
+        return
     try:
-        os.replace(part, target)
+        os.replace(part, view / wheel.name)
     except OSError as exc:
-        _failures.name_it(exc, target)
+        _failures.name_it(exc, view / wheel.name)
         raise
     finally:  # rename(2) onto a link of the same inode does nothing and leaves `part`
         part.unlink(missing_ok=True)
-    return target
 
 
 def _hit(root: Path, entry_key: str, wheel_name: str, check: Callable[[Path], None]):
@@ -254,13 +268,14 @@ def obtain(
 
 
 def index_dir(root: Path, view: str) -> Path:
-    """The PEP 503 simple index of a view (its full sets): `pip install --index-url
-    file://<it> flash-attn`, or a uv index with `explicit = true` (docs/guides/fleet.md)."""
+    """The PEP 503 simple index of a view (`torch-<v>`, `torch-<v>/<set>/sm90`: what it holds,
+    variants and variants.json included): `pip install --index-url file://<it> flash-attn`, or
+    a uv index with `explicit = true` (docs/guides/fleet.md)."""
     return root / "index" / view
 
 
 def write_index(root: Path, name: str) -> None:
-    """The view's index rewritten from it: a page per distribution linking each wheel relative
+    """The view's index rewritten from it: a page per distribution linking each file relative
     to the page (a share may be mounted elsewhere) with the sha256 its entry recorded."""
     view, index = root / name, index_dir(root, name)
     recorded = {}
@@ -272,8 +287,8 @@ def write_index(root: Path, name: str) -> None:
     pages: dict[str, list[str]] = {}
     for wheel in sorted([*view.glob("*.whl"), *view.glob(_variants.INDEX_GLOB)]):
         digest = recorded.get(wheel.stat().st_ino) or sha256_of(wheel)  # a copy: no link
-        href = f"../../../{view.name}/{quote(wheel.name)}#sha256={digest}"
         dist = _variants.project(wheel.name)  # a variant wheel's name: packaging parses none
+        href = f"{quote(os.path.relpath(wheel, index / dist))}#sha256={digest}"
         pages.setdefault(dist, []).append(f'<a href="{href}">{wheel.name}</a><br>')
     for dist, links in pages.items():
         _entries.make(index / dist, root)
@@ -289,11 +304,13 @@ def _page(links: list[str]) -> str:
 def _torch_view(root: Path, wheel: Path, torch_version: str, variants: bool = False) -> None:
     recorded = _recorded(wheel)  # read once: the view and the link both ask it
     view, whom = view_of(recorded, torch_version)
+    names = views(recorded, view)
     try:
-        linked = link_into(root, wheel, view, recorded)
-        if variants:
-            _variants.add(linked.parent, wheel, recorded)
-        write_index(root, view)
+        link_into(root, wheel, names, recorded)
+        if variants:  # a variant's name says its archs: each one beside the plain wheel
+            _variants.add(root / names[0], wheel, recorded)
+        for name in names:
+            write_index(root, name)
         keep_installer(root)
     except OSError as exc:  # the entry and the flat copy are kept: a warning, not a failure
         _log.warn(
