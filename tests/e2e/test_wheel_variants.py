@@ -202,11 +202,18 @@ def test_each_arch_build_keeps_a_directory_and_an_index_of_its_own(
         assert teammate(*pip, "--index-url", url, "flash-attn", venv="pip") == f"plain:{arch}"
 
 
-def test_uv_takes_the_variant_from_a_tailored_sets_index(tailored_cache, teammate):
-    """The index of a tailored set (index/torch-<v>/<set>/) links its plain wheel, its variants
-    and its variants.json: uv with the flag takes the GPU's variant of that set from its URL, uv
-    without it the plain wheel; `cache check` reads the set's variants.json and index links."""
+def test_uv_takes_the_variant_from_a_tailored_sets_index(tailored_cache, teammate, torch211_python):
+    """The index of a tailored set (index/torch-<v>/<set>/, the one install.py --index-url
+    names) links its plain wheel, its variants and its variants.json: uv with the flag takes the
+    GPU's variant of that set from its URL, uv without it the plain wheel; `cache check` reads
+    the set's variants.json and index links."""
     index = (tailored_cache / "index" / VIEW / TAILORED).as_uri()
+    asked = ["--kernel-set", TAILORED, "--archs", "80", "--index-url"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FA_SHIM_")}
+    assert (
+        run([torch211_python, tailored_cache / "install.py", *asked], env=env).stdout
+        == index + "\n"
+    )
     uv = ("uv", "pip", "install", "-q", "--python", "{python}", "--no-deps", "--index-url", index)
     h100, l4 = ({SM: sm, DRIVER: "13.0"} for sm in ("9.0", "8.9"))
     assert teammate(*uv, *PREVIEW, "flash-attn", gpu=h100) == f"sm90+{TAILORED}"
