@@ -18,7 +18,7 @@ from pathlib import Path
 
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 
-from ..core import _atomic, _log
+from ..core import _log
 from ..resources.runtime_guard import PROVENANCE
 from ..wheel import _wheelfile
 from . import _entries
@@ -223,13 +223,7 @@ def refresh(directory: Path, name: str) -> None:
             "as it was (remove the wheel named: the next build or hit rewrites it)"
         )
         return
-    data = _dumps(doc)
-    try:
-        if target.read_bytes() == data:
-            return
-    except OSError:
-        pass
-    _atomic.write(target, data)
+    _entries.keep(target, _dumps(doc))
 
 
 def add(directory: Path, wheel: Path, recorded: dict) -> None:
@@ -254,10 +248,9 @@ def check(root: Path) -> list[tuple[str, str, list[str]]]:
                 built.setdefault(entry.wheel.name, []).append(_members(zf))
         except (OSError, KeyError, ValueError, zipfile.BadZipFile):
             continue  # its own row says why
-    found = {*root.glob("*/*.whl"), *root.glob("*/*/*.whl")}
-    found |= {*root.glob(f"*/{INDEX_GLOB}"), *root.glob(f"*/*/{INDEX_GLOB}")}
+    views = ("*/*.whl", "*/*/*.whl", f"*/{INDEX_GLOB}", f"*/*/{INDEX_GLOB}")  # a torch's, a set's
     rows = []
-    for directory in sorted({p.parent for p in found}):
+    for directory in sorted({p.parent for glob in views for p in root.glob(glob)}):
         groups = _variant_wheels(directory)
         for name in sorted({*groups, *(p.name for p in directory.glob(INDEX_GLOB))}):
             wheels = groups.get(name, [])

@@ -337,12 +337,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--uv", nargs="?", const="uv", help="install with uv (or this uv)")
     parser.add_argument("--dry-run", action="store_true", help="say what would be installed")
-    parser.add_argument(
-        "--requirement", action="store_true", help="print its `name==version --hash` line only"
-    )
-    parser.add_argument(
-        "--index-url", action="store_true", help="print the URL of the index that serves it only"
-    )
+    parser.add_argument("--requirement", action="store_true", help="print its name==ver --hash")
+    parser.add_argument("--index-url", action="store_true", help="print the URL of its index")
     args = parser.parse_args(argv)
     archs = arch_names(args.archs) if args.archs is not None else None
     if args.archs is not None and not archs:
