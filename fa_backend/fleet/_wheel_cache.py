@@ -196,8 +196,8 @@ def _hit(root: Path, entry_key: str, wheel_name: str, check: Callable[[Path], No
 
 def _only_reading(why: str) -> None:
     _log.warn(
-        f"{why}: only reading it; a wheel built here is not kept there (name a wheel cache this "
-        "user can write with -C wheel-cache-dir=DIR, or turn it off with -C wheel-cache=false)"
+        f"{why}; a wheel built here is not kept there (name a wheel cache this user can "
+        "write with -C wheel-cache-dir=DIR, or turn it off with -C wheel-cache=false)"
     )
 
 
@@ -221,14 +221,16 @@ def obtain(
     entry_key = key(fingerprint)
     read_only = _atomic.unwritable(root)  # e.g. shared storage mounted read-only
     if read_only:
-        _only_reading(f"the wheel cache {root} is not writable ({read_only})")
+        _only_reading(f"the wheel cache {root} is not writable ({read_only}): only reading it")
     with contextlib.ExitStack() as stack:
         if not read_only:
             try:
                 stack.enter_context(locked(root, entry_key, lock_timeout, heartbeat))
             except OSError as exc:
                 why = f"{exc.strerror or exc}: {exc.filename or root / '.locks'}"
-                _only_reading(f"cannot take a lock in the wheel cache {root} ({why})")
+                _only_reading(
+                    f"cannot take a lock in the wheel cache {root} ({why}): only reading it"
+                )
                 read_only = str(exc)
         wheel = _hit(root, entry_key, wheel_name, check)
         if wheel is None:

@@ -196,14 +196,7 @@ def entries(root: str, dist: str | None = None) -> list[Entry]:
     return found
 
 
-def build_line(
-    root: str,
-    dist: str,
-    running: dict,
-    kernel_set: str,
-    gpus: list[str] | None,
-    binding: str | None = None,
-) -> str:
+def build_line(root: str, dist: str, running: dict, kernel_set: str, gpus, binding=None) -> str:
     project = PROJECTS.get(normal(dist), FA_SHIM)
     line = f"{sys.executable} -m pip install --no-build-isolation --no-deps {project}"
     line += f" -C wheel-cache-dir={root}" + (" -C torch-abi=stable" if binding == "stable" else "")
