@@ -75,7 +75,8 @@ def tailored_cache(tmp_path_factory, variant_cache) -> Path:
     from fa_backend.wheel._wheelfile import WheelWriter
 
     tmp = tmp_path_factory.mktemp("tailored")
-    for n, entry in enumerate(sorted(variant_cache.glob("*/entry.json"))):
+    entries = sorted(variant_cache.glob("*/entry.json"), key=lambda e: e.stat().st_mtime)
+    for n, entry in enumerate(entries):  # as they were built: =80, then =90
         wheel = entry.parent / json.loads(entry.read_text())["wheel"]
         with zipfile.ZipFile(wheel) as zf:
             (record,) = [m for m in zf.namelist() if m.endswith(".dist-info/RECORD")]
