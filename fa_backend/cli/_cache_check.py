@@ -276,7 +276,7 @@ def stale_links(root: Path) -> list[Row]:
     """Each index page's link to a wheel that is gone (deleted by hand): pip and uv fail on the
     whole index. The next build or hit for that view writes its index again from what is there."""
     rows = []
-    for page in sorted((root / "index").glob("*/*/index.html")):
+    for page in sorted((root / "index").rglob("index.html")):  # a view's: a set's, an arch set's
         with contextlib.suppress(OSError, UnicodeDecodeError):
             for href in _HREF.findall(page.read_text(encoding="utf-8")):
                 wheel = Path(os.path.normpath(page.parent / unquote(href)))

@@ -52,6 +52,15 @@ def make(path: Path, root: Path) -> Path:
     return path
 
 
+def keep(target: Path, data: bytes) -> None:
+    """target written whole (one rename) unless it holds data already: a reader of a shared
+    cache never meets a file being replaced for nothing."""
+    with contextlib.suppress(OSError):
+        if target.read_bytes() == data:
+            return
+    _atomic.write(target, data)
+
+
 @dataclasses.dataclass(frozen=True)
 class Entry:
     directory: Path
@@ -133,10 +142,4 @@ def clear_partials(root: Path, key: str, min_age_s: float = SWEEP_AGE_S) -> None
 
 def all_entries(root: Path) -> list[Path]:
     """The entry directories under root (their names are 32 hex digits), sorted."""
-    if not root.is_dir():
-        return []
-    return sorted(
-        p
-        for p in root.iterdir()
-        if len(p.name) == 32 and all(c in "0123456789abcdef" for c in p.name) and p.is_dir()
-    )
+    return sorted(p for p in root.glob("[0-9a-f]" * 32) if p.is_dir())

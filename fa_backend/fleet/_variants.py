@@ -18,7 +18,7 @@ from pathlib import Path
 
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 
-from ..core import _atomic, _log
+from ..core import _log
 from ..resources.runtime_guard import PROVENANCE
 from ..wheel import _wheelfile
 from . import _entries
@@ -52,17 +52,25 @@ def variant_of(recorded: dict) -> tuple[str, dict] | None:
     8.6 and 8.9, never on 9.0) and the CUDA driver its runtime needs (torch's CUDA release; a
     stable-ABI module runs on the runtime of any torch of that major: the major). None for a
     wheel without GPU code, or with code no value says."""
-    archs = [str(a) for a in recorded.get("cuda_archs") or []]
+    archs = sorted(map(str, recorded.get("cuda_archs") or []), key=_arch_order)
     torch = recorded.get("torch") or {}
     cuda = str(torch.get("cuda") or "").split(".")
     bases = [a if a.isdigit() else _SOLE.get(a) for a in archs]
     if not archs or not cuda[0] or None in bases:
         return None
-    order = sorted(range(len(archs)), key=lambda i: (int(bases[i]), archs[i]))
     bound = cuda[0] if torch.get("stable_abi") else ".".join(cuda[:2])
-    sm = list(dict.fromkeys(f"{bases[i]}_real" for i in order))
-    label = "_".join(f"sm{archs[i]}" for i in order)
-    return label, {NAMESPACE: {"cuda_version_lower_bound": [bound], "sm_arch": sm}}
+    sm = list(dict.fromkeys(f"{base}_real" for base in bases))
+    return label(archs), {NAMESPACE: {"cuda_version_lower_bound": [bound], "sm_arch": sm}}
+
+
+def _arch_order(arch: str) -> tuple[int, str]:
+    return int(re.match(r"\d*", arch).group() or 0), arch
+
+
+def label(archs: list) -> str:
+    """The GPU code of an arch set as one name, `sm80_sm90a` ("" for none): a variant's label,
+    and the directory of that arch set's plain wheels in a view (fleet/_wheel_cache)."""
+    return "_".join(f"sm{a}" for a in sorted(map(str, archs or ()), key=_arch_order))
 
 
 def split(filename: str) -> tuple[str, str | None]:
@@ -215,13 +223,7 @@ def refresh(directory: Path, name: str) -> None:
             "as it was (remove the wheel named: the next build or hit rewrites it)"
         )
         return
-    data = _dumps(doc)
-    try:
-        if target.read_bytes() == data:
-            return
-    except OSError:
-        pass
-    _atomic.write(target, data)
+    _entries.keep(target, _dumps(doc))
 
 
 def add(directory: Path, wheel: Path, recorded: dict) -> None:
@@ -246,10 +248,9 @@ def check(root: Path) -> list[tuple[str, str, list[str]]]:
                 built.setdefault(entry.wheel.name, []).append(_members(zf))
         except (OSError, KeyError, ValueError, zipfile.BadZipFile):
             continue  # its own row says why
-    found = {*root.glob("*/*.whl"), *root.glob("*/*/*.whl")}
-    found |= {*root.glob(f"*/{INDEX_GLOB}"), *root.glob(f"*/*/{INDEX_GLOB}")}
+    views = ("*/*.whl", "*/*/*.whl", f"*/{INDEX_GLOB}", f"*/*/{INDEX_GLOB}")  # a torch's, a set's
     rows = []
-    for directory in sorted({p.parent for p in found}):
+    for directory in sorted({p.parent for glob in views for p in root.glob(glob)}):
         groups = _variant_wheels(directory)
         for name in sorted({*groups, *(p.name for p in directory.glob(INDEX_GLOB))}):
             wheels = groups.get(name, [])

@@ -1,9 +1,9 @@
 """Finished wheels, kept by the full fingerprint of what went into them ("build once, use
 everywhere"): <root>/<key>/ the entry (_entries), <root>/install.py a teammate's install
-(resources/team_install.py), <root>/torch-<v>/[<set>/] hard links per torch.__version__ (and
-tailored kernel set) for --find-links, or for a module on torch's stable ABI, which serves every
-torch from its floor of one CUDA major, <root>/stable-cu<N>-torch<floor>plus/, <root>/index/<view>/
-a PEP 503 index of each such view, and
+(resources/team_install.py), <root>/torch-<v>/[<set>/][<archs>/] hard links per
+torch.__version__ (and tailored kernel set, and arch set: `sm80_sm90`) for --find-links, or for
+a module on torch's stable ABI, which serves every torch from its floor of one CUDA major,
+<root>/stable-cu<N>-torch<floor>plus/..., <root>/index/<view>/ a PEP 503 index of each view, and
 <root>/.locks/<key>.lock one builder per key on any host (docs/guides/fleet.md)."""
 
 from __future__ import annotations
@@ -118,11 +118,7 @@ def keep_installer(root: Path) -> None:
     text = INSTALLER.read_text(encoding="utf-8")
     projects = {normal(f.names.dist): str(f.project_dir()) for f in _registry.every()}
     text = text.replace("PROJECTS: dict = {}", f"PROJECTS: dict = {projects!r}", 1)
-    target = root / INSTALL_PY
-    with contextlib.suppress(OSError):
-        if target.read_text(encoding="utf-8") == text:
-            return
-    _atomic.write(target, text.encode())
+    _entries.keep(root / INSTALL_PY, text.encode())
 
 
 def _recorded(wheel: Path) -> dict:
@@ -135,39 +131,46 @@ def _recorded(wheel: Path) -> dict:
         return {}
 
 
-def link_into(root: Path, wheel: Path, view: str, recorded: dict) -> Path:
-    """The wheel (its provenance `recorded`) in its view: a hard link renamed into place (a copy
-    where the file system links nothing). A wheel's name does not say its GPU archs: a file of
-    that name built for other GPUs stays (a warning says so) unless this build's covers its;
-    install.py tells the entries apart. Anything else there (a file that is no fa-shim wheel, a
-    link to one of the user's, a copy cut short) is replaced, for a CPU torch as for a CUDA one."""
+def link_into(root: Path, wheel: Path, view: str, recorded: dict) -> list[str]:
+    """The wheel (its provenance `recorded`) linked into its views, which it returns: the
+    torch's directory `view` or its tailored kernel set's below it, and below that its arch
+    set's (`sm80_sm90`; none without GPU code): a wheel's name does not say its archs, so only
+    there is every build kept apart. A hard link renamed into place (a copy where the file
+    system links nothing). In the torch's (or set's) directory a file of that name built for
+    other GPUs stays (one warning says where this one is) unless this build's archs cover its;
+    anything else there (a file that is no fa-shim wheel, a link to one of the user's, a copy
+    cut short) is replaced, for a CPU torch as for a CUDA one."""
     kernel_set = recorded.get("kernel_set_name") or "full"
-    view = root / view / ("" if kernel_set == "full" else kernel_set)
-    target = view / wheel.name
+    top = view if kernel_set == "full" else f"{view}/{kernel_set}"
+    archs = _variants.label(recorded.get("cuda_archs"))
+    names = linked = [top, *([f"{top}/{archs}"] if archs else [])]
+    target = root / top / wheel.name
     if target.is_file() and not os.path.samefile(target, wheel):
         theirs, ours = _recorded(target).get("cuda_archs"), recorded.get("cuda_archs")
         # no readable provenance: not a build of ours (None, never []); a superset replaces it
         if theirs is not None and theirs != ours and not set(theirs) < set(ours or ()):
+            linked = names[1:]  # its arch set's directory, if it has one
+            where = f"{root / names[-1]} (index: {index_dir(root, names[-1])})"
             _log.warn(
                 f"{target} is the build for sm_{',sm_'.join(theirs)}, and stays: this one "
-                f"(sm_{',sm_'.join(ours or [])}) is only in {wheel.parent}, and "
-                f"`python {root / INSTALL_PY}` takes it on those GPUs"
+                f"(sm_{',sm_'.join(ours or [])}) is in {where if linked else wheel.parent}, "
+                f"and `python {root / INSTALL_PY}` takes it on those GPUs"
             )
-            return target
-    _entries.make(view, root)
-    part = root / f".fa-shim-{uuid.uuid4().hex[:12]}.part"  # the top level's: swept when stale
-    try:
-        os.link(wheel, part)
-    except OSError:
-        return publish(wheel, view)
-    try:
-        os.replace(part, target)
-    except OSError as exc:
-        _failures.name_it(exc, target)
-        raise
-    finally:  # rename(2) onto a link of the same inode does nothing and leaves `part`
-        part.unlink(missing_ok=True)
-    return target
+    for directory in (_entries.make(root / name, root) for name in linked):
+        part = root / f".fa-shim-{uuid.uuid4().hex[:12]}.part"  # the top level's: swept if stale
+        try:
+            os.link(wheel, part)
+        except OSError:
+            publish(wheel, directory)
+            continue
+        try:
+            os.replace(part, directory / wheel.name)
+        except OSError as exc:
+            _failures.name_it(exc, directory / wheel.name)
+            raise
+        finally:  # rename(2) onto a link of the same inode does nothing and leaves `part`
+            part.unlink(missing_ok=True)
+    return names
 
 
 def _hit(root: Path, entry_key: str, wheel_name: str, check: Callable[[Path], None]):
@@ -191,12 +194,10 @@ def _hit(root: Path, entry_key: str, wheel_name: str, check: Callable[[Path], No
     return entry.wheel
 
 
-def _cannot_lock(root: Path, exc: OSError) -> None:
+def _only_reading(why: str) -> None:
     _log.warn(
-        f"cannot take a lock in the wheel cache {root} ({exc.strerror or exc}: "
-        f"{exc.filename or root / '.locks'}): only reading it; a wheel built here is not kept "
-        "there (name a wheel cache this user can write with -C wheel-cache-dir=DIR, or turn "
-        "it off with -C wheel-cache=false)"
+        f"{why}; a wheel built here is not kept there (name a wheel cache this user can "
+        "write with -C wheel-cache-dir=DIR, or turn it off with -C wheel-cache=false)"
     )
 
 
@@ -220,17 +221,16 @@ def obtain(
     entry_key = key(fingerprint)
     read_only = _atomic.unwritable(root)  # e.g. shared storage mounted read-only
     if read_only:
-        _log.warn(
-            f"the wheel cache {root} is not writable ({read_only}): only reading it; a wheel "
-            "built here is not kept there (name a writable one with -C wheel-cache-dir=DIR, "
-            "or turn it off with -C wheel-cache=false)"
-        )
+        _only_reading(f"the wheel cache {root} is not writable ({read_only}): only reading it")
     with contextlib.ExitStack() as stack:
         if not read_only:
             try:
                 stack.enter_context(locked(root, entry_key, lock_timeout, heartbeat))
             except OSError as exc:
-                _cannot_lock(root, exc)
+                why = f"{exc.strerror or exc}: {exc.filename or root / '.locks'}"
+                _only_reading(
+                    f"cannot take a lock in the wheel cache {root} ({why}): only reading it"
+                )
                 read_only = str(exc)
         wheel = _hit(root, entry_key, wheel_name, check)
         if wheel is None:
@@ -254,32 +254,31 @@ def obtain(
 
 
 def index_dir(root: Path, view: str) -> Path:
-    """The PEP 503 simple index of a view (its full sets): `pip install --index-url
-    file://<it> flash-attn`, or a uv index with `explicit = true` (docs/guides/fleet.md)."""
+    """The PEP 503 simple index of a view (`torch-<v>`, `torch-<v>/<set>/sm90`: what it holds,
+    variants and variants.json included): `pip install --index-url file://<it> flash-attn`, or
+    a uv index with `explicit = true` (docs/guides/fleet.md)."""
     return root / "index" / view
 
 
 def write_index(root: Path, name: str) -> None:
-    """The view's index rewritten from it: a page per distribution linking each wheel relative
+    """The view's index rewritten from it: a page per distribution linking each file relative
     to the page (a share may be mounted elsewhere) with the sha256 its entry recorded."""
     view, index = root / name, index_dir(root, name)
     recorded = {}
-    for directory in _entries.all_entries(root):
-        entry = _entries.load(directory)
+    for entry in filter(None, map(_entries.load, _entries.all_entries(root))):
         with contextlib.suppress(OSError):
-            if entry:
-                recorded[os.stat(entry.wheel).st_ino] = entry.sha256
+            recorded[entry.wheel.stat().st_ino] = entry.sha256
     pages: dict[str, list[str]] = {}
     for wheel in sorted([*view.glob("*.whl"), *view.glob(_variants.INDEX_GLOB)]):
         digest = recorded.get(wheel.stat().st_ino) or sha256_of(wheel)  # a copy: no link
-        href = f"../../../{view.name}/{quote(wheel.name)}#sha256={digest}"
         dist = _variants.project(wheel.name)  # a variant wheel's name: packaging parses none
+        href = f"{quote(os.path.relpath(wheel, index / dist))}#sha256={digest}"
         pages.setdefault(dist, []).append(f'<a href="{href}">{wheel.name}</a><br>')
     for dist, links in pages.items():
         _entries.make(index / dist, root)
-        _atomic.write(index / dist / "index.html", _page(links).encode())
+        _entries.keep(index / dist / "index.html", _page(links).encode())
     links = [f'<a href="{dist}/">{dist}</a><br>' for dist in sorted(pages)]
-    _atomic.write(index / "index.html", _page(links).encode())
+    _entries.keep(index / "index.html", _page(links).encode())
 
 
 def _page(links: list[str]) -> str:
@@ -290,10 +289,11 @@ def _torch_view(root: Path, wheel: Path, torch_version: str, variants: bool = Fa
     recorded = _recorded(wheel)  # read once: the view and the link both ask it
     view, whom = view_of(recorded, torch_version)
     try:
-        linked = link_into(root, wheel, view, recorded)
-        if variants:
-            _variants.add(linked.parent, wheel, recorded)
-        write_index(root, view)
+        names = link_into(root, wheel, view, recorded)
+        if variants:  # a variant's name says its archs: each one beside the plain wheel
+            _variants.add(root / names[0], wheel, recorded)
+        for name in names:
+            write_index(root, name)
         keep_installer(root)
     except OSError as exc:  # the entry and the flat copy are kept: a warning, not a failure
         _log.warn(

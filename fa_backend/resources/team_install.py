@@ -196,14 +196,7 @@ def entries(root: str, dist: str | None = None) -> list[Entry]:
     return found
 
 
-def build_line(
-    root: str,
-    dist: str,
-    running: dict,
-    kernel_set: str,
-    gpus: list[str] | None,
-    binding: str | None = None,
-) -> str:
+def build_line(root: str, dist: str, running: dict, kernel_set: str, gpus, binding=None) -> str:
     project = PROJECTS.get(normal(dist), FA_SHIM)
     line = f"{sys.executable} -m pip install --no-build-isolation --no-deps {project}"
     line += f" -C wheel-cache-dir={root}" + (" -C torch-abi=stable" if binding == "stable" else "")
@@ -273,17 +266,18 @@ def checked(entry: Entry) -> str:
 
 def index_url(root: str, entry: Entry) -> str:
     """The file:// URL of the cache's PEP 503 index whose view holds this entry's own file (a
-    per-torch or a stable-ABI view alike; fleet/_wheel_cache.write_index), for a frontend's
-    --index-url: the wheel this program would install, found by pip or uv themselves."""
+    torch's, a stable-ABI one's, a kernel set's or an arch set's below them, the shallowest
+    first; fleet/_wheel_cache.write_index), for a frontend's --index-url: the wheel this program
+    would install, found by pip or uv themselves."""
     indexes = os.path.join(root, "index")
-    for view in sorted(os.listdir(indexes) if os.path.isdir(indexes) else ()):
-        linked = os.path.join(root, view, entry.name)
+    found = [d for d, _, files in os.walk(indexes) if "index.html" in files]
+    for index in sorted(found, key=lambda d: (d.count(os.sep), d)):
+        linked = os.path.join(root, os.path.relpath(index, indexes), entry.name)
         if os.path.isfile(linked) and os.path.samefile(linked, entry.wheel):
-            return pathlib.Path(indexes, view).as_uri()
+            return pathlib.Path(index).as_uri()
     raise Miss(
-        f"no index of {root} serves {entry.wheel} (a tailored kernel set, or a build whose file "
-        f"name another arch set holds in its view): install it with "
-        f"{sys.executable} {os.path.join(root, 'install.py')}"
+        f"no index of {root} serves {entry.wheel} yet (the next build or hit of it writes its "
+        f"view and index): install it with {sys.executable} {os.path.join(root, 'install.py')}"
     )
 
 
@@ -336,12 +330,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--uv", nargs="?", const="uv", help="install with uv (or this uv)")
     parser.add_argument("--dry-run", action="store_true", help="say what would be installed")
-    parser.add_argument(
-        "--requirement", action="store_true", help="print its `name==version --hash` line only"
-    )
-    parser.add_argument(
-        "--index-url", action="store_true", help="print the URL of the index that serves it only"
-    )
+    parser.add_argument("--requirement", action="store_true", help="print its name==ver --hash")
+    parser.add_argument("--index-url", action="store_true", help="print the URL of its index")
     args = parser.parse_args(argv)
     archs = arch_names(args.archs) if args.archs is not None else None
     if args.archs is not None and not archs:

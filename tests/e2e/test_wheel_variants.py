@@ -5,15 +5,19 @@ cache. With `--preview-features wheel-variants` and the NVIDIA provider's two ov
 (this box has no GPU), uv takes the sm_90 variant on a 9.0 GPU, the sm_80 one on 8.9 and 8.6, from
 the torch's directory and from its index, and so does `uv pip sync` of a file `uv pip compile`
 wrote; pip 23.2, the current pip, and uv without the flag or with one variable take the plain
-wheel. `cache check` reads the variants.json against the wheels. The installs go into a venv
+wheel. Each arch set's build stays reachable, from its own directory and index (sm80/, sm90/:
+issue 55's K3), and uv takes the sm_90 variant of a tailored set from that set's index too.
+`cache check` reads the variants.json against the wheels. The installs go into a venv
 without torch (`--no-deps`): which file uv or pip chose is what is looked at, in the installed
 distribution (a variant's .dist-info holds its variant.json)."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -26,15 +30,18 @@ VIEW = "torch-2.11.0+cu130"
 SM = "NV_VARIANT_PROVIDER_FORCE_SM_ARCH"
 DRIVER = "NV_VARIANT_PROVIDER_FORCE_CUDA_DRIVER_VERSION"
 PREVIEW = ("--preview-features", "wheel-variants")
-WHICH = (
-    "import importlib.metadata as m, json\n"
-    "try:\n"
-    "    text = m.distribution('flash-attn').read_text('variant.json')\n"
-    "except m.PackageNotFoundError:\n"
-    "    print('none')\n"
-    "else:\n"
-    "    print(','.join(json.loads(text)['variants']) if text else 'plain')\n"
-)
+TAILORED = "hdim32.bf16.fwd"  # a kernel set's name, as FA2 names one (the sample has none)
+# what the venv holds: a variant's labels, or "plain:<its archs>", or "none"; "+<set>" if tailored
+WHICH = """
+import importlib.metadata as m, json
+try:
+    d = m.distribution('flash-attn')
+except m.PackageNotFoundError:
+    raise SystemExit(print('none'))
+text, prov = d.read_text('variant.json'), json.loads(d.read_text('fa_shim_provenance.json'))
+got = ','.join(json.loads(text)['variants']) if text else 'plain:' + ','.join(prov['cuda_archs'])
+print(got + ('' if prov['kernel_set_name'] == 'full' else '+' + prov['kernel_set_name']))
+"""
 
 
 @pytest.fixture(scope="module")
@@ -56,6 +63,37 @@ def variant_cache(tmp_path_factory, torch211_python) -> Path:
             env=env,
         )  # fmt: skip
     return root
+
+
+@pytest.fixture(scope="module")
+def tailored_cache(tmp_path_factory, variant_cache) -> Path:
+    """The =80 and =90 builds again as a tailored kernel set's, kept by the wheel cache with
+    variants on as a build keeps them (`obtain`, as pipeline/_build calls it): the sample has no
+    kernel sets, so each wheel is written anew with TAILORED as its provenance's set (its RECORD
+    anew too). A real tailored FA2 set on an H200: bench/results (docs/guides/fleet.md)."""
+    from fa_backend.fleet import _wheel_cache
+    from fa_backend.wheel._wheelfile import WheelWriter
+
+    tmp = tmp_path_factory.mktemp("tailored")
+    entries = sorted(variant_cache.glob("*/entry.json"), key=lambda e: e.stat().st_mtime)
+    for n, entry in enumerate(entries):  # as they were built: =80, then =90
+        wheel = entry.parent / json.loads(entry.read_text())["wheel"]
+        with zipfile.ZipFile(wheel) as zf:
+            (record,) = [m for m in zf.namelist() if m.endswith(".dist-info/RECORD")]
+            writer = WheelWriter(tmp / str(n) / wheel.name, record.split("/")[0])
+            for info in zf.infolist():
+                data = zf.read(info)
+                if info.filename.endswith("/fa_shim_provenance.json"):
+                    data = json.dumps({**json.loads(data), "kernel_set_name": TAILORED}).encode()
+                if info.filename != record:
+                    writer.add(info.filename, data, info.external_attr >> 16)
+        (tmp / str(n)).mkdir()
+        tailored = writer.write()
+        _wheel_cache.obtain(
+            tmp / "fa", {"tailored": n}, wheel.name, tmp / "out", lambda w: None,
+            lambda w=tailored: w, 600, 15, torch_version="2.11.0+cu130", variants=True,
+        )  # fmt: skip
+    return tmp / "fa"
 
 
 @pytest.fixture(scope="module")
@@ -99,8 +137,9 @@ def test_uv_takes_the_variant_for_the_gpu_and_pip_the_plain_wheel(
     (plain,) = [p.name for p in view.glob("*.whl") if p.name.endswith("linux_x86_64.whl")]
     stem = plain.removesuffix(".whl")
     name, version = stem.split("-")[:2]
+    index_json = f"{name}-{version.lower()}-variants.json"
     assert sorted(p.name for p in view.iterdir()) == sorted(
-        [plain, f"{stem}-sm80.whl", f"{stem}-sm90.whl", f"{name}-{version.lower()}-variants.json"]
+        [plain, f"{stem}-sm80.whl", f"{stem}-sm90.whl", index_json, "sm80", "sm90"]
     )
     index = f"file://{variant_cache / 'index' / VIEW}"
     links = ("--find-links", str(view), "--no-index")
@@ -111,10 +150,10 @@ def test_uv_takes_the_variant_for_the_gpu_and_pip_the_plain_wheel(
     assert teammate(*uv, "--index-url", index, "flash-attn", gpu=h100) == "sm90"
     assert teammate(*uv, "--index-url", index, "flash-attn", gpu=a10) == "sm80"
     # a driver older than the wheel's CUDA 13.0, and one override alone: no variant
-    assert teammate(*uv, *links, "flash-attn", gpu={SM: "9.0", DRIVER: "12.8"}) == "plain"
-    assert teammate(*uv, *links, "flash-attn", gpu={SM: "9.0"}) == "plain"
+    assert teammate(*uv, *links, "flash-attn", gpu={SM: "9.0", DRIVER: "12.8"}) == "plain:80"
+    assert teammate(*uv, *links, "flash-attn", gpu={SM: "9.0"}) == "plain:80"
     without = [a for a in uv if a not in PREVIEW]
-    assert teammate(*without, *links, "flash-attn", gpu=h100) == "plain"
+    assert teammate(*without, *links, "flash-attn", gpu=h100) == "plain:80"
 
     # a non-universal `uv pip compile` (hashed), then `uv pip sync` into fresh venvs
     teammate("bash", "-c", "echo flash-attn > req.in", venv="compile")
@@ -131,8 +170,8 @@ def test_uv_takes_the_variant_for_the_gpu_and_pip_the_plain_wheel(
     for spec in ("pip==23.2.1", "pip"):
         add = ("uv", "pip", "install", "-q", "--python", "{python}", "-U", spec)
         assert teammate(*add, venv=spec) == "none"
-        assert teammate(*pip, *links, "flash-attn", gpu=h100, venv=spec) == "plain"
-        assert teammate(*pip, "--index-url", index, "flash-attn", gpu=h100, venv=spec) == "plain"
+        assert teammate(*pip, *links, "flash-attn", gpu=h100, venv=spec) == "plain:80"
+        assert teammate(*pip, "--index-url", index, "flash-attn", gpu=h100, venv=spec) == "plain:80"
 
 
 def test_cache_check_reads_the_variants_json_against_the_wheels(variant_cache):
@@ -141,4 +180,46 @@ def test_cache_check_reads_the_variants_json_against_the_wheels(variant_cache):
     proc = run([sys.executable, "-m", "fa_backend", "cache", "check", variant_cache], cwd=REPO)
     found = rf"ok +{re.escape(VIEW)}/\S+-variants\.json  2 variant wheel\(s\): sm80, sm90\n"
     found += r" +matches its variant wheels: their labels, GPU code, RECORDs and entries"
+    assert re.search(found, proc.stdout), proc.stdout
+
+
+def test_each_arch_build_keeps_a_directory_and_an_index_of_its_own(
+    variant_cache, teammate, torch211_python
+):
+    """Issue 55's K3: the =80 and =90 builds have one file name. The torch's directory keeps the
+    first; each arch set's directory below it (sm80/, sm90/) and its index hold that build, so
+    pip takes either one; install.py --index-url names the index of the build it takes, and pip
+    installs that build from it."""
+    view = variant_cache / VIEW
+    pip = ("{python}", "-m", "pip", "install", "-q", "--no-deps", "--force-reinstall")
+    teammate("uv", "pip", "install", "-q", "--python", "{python}", "pip", venv="pip")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FA_SHIM_")}
+    for arch, index in (("80", VIEW), ("90", f"{VIEW}/sm90")):
+        links = ("--no-index", "--find-links", str(view / f"sm{arch}"))
+        assert teammate(*pip, *links, "flash-attn", venv="pip") == f"plain:{arch}"
+        asked = [torch211_python, variant_cache / "install.py", "--archs", arch, "--index-url"]
+        url = run(asked, env=env).stdout.strip()
+        assert url == (variant_cache / "index" / index).as_uri()
+        assert teammate(*pip, "--index-url", url, "flash-attn", venv="pip") == f"plain:{arch}"
+
+
+def test_uv_takes_the_variant_from_a_tailored_sets_index(tailored_cache, teammate, torch211_python):
+    """The index of a tailored set (index/torch-<v>/<set>/, the one install.py --index-url
+    names) links its plain wheel, its variants and its variants.json: uv with the flag takes the
+    GPU's variant of that set from its URL, uv without it the plain wheel; `cache check` reads
+    the set's variants.json and index links."""
+    index = (tailored_cache / "index" / VIEW / TAILORED).as_uri()
+    asked = ["--kernel-set", TAILORED, "--archs", "80", "--index-url"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FA_SHIM_")}
+    assert (
+        run([torch211_python, tailored_cache / "install.py", *asked], env=env).stdout
+        == index + "\n"
+    )
+    uv = ("uv", "pip", "install", "-q", "--python", "{python}", "--no-deps", "--index-url", index)
+    h100, l4 = ({SM: sm, DRIVER: "13.0"} for sm in ("9.0", "8.9"))
+    assert teammate(*uv, *PREVIEW, "flash-attn", gpu=h100) == f"sm90+{TAILORED}"
+    assert teammate(*uv, *PREVIEW, "flash-attn", gpu=l4) == f"sm80+{TAILORED}"
+    assert teammate(*uv, "flash-attn", gpu=h100) == f"plain:80+{TAILORED}"
+    proc = run([sys.executable, "-m", "fa_backend", "cache", "check", tailored_cache], cwd=REPO)
+    found = rf"ok +{re.escape(VIEW)}/{re.escape(TAILORED)}/\S+-variants\.json  2 variant wheel"
     assert re.search(found, proc.stdout), proc.stdout

@@ -141,3 +141,20 @@ def test_a_rebuild_differing_only_in_the_objects_the_cache_gave_is_the_same_whee
         assert bad.result == "FAILED" and "not what its fingerprint builds" in bad.reason
     differ = f"members that differ: demo-1.0.dist-info/{PROVENANCE}, demo/k.so"
     assert other_module.reason.endswith(differ), other_module.reason
+
+
+def test_the_index_of_a_kernel_sets_arch_set_is_read_too(tmp_path):
+    """Every view has its index (a tailored set's, an arch set's below it: fleet/_wheel_cache),
+    and each one's links are read: a wheel gone from torch-<v>/<set>/sm90/ fails that index."""
+    root, name = tmp_path / "cache", "demo-1.0+cu130-cp311-cp311-linux_x86_64.whl"
+    with zipfile.ZipFile(tmp_path / name, "w") as z:
+        prov = {"cuda_archs": ["90"], "kernel_set_name": "hdim128"}
+        z.writestr("demo-1.0.dist-info/fa_shim_provenance.json", json.dumps(prov))
+    _wheel_cache.obtain(
+        root, {"d": 1}, name, tmp_path / "out", lambda w: None, lambda: tmp_path / name, 600,
+        15, torch_version="2.11.0+cu130",
+    )  # fmt: skip
+    assert _cache_check.stale_links(root) == []
+    (root / "torch-2.11.0+cu130" / "hdim128" / "sm90" / name).unlink()
+    (row,) = _cache_check.stale_links(root)
+    assert (row.key, row.wheel) == ("index/torch-2.11.0+cu130/hdim128/sm90/demo", name)

@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import zipfile
 from pathlib import Path
-from urllib.parse import quote
+from urllib.parse import quote, unquote
 
 import pytest
 
@@ -114,10 +115,11 @@ def _wheel(path: Path, archs: list[str], kernel_set: str) -> Path:
 
 def test_views_keep_each_arch_set_and_kernel_set_apart(tmp_path, capfd):
     """Builds for sm_80 then sm_90 (one file name: the archs are not in it) and a tailored set, for
-    one torch: the torch's directory keeps the sm_80 file (the sm_90 one only in its entry, with a
-    warning naming install.py), the tailored set sits in a directory of its own below it (an
-    unpinned install from the torch's directory takes the full set), and the top level holds no
-    wheel (a frontend pointed there would rank another torch's higher)."""
+    one torch: the torch's directory keeps the sm_80 file (one warning names where the sm_90 one
+    is), each arch set's directory below it (sm80/, sm90/) holds its own build, with an index of
+    its own, so neither is lost; the tailored set sits in a directory of its own, with its index
+    (an unpinned install from the torch's directory or index takes the full set), and the top
+    level holds no wheel (a frontend pointed there would rank another torch's higher)."""
     root, name = tmp_path / "cache", "demo-1.0+cu130torch2.11-cp311-cp311-linux_x86_64.whl"
     tailored = name.replace("2.11-", "2.11.hdim128-")
     builds = [
@@ -133,19 +135,26 @@ def test_views_keep_each_arch_set_and_kernel_set_apart(tmp_path, capfd):
             600, 15, torch_version="2.11.0+cu130",
         )  # fmt: skip
     view = root / "torch-2.11.0+cu130"
-    assert sorted(p.name for p in view.iterdir()) == sorted([name, "hdim128"])
-    entry_80 = root / _wheel_cache.key({"a": 80}) / name
-    assert (view / name).stat().st_ino == entry_80.stat().st_ino
-    assert [p.name for p in (view / "hdim128").iterdir()] == [tailored]
+    assert sorted(p.name for p in view.iterdir()) == sorted([name, "hdim128", "sm80", "sm90"])
+    entry = {a: root / _wheel_cache.key({"a": a}) / n for a, n in ((80, name), (90, name))}
+    entry[1] = root / _wheel_cache.key({"a": 1}) / tailored
+    for path, built in [("", 80), ("sm80/", 80), ("sm90/", 90), ("hdim128/sm80/", 1)]:
+        linked = view / path / (tailored if built == 1 else name)
+        assert linked.stat().st_ino == entry[built].stat().st_ino, path
+    assert sorted(p.name for p in (view / "hdim128").iterdir()) == [tailored, "sm80"]
     assert not list(root.glob("*.whl"))
     err = capfd.readouterr().err
-    assert f"{view / name} is the build for sm_80, and stays: this one (sm_90) is only in" in err
+    assert (
+        f"{view / name} is the build for sm_80, and stays: this one (sm_90) is in {view / 'sm90'} "
+        f"(index: {root / 'index' / view.name / 'sm90'}), and `python {root / 'install.py'}`"
+    ) in err
     index = _wheel_cache.index_dir(root, "torch-2.11.0+cu130")
     assert 'href="demo/"' in (index / "index.html").read_text()
-    page = (index / "demo" / "index.html").read_text()  # the view's full set, its entry's hash
-    digest = hashlib.sha256(entry_80.read_bytes()).hexdigest()
-    href = f"../../../torch-2.11.0+cu130/{quote(name)}#sha256={digest}"
-    assert f'<a href="{href}">{name}</a>' in page and tailored not in page
+    for path, built in [("", 80), ("sm90", 90), ("hdim128", 1), ("hdim128/sm80", 1)]:
+        page = index / path / "demo" / "index.html"  # each view's own file, its entry's hash
+        ((href, digest),) = re.findall(r'href="([^"#]+)#sha256=(\w+)"', page.read_text())
+        assert Path(page.parent, unquote(href)).samefile(entry[built])
+        assert digest == hashlib.sha256(entry[built].read_bytes()).hexdigest()
 
 
 def test_the_torchs_view_and_index_keep_the_build_whose_archs_cover_the_others(tmp_path, capfd):
