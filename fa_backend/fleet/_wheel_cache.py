@@ -19,15 +19,14 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from urllib.parse import quote
 
-from packaging.utils import parse_wheel_filename
+from packaging.utils import canonicalize_name, parse_wheel_filename
 
 from ..core import _atomic, _failures, _hostlock, _log, _ownership
 from ..core._digest import sha256_of
 from ..core._errors import FaShimError
 from ..flavours import _registry
-from ..resources import INSTALLER
+from ..resources import CHECKOUT, INSTALLER
 from ..resources.runtime_guard import PROVENANCE
-from ..resources.team_install import normal
 from ..wheel._metadata import stable_abi_label
 from ..wheel._wheelfile import publish
 from . import _entries, _variants
@@ -116,7 +115,15 @@ def keep_installer(root: Path) -> None:
     checkout for the build line of a miss); rewritten only when it differs, so readers never
     meet a file being replaced."""
     text = INSTALLER.read_text(encoding="utf-8")
-    projects = {normal(f.names.dist): str(f.project_dir()) for f in _registry.every()}
+    with contextlib.suppress(OSError):  # this installer, naming this checkout's projects: kept
+        kept = (root / INSTALL_PY).read_text(encoding="utf-8")  # (a hit imports no flavour)
+        line = next((r for r in kept.splitlines() if r.startswith("PROJECTS: dict = {")), "")
+        if repr(str(CHECKOUT)) in line and kept.replace(line, "PROJECTS: dict = {}", 1) == text:
+            return
+    projects = {
+        canonicalize_name(f.names.dist).replace("-", "_"): str(f.project_dir())
+        for f in _registry.every()
+    }
     text = text.replace("PROJECTS: dict = {}", f"PROJECTS: dict = {projects!r}", 1)
     _entries.keep(root / INSTALL_PY, text.encode())
 
@@ -175,10 +182,11 @@ def link_into(root: Path, wheel: Path, view: str, recorded: dict) -> list[str]:
 
 def _hit(root: Path, entry_key: str, wheel_name: str, check: Callable[[Path], None]):
     """The entry's wheel when it is whole, the bytes it recorded, and passes `check` (RECORD
-    and verify); a warning and None for one that fails. Only a served wheel is called a hit."""
+    and verify); a warning and None for one that fails; False where there is no entry. Only a
+    served wheel is called a hit."""
     entry = _entries.load(root / entry_key, wheel_name)
     if entry is None:
-        return None
+        return False
     try:
         why = _entries.matches(entry)
         if why:
@@ -222,8 +230,11 @@ def obtain(
     read_only = _atomic.unwritable(root)  # e.g. shared storage mounted read-only
     if read_only:
         _only_reading(f"the wheel cache {root} is not writable ({read_only}): only reading it")
+    # a whole entry needs no lock (entries are renamed into place whole); a miss takes it, and
+    # looks again once it holds it: another builder may have stored the wheel meanwhile
+    wheel = _hit(root, entry_key, wheel_name, check)
     with contextlib.ExitStack() as stack:
-        if not read_only:
+        if not wheel and not read_only:
             try:
                 stack.enter_context(locked(root, entry_key, lock_timeout, heartbeat))
             except OSError as exc:
@@ -232,8 +243,9 @@ def obtain(
                     f"cannot take a lock in the wheel cache {root} ({why}): only reading it"
                 )
                 read_only = str(exc)
-        wheel = _hit(root, entry_key, wheel_name, check)
-        if wheel is None:
+        if wheel is False:  # None: an entry that failed its check (said once), built again
+            wheel = _hit(root, entry_key, wheel_name, check)
+        if not wheel:
             wheel = build()
             if not read_only:
                 try:
