@@ -17,14 +17,11 @@ from ..toolchain._mangling import demangle, is_torch_symbol, string_abi
 from ..toolchain._torch import TorchInfo
 from . import _stable_abi
 from ._elf import TORCH_LIBS, ElfModule, TorchExports
-from ._report import FAIL, PASS, SKIP, Check, plural
+from ._report import FAIL, PASS, SKIP, Check, first, plural
 from ._targets import Target
 
 if TYPE_CHECKING:
     from ..flavours._interface import Flavour
-
-
-_LIST_LIMIT = 15
 
 
 @dataclasses.dataclass(frozen=True)
@@ -205,9 +202,6 @@ def check_symbols(
             f"{', '.join(exports.libs)}",
         ), abi_check
     readable = demangle(unresolved)
-    shown = [readable[s] for s in unresolved[:_LIST_LIMIT]]
-    if len(unresolved) > _LIST_LIMIT:
-        shown.append(f"... and {len(unresolved) - _LIST_LIMIT} more")
     cause = "the module was compiled against a different torch"
     if abi_check.status == FAIL:
         cause = abi_check.summary.split(":")[0]
@@ -217,7 +211,7 @@ def check_symbols(
         f"{len(unresolved)} of the {plural(len(refs), 'symbol')} the module takes from torch "
         f"{_verb(len(unresolved), 'is', 'are')} not exported by torch {torch.version} "
         f"({cause}); importing it fails with 'undefined symbol':",
-        details=shown,
+        details=first([readable[s] for s in unresolved]),
         fix=rebuild + ".",
     ), abi_check
 
