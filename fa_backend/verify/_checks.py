@@ -44,8 +44,7 @@ def check_tags(target: Target) -> Check:
     if target.tags is None:
         return Check("tags", SKIP, "a bare module carries no wheel tags")
     shown = ", ".join(sorted(str(t) for t in target.tags))
-    pure = all(t.abi == "none" and t.platform == "any" for t in target.tags)
-    if pure:
+    if all(t.abi == "none" and t.platform == "any" for t in target.tags):  # pure Python
         return Check(
             "tags",
             FAIL,
@@ -309,7 +308,7 @@ def check_provenance(target: Target, torch: TorchInfo) -> Check:
 def check_archs(
     modules: list[ElfModule], target: Target, torch: TorchInfo, gpus: list[Gpu] | None
 ) -> Check:
-    flavour, rebuild = target.flavour, target.flavour.rebuild_command()
+    rebuild = target.flavour.rebuild_command()
     codes = sorted({c for m in modules for c in m.cuda or []})
     meant = [str(a) for a in (target.provenance or {}).get("cuda_archs") or []]
     if not codes:
@@ -339,14 +338,12 @@ def check_archs(
         return Check("cuda archs", PASS, f"{shown} (no GPU visible to compare)")
     unable = [g for g in gpus if not any(c.runs_on(g.sm) for c in codes)]
     if unable:
-        lines = [f"GPU {g.index} {g.name}: sm_{g.sm}" for g in unable]
-        fix = flavour.arch_advice([g.sm for g in unable])
         return Check(
             "cuda archs",
             FAIL,
             f"the module embeds {shown}, which cannot run on:",
-            details=lines,
-            fix=fix,
+            details=[f"GPU {g.index} {g.name}: sm_{g.sm}" for g in unable],
+            fix=target.flavour.arch_advice([g.sm for g in unable]),
         )
     visible = ", ".join(f"sm_{g.sm}" for g in gpus)
     return Check("cuda archs", PASS, f"{shown} runs on every visible GPU ({visible})")
