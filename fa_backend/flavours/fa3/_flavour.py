@@ -176,21 +176,25 @@ class Fa3(Flavour):
         """sm_90a, and nothing else: FA3's kernels are Hopper's (wgmma, TMA)."""
         if settings.cuda_archs:
             wrong = [a for a in settings.cuda_archs if a not in ("90", "90a")]
-            why = f"setting cuda-archs asks for {', '.join(wrong)}: FlashAttention-3 is built for"
-            why += " Hopper (sm_90a) only."
+            if wrong:
+                raise FaShimError(
+                    f"setting cuda-archs asks for {', '.join(wrong)}: FlashAttention-3 is built "
+                    "for Hopper (sm_90a) only.",
+                    fix="install flash-attn (FA2, fa-shim's root project) for that GPU, or "
+                    "-C cuda-archs=90a to build for a Hopper elsewhere.",
+                )
             source = "setting cuda-archs"
         else:
             gpus = _archs.capabilities()
-            wrong = sorted({f"{major}{minor}" for major, minor in gpus} - {"90"})
-            why = f"the visible GPUs include compute capability {', '.join(wrong)}, and "
-            why += "FlashAttention-3 runs on Hopper (9.0) only."
+            other = sorted({f"{major}{minor}" for major, minor in gpus} - {"90"})
+            if other:
+                raise FaShimError(
+                    f"the visible GPUs include compute capability {', '.join(other)}, and "
+                    "FlashAttention-3 runs on Hopper (9.0) only.",
+                    fix="install flash-attn (FA2, fa-shim's root project) for that GPU, or "
+                    "-C cuda-archs=90a to build for a Hopper elsewhere.",
+                )
             source = "the visible GPUs" if gpus else "FlashAttention-3 (Hopper only)"
-        if wrong:
-            raise FaShimError(
-                why,
-                fix="install flash-attn (FA2, fa-shim's root project) for that GPU, or "
-                "-C cuda-archs=90a to build for a Hopper elsewhere.",
-            )
         if _archs._base(ARCH) not in {_archs._base(a) for a in _archs.nvcc_arch_list(nvcc)}:
             raise FaShimError(
                 f"{nvcc} cannot compile for sm_90a.",
