@@ -79,11 +79,7 @@ class UnitTable:
 
     def _first(self, names: tuple[str, ...], field: str) -> float | None:
         """The field of the first of these names the table has it for."""
-        for name in names:
-            value = self.units.get(name, {}).get(field)
-            if value:
-                return value
-        return None
+        return next((v for name in names if (v := self.units.get(name, {}).get(field))), None)
 
     def peak_bytes(self, *names: str) -> int | None:
         peak = self._first(names, "peak_mib")
@@ -101,8 +97,7 @@ def load_units(release_dir: Path) -> UnitTable | None:
         return None
     try:
         data = json.loads(file.read_text(encoding="utf-8"))
-        units = {str(k): dict(v) for k, v in data["units"].items()}
-        return UnitTable(units)
+        return UnitTable({str(k): dict(v) for k, v in data["units"].items()})
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise FaShimError(
             f"{file} is not a table of compile units ({exc}).",

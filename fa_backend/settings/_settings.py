@@ -35,12 +35,12 @@ def _absolute(text: str) -> Path:
 
 
 def convert(key: str, kind: str, value: Any, where: str, maximum: int | None = None) -> Any:
+    variable = where.rsplit(" ", 1)[-1] if where.startswith("environment variable") else None
+
     def bad(expected: str) -> FaShimError:
         return FaShimError(
             f"setting {key!r} from {where} is {value!r}, expected {expected}.",
-            fix=f"correct {where.rsplit(' ', 1)[-1]}."
-            if where.startswith("environment variable")
-            else f"correct {key} in {where}.",
+            fix=f"correct {variable}." if variable else f"correct {key} in {where}.",
         )
 
     # an empty value is refused for every kind, never read as "unset": most often it is an
@@ -48,15 +48,12 @@ def convert(key: str, kind: str, value: Any, where: str, maximum: int | None = N
     if (value == [] or value == ()) or (
         not isinstance(value, (bool, list, tuple)) and not str(value).strip()
     ):
-        fix = (
-            f"give it a value, or unset {where.rsplit(' ', 1)[-1]} for the default."
-            if where.startswith("environment variable")
-            else f"give {key} a value in {where}, or leave it out for the default."
-        )
         raise FaShimError(
             f"setting {key!r} from {where} is empty: fa-shim refuses an empty value for every "
             "setting (an unset shell variable, most often).",
-            fix=fix,
+            fix=f"give it a value, or unset {variable} for the default."
+            if variable
+            else f"give {key} a value in {where}, or leave it out for the default.",
         )
     if kind in ("archs", "list"):
         items = value if isinstance(value, (list, tuple)) else re.split(r"[;,\s]+", str(value))

@@ -20,6 +20,7 @@ from ..resources.launcher import PROBE_ENV, started_file
 from ..resources.process_session import PARENT_ENV
 from ..toolchain._compile_commands import ABI_DEFINE, Command
 from . import _mangling
+from ._compilers import ccbin_in
 
 PROBE = """\
 #include <stdexcept>
@@ -35,11 +36,6 @@ NAME = "fa_shim_probe"
 CPLUSPLUS = {11: 201103, 14: 201402, 17: 201703, 20: 202002}
 # where a forced flag usually comes from, named in the fix when it carries one
 FLAG_VARIABLES = ("CXXFLAGS", "CFLAGS", "CPPFLAGS", "NVCC_APPEND_FLAGS", "NVCC_PREPEND_FLAGS")
-
-
-def _std(args) -> int | None:
-    stds = [m.group(1) for a in args for m in [re.fullmatch(r"--?std=(?:c|gnu)\+\+(\d+)", a)] if m]
-    return int(stds[-1]) if stds else None
 
 
 def read_object(obj: Path) -> tuple[int | None, int | None]:
@@ -72,14 +68,6 @@ def _swap(command: Command, source: Path, obj: Path) -> list[str]:
     return out
 
 
-def host_compiler_of(command: Command) -> str:
-    """The compiler a command really runs: CXX for cxx; nvcc's -ccbin, else NVCC_CCBIN, else c++."""
-    if command.kind == "cxx":
-        return os.environ.get("CXX", "c++")
-    ccbin = command.values("-ccbin") or command.values("--compiler-bindir")
-    return ccbin[-1] if ccbin else os.environ.get("NVCC_CCBIN", "c++")
-
-
 def _run(argv: list[str], cwd: Path, env: dict | None) -> subprocess.CompletedProcess:
     # under a session that ends with this process: a frontend killed with SIGKILL takes the
     # probe's compiler (and a wrapper script's children) with it
@@ -98,12 +86,18 @@ def probe(command: Command, cwd: Path, work: Path, env: dict | None = None) -> d
     source.write_text(PROBE)
     argv = _swap(command, source, obj)
     proc = _run(argv, cwd, env)
+    stds = [m[1] for a in command.args if (m := re.fullmatch(r"--?std=(?:c|gnu)\+\+(\d+)", a))]
+    # the compiler it really runs: CXX for cxx; nvcc's -ccbin, else NVCC_CCBIN, else c++
+    if command.kind == "cxx":
+        compiler = os.environ.get("CXX", "c++")
+    else:
+        compiler = ccbin_in(command.args) or os.environ.get("NVCC_CCBIN", "c++")
     result = {
         "kind": command.kind,
-        "compiler": host_compiler_of(command),
+        "compiler": compiler,
         "argv": argv,
         "wanted_abi": command.last_define(ABI_DEFINE),
-        "wanted_std": _std(command.args),
+        "wanted_std": int(stds[-1]) if stds else None,
         "abi": None,
         "cplusplus": None,
         "error": None,

@@ -70,26 +70,21 @@ def installed_constraints(name: str) -> list[tuple[str, SpecifierSet]]:
     return sorted(found, key=lambda c: (not c[0].lower().startswith("torch "), c[0]))
 
 
-def fix_requirement(requirement: Requirement) -> tuple[str, list[str]]:
-    """The requirement to install: fa-shim's specifier intersected with the installed ones'."""
-    specifier = SpecifierSet(str(requirement.specifier))
-    why = []
-    for who, other in installed_constraints(requirement.name):
-        specifier &= other
-        why.append(f"{requirement.name}{other} from {who}")
-    return f"{requirement.name}{specifier}", why
-
-
 def check(pyproject: Path = PYPROJECT) -> None:
     pairs = _unmet(pyproject)
-    if pairs:
-        problems = unmet(pyproject)
-        fixes = [fix_requirement(r) for r, _ in pairs]
-        quoted = " ".join(f"'{text}'" for text, _ in fixes)
-        respected = [w for _, why in fixes for w in why]
-        raise FaShimError(
-            f"fa-shim's build requirements are missing from {sys.executable}'s environment: "
-            f"{', '.join(problems)} (with --no-build-isolation nothing installs them).",
-            fix=f"{sys.executable} -m pip install {quoted}"
-            + (f" (keeps {', '.join(respected)})" if respected else ""),
-        )
+    if not pairs:
+        return
+    # to install: fa-shim's specifier intersected with the installed distributions' ones
+    quoted, respected = [], []
+    for requirement, _ in pairs:
+        specifier = SpecifierSet(str(requirement.specifier))
+        for who, other in installed_constraints(requirement.name):
+            specifier &= other
+            respected.append(f"{requirement.name}{other} from {who}")
+        quoted.append(f"'{requirement.name}{specifier}'")
+    raise FaShimError(
+        f"fa-shim's build requirements are missing from {sys.executable}'s environment: "
+        f"{', '.join(unmet(pyproject))} (with --no-build-isolation nothing installs them).",
+        fix=f"{sys.executable} -m pip install {' '.join(quoted)}"
+        + (f" (keeps {', '.join(respected)})" if respected else ""),
+    )

@@ -119,12 +119,10 @@ class TorchInfo:
     @property
     def label(self) -> str:
         """Upstream's naming: cu130torch2.11cxx11abiTRUE (CUDA major+minor, torch major.minor)."""
-        torch_v = Version(self.version)
-        cuda = Version(self.cuda).release if self.cuda else None
-        cuda_part = f"cu{cuda[0]}{cuda[1] if len(cuda) > 1 else 0}" if cuda else "cpu"
-        return (
-            f"{cuda_part}torch{torch_v.major}.{torch_v.minor}cxx11abi{str(bool(self.abi)).upper()}"
-        )
+        torch_v, cuda = Version(self.version), Version(self.cuda or "0")
+        cuda_part = f"cu{cuda.major}{cuda.minor}" if self.cuda else "cpu"
+        abi = str(bool(self.abi)).upper()
+        return f"{cuda_part}torch{torch_v.major}.{torch_v.minor}cxx11abi{abi}"
 
 
 def _run_probe(python: str, flags: list[str], *args: str) -> dict:

@@ -17,14 +17,11 @@ from ..toolchain._mangling import demangle, is_torch_symbol, string_abi
 from ..toolchain._torch import TorchInfo
 from . import _stable_abi
 from ._elf import TORCH_LIBS, ElfModule, TorchExports
-from ._report import FAIL, PASS, SKIP, Check, plural
+from ._report import FAIL, PASS, SKIP, Check, first, plural
 from ._targets import Target
 
 if TYPE_CHECKING:
     from ..flavours._interface import Flavour
-
-
-_LIST_LIMIT = 15
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,8 +44,7 @@ def check_tags(target: Target) -> Check:
     if target.tags is None:
         return Check("tags", SKIP, "a bare module carries no wheel tags")
     shown = ", ".join(sorted(str(t) for t in target.tags))
-    pure = all(t.abi == "none" and t.platform == "any" for t in target.tags)
-    if pure:
+    if all(t.abi == "none" and t.platform == "any" for t in target.tags):  # pure Python
         return Check(
             "tags",
             FAIL,
@@ -205,9 +201,6 @@ def check_symbols(
             f"{', '.join(exports.libs)}",
         ), abi_check
     readable = demangle(unresolved)
-    shown = [readable[s] for s in unresolved[:_LIST_LIMIT]]
-    if len(unresolved) > _LIST_LIMIT:
-        shown.append(f"... and {len(unresolved) - _LIST_LIMIT} more")
     cause = "the module was compiled against a different torch"
     if abi_check.status == FAIL:
         cause = abi_check.summary.split(":")[0]
@@ -217,7 +210,7 @@ def check_symbols(
         f"{len(unresolved)} of the {plural(len(refs), 'symbol')} the module takes from torch "
         f"{_verb(len(unresolved), 'is', 'are')} not exported by torch {torch.version} "
         f"({cause}); importing it fails with 'undefined symbol':",
-        details=shown,
+        details=first([readable[s] for s in unresolved]),
         fix=rebuild + ".",
     ), abi_check
 
@@ -315,7 +308,7 @@ def check_provenance(target: Target, torch: TorchInfo) -> Check:
 def check_archs(
     modules: list[ElfModule], target: Target, torch: TorchInfo, gpus: list[Gpu] | None
 ) -> Check:
-    flavour, rebuild = target.flavour, target.flavour.rebuild_command()
+    rebuild = target.flavour.rebuild_command()
     codes = sorted({c for m in modules for c in m.cuda or []})
     meant = [str(a) for a in (target.provenance or {}).get("cuda_archs") or []]
     if not codes:
@@ -345,14 +338,12 @@ def check_archs(
         return Check("cuda archs", PASS, f"{shown} (no GPU visible to compare)")
     unable = [g for g in gpus if not any(c.runs_on(g.sm) for c in codes)]
     if unable:
-        lines = [f"GPU {g.index} {g.name}: sm_{g.sm}" for g in unable]
-        fix = flavour.arch_advice([g.sm for g in unable])
         return Check(
             "cuda archs",
             FAIL,
             f"the module embeds {shown}, which cannot run on:",
-            details=lines,
-            fix=fix,
+            details=[f"GPU {g.index} {g.name}: sm_{g.sm}" for g in unable],
+            fix=target.flavour.arch_advice([g.sm for g in unable]),
         )
     visible = ", ".join(f"sm_{g.sm}" for g in gpus)
     return Check("cuda archs", PASS, f"{shown} runs on every visible GPU ({visible})")

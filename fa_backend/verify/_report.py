@@ -28,6 +28,11 @@ def plural(count: int, word: str) -> str:
     return f"{count} {word}{'' if count == 1 else 's'}"
 
 
+def first(items: list[str], limit: int = 15) -> list[str]:
+    """A check's details: the first `limit` items, then how many more there are."""
+    return items[:limit] + [f"... and {len(items) - limit} more"] * (len(items) > limit)
+
+
 @dataclasses.dataclass
 class Check:
     """One finding: a check of verify, or a problem doctor found (status ERROR or WARNING)."""

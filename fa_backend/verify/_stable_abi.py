@@ -16,7 +16,7 @@ from ..resources import VENDORED
 from ..toolchain._mangling import demangle, is_torch_symbol
 from ..toolchain._torch import TorchInfo
 from ._elf import ElfModule, TorchExports
-from ._report import FAIL, PASS, Check, plural
+from ._report import FAIL, PASS, Check, first, plural
 
 # where torch's headers declare its stable C shim, under <torch>/include
 SHIM_HEADERS = ("torch/csrc/inductor/aoti_torch", "torch/csrc/stable")
@@ -26,7 +26,6 @@ _IF = re.compile(r"\s*#\s*if(?:def|ndef)?\b(.*)")
 _ELSE = re.compile(r"\s*#\s*(?:else|elif)\b")
 _ENDIF = re.compile(r"\s*#\s*endif\b")
 _GATE = re.compile(r"TORCH_FEATURE_VERSION\s*>=\s*TORCH_VERSION_(\d+)_(\d+)_(\d+)")
-_LIMIT = 15
 
 
 @dataclasses.dataclass(frozen=True)
@@ -116,7 +115,7 @@ def check(
             f"built for torch's stable ABI ({claim}), but the module takes "
             f"{plural(len(cxx), 'C++ symbol')} of torch, which only the torch it was compiled "
             f"against is sure to export: it is not a stable-ABI module. First: {shown[0]}",
-            details=shown[:_LIMIT] + ([f"... and {len(cxx) - _LIMIT} more"] * (len(cxx) > _LIMIT)),
+            details=first(shown),
             fix=f"rebuild it: `{rebuild}` (report this: the compile command defined "
             "TORCH_TARGET_VERSION, yet torch's C++ API was used).",
         )
@@ -159,7 +158,7 @@ def check(
             f"built for torch's stable ABI ({claim}): {len(problems)} of the "
             f"{plural(len(taken), 'C shim symbol')} it takes from torch do not fit torch "
             f"{torch.version}:",
-            details=problems[:_LIMIT],
+            details=first(problems),
             fix=f"install a torch that has them (>= {floor or 'the one it was built with'}), or "
             f"rebuild against this one: `{rebuild}`.",
         )

@@ -5,6 +5,7 @@ flash_attn_2_cuda*.so files and fa-shim's provenance, without importing any of i
 from __future__ import annotations
 
 import dataclasses
+import email
 import json
 import shutil
 import sys
@@ -96,13 +97,8 @@ def wheel_target(wheel: Path, scratch: Path) -> Target:
 
 
 def _dist_target(dist, flavour: Flavour, where: str) -> Target:
-    wheel_text = dist.read_text("WHEEL") or ""
-    dist_tags = frozenset(
-        t
-        for line in wheel_text.splitlines()
-        if line.startswith("Tag:")
-        for t in tags.parse_tag(line.split(":", 1)[1].strip())
-    )
+    wheel = email.message_from_string(dist.read_text("WHEEL") or "")  # headers, as pip reads it
+    dist_tags = frozenset(t for v in wheel.get_all("Tag", []) for t in tags.parse_tag(v.strip()))
     files = [str(f) for f in dist.files or []]
     modules = [(f, Path(dist.locate_file(f))) for f in files if _is_module(f, flavour)]
     if not files:  # no RECORD: look next to the package

@@ -199,15 +199,6 @@ def planned_sources(source, tu_parts: int, whole: int = 0) -> list[str] | None:
     return [*_tu_parts.split_names(kernels, tu_parts, cut), "flash_api.cpp"]
 
 
-def _one_arch(plan, machine: _schedule.Machine, n_sources: int) -> _schedule.Machine:
-    """The machine a one-architecture build would get: jobs and threads sized again."""
-    s = plan.settings
-    jobs, threads = _jobs.plan_jobs(
-        machine.cores, _jobs.available_memory(), 1, s.max_jobs, s.nvcc_threads, n_sources
-    )
-    return _schedule.Machine(jobs, threads, machine.cores, 1)
-
-
 def faster_options(
     plan, tools, sources: Sequence[str], machine: _schedule.Machine
 ) -> list[tuple[float, str]]:
@@ -218,7 +209,12 @@ def faster_options(
     options = []
     if tools.archs and len(tools.archs.targets) > 1:
         one = "90" if "90" in tools.archs.targets else tools.archs.targets[-1]
-        seconds = _schedule.predict(sources, _one_arch(plan, machine, len(sources)), cost)
+        s = plan.settings  # a one-architecture build: its jobs and threads sized again
+        jobs, threads = _jobs.plan_jobs(
+            machine.cores, _jobs.available_memory(), 1, s.max_jobs, s.nvcc_threads, len(sources)
+        )
+        one_arch = _schedule.Machine(jobs, threads, machine.cores, 1)
+        seconds = _schedule.predict(sources, one_arch, cost)
         why = "only the GPU you run on: 80 A100/RTX 30-40, 90 H100"
         options.append((seconds, f"-C cuda-archs={one} ({why})"))
     release = source.release

@@ -171,7 +171,7 @@ class Fa2(Flavour):
         )
         # the kernel TUs and flash_api.cpp, all compiled at once when cores and memory allow
         cut = _costs.cut_sources(kernels, whole) if kernels else None
-        n_sources = _tu_parts.count_sources(kernels, parts, cut) + 1 if kernels else None
+        n_sources = len(_tu_parts.split_names(kernels, parts, cut)) + 1 if kernels else None
         jobs, threads = _jobs.plan_jobs(
             cores, memory, n_archs, s.max_jobs, s.nvcc_threads, n_sources
         )

@@ -255,9 +255,7 @@ def _scan(sdist: Sdist) -> bool:
             return any(m.name.endswith(".cu") and "/csrc/" in m.name for m, _ in members)
     except _archives.UnsafeMember as exc:
         raise _archives.unsafe_error(sdist.path, exc, _replace_fix(sdist)) from None
+    except _archives.BROKEN as exc:  # BadGzipFile is an OSError: the archive, not the disk
+        raise _corrupt(sdist, exc) from None
     except OSError as exc:
-        if not isinstance(exc, _archives.BROKEN):
-            raise _unreadable(sdist.path, sdist.origin, exc) from None
-        raise _corrupt(sdist, exc) from None
-    except _archives.BROKEN as exc:
-        raise _corrupt(sdist, exc) from None
+        raise _unreadable(sdist.path, sdist.origin, exc) from None

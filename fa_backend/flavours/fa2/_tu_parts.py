@@ -37,11 +37,6 @@ def choose(setting: int | None, jobs: int, kernels: Sequence[str] | None, patche
     return max(1, min(MAX_PARTS, jobs // len(kernels)))
 
 
-def count_sources(kernels: Sequence[str], parts: int, only: Collection[str] | None = None) -> int:
-    """Translation units compiled for these kernel sources (part 0 included)."""
-    return len(split_names(kernels, parts, only))
-
-
 def cut(name: str, parts: int, only: Collection[str] | None) -> bool:
     """Whether this source is compiled in parts: splittable, and one of `only` (None: all)."""
     return parts > 1 and splittable(name) and (only is None or name in only)

@@ -66,19 +66,6 @@ def _flat(name: str) -> str:
     return re.sub(r"[-_\s]", "", name).lower()
 
 
-def _disabled(values: tuple[str, ...], known: tuple[str, ...]) -> tuple[str, ...]:
-    features = tuple(s.lower() for s in known if not _owner(s))
-    for value in values:
-        owner = _owner(_flat(value).upper())
-        if owner and _flat(value).upper() in known:
-            raise FaShimError(
-                f"disable has {value!r}, which the setting {owner} decides for FlashAttention-3.",
-                fix=f"use -C {owner}=... instead (docs/guides/flash-attn-3.md#tailored-sets).",
-            )
-    aliases = {v.strip().lower(): _flat(v) for v in values}
-    return _vocabulary.choose(values, features, aliases, "disable", "fp8")
-
-
 def tailoring(settings: Settings, known: tuple[str, ...]) -> Fa3Tailoring:
     """The set the settings ask for, as the environment of upstream's switches `known`."""
     head_dims = tuple(m.group(1) for s in known if (m := _HDIM.fullmatch(s)))
@@ -92,7 +79,16 @@ def tailoring(settings: Settings, known: tuple[str, ...]) -> Fa3Tailoring:
             "bf16 kernels (upstream has no switch to leave them out).",
             fix="add bf16 (e.g. -C dtypes=bf16 or -C dtypes=fp16,bf16).",
         )
-    disabled = _disabled(settings.disable, known)
+    for value in settings.disable:  # `disable` takes the switches no other setting owns
+        owner = _owner(_flat(value).upper())
+        if owner and _flat(value).upper() in known:
+            raise FaShimError(
+                f"disable has {value!r}, which the setting {owner} decides for FlashAttention-3.",
+                fix=f"use -C {owner}=... instead (docs/guides/flash-attn-3.md#tailored-sets).",
+            )
+    features = tuple(s.lower() for s in known if not _owner(s))
+    aliases = {v.strip().lower(): _flat(v) for v in settings.disable}
+    disabled = _vocabulary.choose(settings.disable, features, aliases, "disable", "fp8")
     off = {f"HDIM{d}" for d in head_dims if d not in chosen} | {n.upper() for n in disabled}
     off |= {s for s in known if (m := _HDIMDIFF.fullmatch(s)) and m.group(1) not in chosen}
     if "fp16" not in dtypes:

@@ -88,3 +88,13 @@ def test_the_planned_units_are_checked_against_build_ninja():
     with pytest.raises(FaShimError) as info:
         FA3.check(_plan(), tools, extra)
     assert "flash_fwd_hdim64_256_bf16_sm90.cu: head dim 64 is left out" in info.value.details
+
+
+def test_an_architecture_other_than_hopper_is_refused_before_nvcc_is_asked():
+    settings = _load({"cuda-archs": "80,90"})
+    with pytest.raises(FaShimError) as caught:
+        FA3.archs(settings, _torch("2.9.0"), REPO / "no-nvcc-here")
+    assert caught.value.cause == (
+        "setting cuda-archs asks for 80: FlashAttention-3 is built for Hopper (sm_90a) only."
+    )
+    assert "-C cuda-archs=90a" in caught.value.fix
