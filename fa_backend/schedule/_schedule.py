@@ -10,7 +10,6 @@ import math
 import random
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from statistics import median
 
 Cost = Callable[[str], float]  # one source (a basename) -> seconds, one core, one architecture
 
@@ -81,6 +80,8 @@ def remaining(
 
     ratios = [seconds / model(name) for name, seconds in finished]
     so_far = [elapsed / model(name) for name, elapsed in running]
+    from statistics import median  # (fractions, decimal): the live ETA's, not a hit's
+
     rate = max(median(ratios) if ratios else 1.0, median([*ratios, *so_far]) if so_far else 0.0)
     busy = []
     for (name, elapsed), seen in zip(running, so_far):

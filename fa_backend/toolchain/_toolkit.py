@@ -28,7 +28,6 @@ from packaging.version import Version
 
 from ..core import _atomic, _hostlock, _log
 from ..core._errors import FaShimError
-from ..sources import _index
 from . import _compilers
 from ._torch import TorchInfo
 
@@ -195,6 +194,8 @@ def provision(cache_dir: Path, cuda: str, offline: bool = False) -> Path:
 
 def find_wheels(cuda: str) -> tuple[list[Wheel], dict, dict]:
     """The highest CUDA <cuda>.* wheel of each component this interpreter can install."""
+    from ..sources import _index  # the network's modules: not a build whose nvcc is here
+
     config = _index.pip_config()
     urls, auth = _index.indexes(config)
     want = Version(cuda).release[:2]
@@ -273,6 +274,8 @@ def _extract(data: bytes, dest: Path) -> int:
 
 
 def _assemble(root: Path, cuda: str) -> None:
+    from ..sources import _index
+
     started = time.monotonic()
     wheels, config, auth = find_wheels(cuda)
     _log.info(

@@ -21,7 +21,7 @@ from ...core._digest import sha256_of
 from ...core._errors import FaShimError, NotLocal
 from ...resources import PROJECT
 from ...settings._settings import Settings, given_to_the_build, read_pyproject_table
-from ...sources import _archives, _index
+from ...sources import _archives
 from ...toolchain import _space
 from . import _releases
 
@@ -110,6 +110,8 @@ def locate(settings: Settings) -> Sdist:
             fix="pass -C sdist=FILE or -C sdist-dir=DIR, or allow downloading.",
         )
     else:
+        from ...sources import _index  # the network's modules: not a build whose sdist is here
+
         path = _index.download(version, cache, release.sha256)
         origin = "package index"
     assert path is not None
