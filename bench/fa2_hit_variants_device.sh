@@ -58,7 +58,7 @@ t=$(now)
 say "build: exit $? in $(python3 -c "print(f'{$(now) - $t:.1f}')") s: pip install -v --no-build-isolation --no-deps . ${SET[*]}"
 grep -E 'fa-shim: .*(unit|compil|wheel cache|variant|verify)' "$DEST/build.log" | tail -n 8 | tee -a "$S"
 (cd "$TEAM" && find . -name '*.whl' -o -name '*-variants.json' -o -name entry.json -o -name index.html | sort) | tee -a "$S"
-INDEX=$TEAM/index/torch-$TV
+INDEX=$TEAM/index/torch-$TV/hdim32.bf16.fwd  # the kernel set's own index (every view has one)
 WHEEL=$(python3 -c "import json, glob, os; e=[p for p in glob.glob('$TEAM/*/entry.json')]; print(os.path.join(os.path.dirname(e[0]), json.load(open(e[0]))['wheel']))" 2>/dev/null)
 [ -f "$WHEEL" ] || WHEEL=$(ls "$TEAM"/*/flash_attn-*.whl | head -n 1)
 say "the cached wheel: $WHEEL"
@@ -80,8 +80,8 @@ print("flash_attn", flash_attn.__version__, "from", flash_attn.__file__)
 print("flash_attn_func on", torch.cuda.get_device_name(), "out", tuple(o.shape), o.dtype, "max abs diff vs SDPA", (o - r).abs().max().item())'
 env | grep -E '^(NV_|UV_)' > "$DEST/variants/env-nv-uv.txt"; say "NV_*/UV_* variables set: $(wc -l < "$DEST/variants/env-nv-uv.txt")"
 KS=$(dirname "$(ls "$TEAM/torch-$TV"/*/flash_attn-*-sm90.whl | head -n 1)")  # the kernel set's directory
-cp "$INDEX/index.html" "$DEST/variants/per-torch-index.html"
-say "the per-torch index $INDEX lists: $(grep -c '<a ' "$INDEX/index.html") distribution(s) (full sets only); the set's directory $KS"
+cp "$INDEX/index.html" "$DEST/variants/set-index.html" 2>/dev/null; cp "$INDEX/flash-attn/index.html" "$DEST/variants/set-index-flash-attn.html" 2>/dev/null
+say "the kernel set's index $INDEX lists: $(grep -c '<a ' "$INDEX/index.html") distribution(s); the set's directory $KS"
 for src in index find-links; do
     where=(--index-url "file://$INDEX"); [ $src = find-links ] && where=(--no-index --find-links "$KS")
     for deps in with-deps no-deps; do
@@ -116,12 +116,21 @@ NOVAR=("${SET[@]/wheel-variants=true/wheel-variants=false}")
 $VT/bin/python -m pip uninstall -y -q flash-attn
 (cd "$REPO" && $VT/bin/python -m pip install -v --no-build-isolation --no-deps . "${NOVAR[@]}") > "$DEST/hit/warm-up-novariants.log" 2>&1
 say "warm-up hit with ${NOVAR[*]}: exit $? $(grep -c 'wheel cache hit' "$DEST/hit/warm-up-novariants.log") hit line(s)"
+# the same pair where Python writes bytecode (a user's default; this image sets
+# PYTHONDONTWRITEBYTECODE=1, so every fa_backend module is compiled anew in each hook process)
+$VT/bin/python -m pip uninstall -y -q flash-attn
+(cd "$REPO" && env -u PYTHONDONTWRITEBYTECODE $VT/bin/python -m pip install --no-build-isolation --no-deps . "${SET[@]}") > "$DEST/hit/warm-up-bytecode.log" 2>&1
+say "warm-up hit writing bytecode: exit $?"
 echo -e "run\tcase\tseconds\texit" > "$DEST/hit/times.tsv"
 for i in $(seq 1 "$RUNS"); do
-    for c in hit wheel hit-novariants; do
+    for c in hit wheel hit-novariants hit-bytecode wheel-bytecode; do
         $VT/bin/python -m pip uninstall -y -q flash-attn > /dev/null 2>&1
         t=$(now)
-        if [ $c = hit ]; then
+        if [ $c = hit-bytecode ]; then
+            (cd "$REPO" && env -u PYTHONDONTWRITEBYTECODE $VT/bin/python -m pip install -q --no-build-isolation --no-deps . "${SET[@]}") > "$DEST/hit/run-$c.log" 2>&1
+        elif [ $c = wheel-bytecode ]; then
+            env -u PYTHONDONTWRITEBYTECODE $VT/bin/python -m pip install -q --no-deps "$WHEEL" > "$DEST/hit/run-$c.log" 2>&1
+        elif [ $c = hit ]; then
             (cd "$REPO" && $VT/bin/python -m pip install -q --no-build-isolation --no-deps . "${SET[@]}") > "$DEST/hit/run-$c.log" 2>&1
         elif [ $c = hit-novariants ]; then
             (cd "$REPO" && $VT/bin/python -m pip install -q --no-build-isolation --no-deps . "${NOVAR[@]}") > "$DEST/hit/run-$c.log" 2>&1
@@ -136,13 +145,13 @@ python3 - "$DEST/hit/times.tsv" <<'E' | tee -a "$S"
 import csv, statistics, sys
 rows = list(csv.DictReader(open(sys.argv[1]), delimiter="\t"))
 med = {}
-for c in ("hit", "wheel", "hit-novariants"):
+for c in ("hit", "wheel", "hit-novariants", "hit-bytecode", "wheel-bytecode"):
     xs = [float(r["seconds"]) for r in rows if r["case"] == c]
     bad = [r["run"] for r in rows if r["case"] == c and r["exit"] != "0"]
     med[c] = statistics.median(xs)
     print(f"{c}: median {med[c]:.3f} s of {len(xs)} (min {min(xs):.3f}, max {max(xs):.3f}); failed runs: {bad or 'none'}")
     print("   ", " ".join(f"{x:.3f}" for x in xs))
-print(f"fa-shim's share (hit - wheel, medians): {med['hit'] - med['wheel']:.3f} s; with -C wheel-variants=false: {med['hit-novariants'] - med['wheel']:.3f} s")
+print(f"fa-shim's share (hit - wheel, medians): {med['hit'] - med['wheel']:.3f} s; with -C wheel-variants=false: {med['hit-novariants'] - med['wheel']:.3f} s; writing bytecode: {med['hit-bytecode'] - med['wheel-bytecode']:.3f} s")
 E
 
 # where the hit's time goes: pip -v timestamped, then each hook in its own process
