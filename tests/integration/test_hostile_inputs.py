@@ -419,6 +419,48 @@ ROWS = [
     ("TC10-install-copied-out", "an install.py copied out of its cache", "is not a wheel cache"),
     ("TC12-install-uv-missing", "`install.py --uv` without uv", "uv not found on PATH"),
     ("TC14-truncated-torch-view", "the torch view's wheel replaced by a truncated copy", ""),
+    (
+        "V00-verify-renamed-wheel",
+        "`verify` of a wheel renamed flash_attn.whl",
+        "is not a valid wheel file name",
+    ),
+    (
+        "V01-verify-text-as-wheel",
+        "`verify` of a text file named as the wheel",
+        "is not a readable wheel",
+    ),
+    (
+        "V02-verify-sdist-as-wheel",
+        "`verify` of the sdist named as the wheel",
+        "is not a readable wheel",
+    ),
+    (
+        "V03-verify-record-tampered",
+        "`verify` of a wheel whose RECORD has a wrong hash",
+        "FAIL  record",
+    ),
+    (
+        "V04-verify-member-edited",
+        "`verify` of a wheel with a member edited after its RECORD",
+        "FAIL  record",
+    ),
+    ("V05-verify-no-record", "`verify` of a wheel without RECORD", "FAIL  record"),
+    (
+        "V06-verify-numpy-module",
+        "`verify` of numpy's extension module",
+        "is not a flash-attn module",
+    ),
+    ("V07-verify-missing", "`verify` of a wheel that does not exist", "does not exist"),
+    (
+        "V08-verify-random-directory",
+        "`verify` of a directory of the user's",
+        "holds neither a flash-attn distribution",
+    ),
+    (
+        "V11-verify-python-missing",
+        "`verify --python /nonexistent/python`",
+        "--python /nonexistent/python is not an executable interpreter",
+    ),
 ]
 
 
@@ -794,6 +836,19 @@ IN_PROCESS = {
     "TC10-install-copied-out": Row("install", ("--dry-run",), ("{tmp}/elsewhere",)),
     "TC12-install-uv-missing": Row("install", ("--uv",), ("uv",), env=(("PATH", "/nonexistent"),)),
     "TC14-truncated-torch-view": Row("wheel", ("wheel-cache-dir={wc}",), status=0),
+    "V00-verify-renamed-wheel": Row("verify", ("{tmp}/v/flash_attn.whl",), ("flash_attn.whl",),
+                                    sdist=""),
+    "V01-verify-text-as-wheel": Row("verify", ("{v}",), ("{v}",), sdist=""),
+    "V02-verify-sdist-as-wheel": Row("verify", ("{v}",), ("{v}",), sdist=""),
+    "V03-verify-record-tampered": Row("verify", ("{v}",), ("record",), sdist=""),
+    "V04-verify-member-edited": Row("verify", ("{v}",), ("record",), sdist=""),
+    "V05-verify-no-record": Row("verify", ("{v}",), ("record",), sdist=""),
+    "V06-verify-numpy-module": Row("verify", ("{v}",), ("{v}",), sdist=""),
+    "V07-verify-missing": Row("verify", ("{tmp}/v/missing.whl",), ("{tmp}/v/missing.whl",),
+                              sdist=""),
+    "V08-verify-random-directory": Row("verify", ("{tmp}/v",), ("{tmp}/v",), sdist=""),
+    "V11-verify-python-missing": Row("verify", ("{entry}", "--python", "/nonexistent/python"),
+                                     ("/nonexistent/python",), sdist=""),
 }  # fmt: skip
 
 # the [tool.fa-shim] line a row adds to (or puts in place of the version of) the project's
@@ -945,6 +1000,41 @@ def _plant(case: InProcess, team_cache: Path | None) -> None:
         elif prefix == "TC14":
             view.unlink()
             view.write_bytes(entry.read_bytes()[:30000])
+        elif prefix.startswith("V"):  # the user's files, given to verify
+            _verify_input(case, entry)
+
+
+def _verify_input(case: InProcess, wheel: Path) -> None:
+    """V00-V08: the wheel renamed, a text file or the sdist under its name, its RECORD wrong or
+    gone, a member edited; numpy's module; a directory of the user's."""
+    prefix, v = case.row.split("-")[0], case.tmp / "v"
+    v.mkdir()
+    target = v / wheel.name
+    with zipfile.ZipFile(wheel) as old:
+        members = [(i, old.read(i)) for i in old.infolist()]
+    if prefix in ("V03", "V04", "V05"):
+        with zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED) as new:
+            for info, data in members:
+                record = info.filename.endswith(".dist-info/RECORD")
+                if record and prefix == "V03":
+                    data = data.replace(b"sha256=", b"sha256=AAAA", 1)
+                elif info.filename.endswith("flash_attn/__init__.py") and prefix == "V04":
+                    data += b"\n# edited\n"
+                if not (record and prefix == "V05"):
+                    new.writestr(info, data)
+    elif prefix == "V00":
+        shutil.copyfile(wheel, v / "flash_attn.whl")
+    elif prefix in ("V01", "V02"):
+        sample = case.paths["sample"] / f"flash_attn-{SAMPLE_VERSION}.tar.gz"
+        target.write_bytes(b"my notes\n" if prefix == "V01" else sample.read_bytes())
+    elif prefix == "V06":
+        import numpy
+
+        (target,) = Path(numpy.__file__).parent.glob("_core/_multiarray_umath.*.so")
+    elif prefix == "V08":
+        (v / "notes.txt").write_text("mine\n")
+    case.paths["v"] = target
+    case.user.append(target if prefix == "V06" else v)
 
 
 def _member(name: str, kind: bytes = tarfile.REGTYPE, link: str = "") -> tarfile.TarInfo:
@@ -956,8 +1046,8 @@ def _member(name: str, kind: bytes = tarfile.REGTYPE, link: str = "") -> tarfile
 
 # rows that read the pinned upstream sdists, and those that read the team's wheel cache
 UPSTREAM = ("S01", "S02", "S03")
-WITH_CACHE = ("MX07", "TC01", "TC02", "TC03", "TC04", "TC05", "TC06", "TC07", "TC08", "TC10",
-              "TC12", "TC14")  # fmt: skip
+WITH_CACHE = ("V0", "V1", "MX07", "TC01", "TC02", "TC03", "TC04", "TC05", "TC06", "TC07", "TC08",
+              "TC10", "TC12", "TC14")  # fmt: skip
 
 
 def _answer(case: InProcess, capfd) -> tuple[int, BaseException | None, str, str]:
