@@ -19,6 +19,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import sysconfig
 import tarfile
 import tempfile
 import time
@@ -415,6 +416,16 @@ ROWS = [
         "TC08-install-tampered-wheel",
         "`install.py` of a wheel rewritten in place",
         "is not the wheel its entry recorded",
+    ),
+    (
+        "TC09-install-python-without-pip",
+        "`install.py` run by a Python without pip (torch importable)",
+        "pip is not installed for",
+    ),
+    (
+        "TC11-install-python-without-torch",
+        "`install.py` run by a venv without torch",
+        "torch cannot be imported in",
     ),
     ("TC10-install-copied-out", "an install.py copied out of its cache", "is not a wheel cache"),
     ("TC12-install-uv-missing", "`install.py --uv` without uv", "uv not found on PATH"),
@@ -833,6 +844,9 @@ IN_PROCESS = {
     "TC06-install-wheel-deleted": Row("install", ("--dry-run",), ("{wc}", "pip install")),
     "TC07-index-links-a-deleted-wheel": Row("cache", ("check", "{wc}"), ("{view}",)),
     "TC08-install-tampered-wheel": Row("install", (), ("{entry}", "cache check")),
+    "TC09-install-python-without-pip": Row("install", (), ("{tmp}/nopip/bin/python", "ensurepip",
+                                           "--uv")),
+    "TC11-install-python-without-torch": Row("install", (), ("{tmp}/bare/bin/python",)),
     "TC10-install-copied-out": Row("install", ("--dry-run",), ("{tmp}/elsewhere",)),
     "TC12-install-uv-missing": Row("install", ("--uv",), ("uv",), env=(("PATH", "/nonexistent"),)),
     "TC14-truncated-torch-view": Row("wheel", ("wheel-cache-dir={wc}",), status=0),
@@ -888,6 +902,7 @@ class InProcess:
         self.paths = {"tmp": tmp_path, "out": self.out, "sample": sample, "project": REPO}
         self.user: list[Path] = [sample]
         self.install = None  # install.py rows: the script run
+        self.python = Path(PY)  # the interpreter that runs it
 
     def fill(self, text: str) -> str:
         return text.format(**{k: str(v) for k, v in self.paths.items()})
@@ -954,8 +969,21 @@ def _plant(case: InProcess, team_cache: Path | None) -> None:
         (project / "pyproject.toml").write_text(text)
         case.paths["project"] = project
         case.user.append(project)
-    elif prefix in ("M01", "M03"):
+    elif prefix in ("M01", "M03", "TC11"):
         venv.EnvBuilder(with_pip=False).create(tmp / "bare")  # a Python without torch
+        case.python = tmp / "bare" / "bin" / "python"
+    elif prefix == "TC09":  # this Python's packages, torch too, but pip
+        venv.EnvBuilder(with_pip=False).create(tmp / "nopip")
+        case.python = tmp / "nopip" / "bin" / "python"
+        seen = tmp / "site"
+        seen.mkdir()
+        for entry in Path(sysconfig.get_paths()["purelib"]).iterdir():
+            if not entry.name.startswith(("pip", "_distutils_hack", "distutils-precedence")):
+                (seen / entry.name).symlink_to(entry)
+        purelib = run(
+            [case.python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"]
+        )
+        Path(purelib.stdout.strip(), "site.pth").write_text(f"{seen}\n")
     elif prefix == "B01":
         (case.out / "src").mkdir(parents=True)
         (case.out / "notes.txt").write_text("mine\n")
@@ -1046,8 +1074,7 @@ def _member(name: str, kind: bytes = tarfile.REGTYPE, link: str = "") -> tarfile
 
 # rows that read the pinned upstream sdists, and those that read the team's wheel cache
 UPSTREAM = ("S01", "S02", "S03")
-WITH_CACHE = ("V0", "V1", "MX07", "TC01", "TC02", "TC03", "TC04", "TC05", "TC06", "TC07", "TC08",
-              "TC10", "TC12", "TC14")  # fmt: skip
+WITH_CACHE = ("V0", "V1", "MX07", "TC")
 
 
 def _answer(case: InProcess, capfd) -> tuple[int, BaseException | None, str, str]:
@@ -1057,6 +1084,11 @@ def _answer(case: InProcess, capfd) -> tuple[int, BaseException | None, str, str
 
     capfd.readouterr()
     caught = None
+    if case.spec.cmd == "install" and case.python != Path(PY):  # another environment's Python
+        proc = subprocess.run(
+            [case.python, case.install, *case.argv()[1:]], capture_output=True, text=True
+        )
+        return proc.returncode, None, proc.stdout, proc.stderr
     try:
         if case.spec.cmd == "install":  # the teammate's script, run as `python install.py`
             with _argv([str(case.install), *case.argv()[1:]]):
