@@ -30,11 +30,16 @@ from typing import NamedTuple
 
 import pytest
 from conftest import (
+    CAN_MOUNT,
     PY,
     REPO,
     SAMPLE_VERSION,
+    assert_one_error_nothing_left,
     clean_env,
     copy_repo,
+    hook,
+    mounted,
+    on_small_disk,
     pack_bomb,
     pack_sample,
     pip_wheel_cmd,
@@ -167,6 +172,40 @@ ROWS = [
         "S14-version-not-its-own",
         "an unpinned sdist whose PKG-INFO says 0.1.0, built as 0.2.0",
         "but its PKG-INFO says 0.1.0",
+    ),
+    # -- about the process: a signal, a real read-only or full disk (test_a_row_of_the_process)
+    (
+        "X01-sigint-prepare",
+        "Ctrl-C (SIGINT to the group) of a prepare",
+        "interrupted: nothing was published",
+    ),
+    (
+        "X03-sigterm-prepare",
+        "SIGTERM to the group of a prepare",
+        "terminated by SIGTERM: nothing was published",
+    ),
+    (
+        "X04-sighup-prepare",
+        "SIGHUP to the group of a prepare (the terminal closed)",
+        "terminated by SIGHUP: nothing was published",
+    ),
+    ("B03-build-dir-read-only", "`--build-dir` on a read-only mount", "(--build-dir)"),
+    (
+        "O03-outdir-read-only",
+        "the wheel hook's output directory on a read-only mount, a wheel-cache hit",
+        "while copying the wheel into the output directory",
+    ),
+    (
+        "O04-outdir-full",
+        "the wheel hook's output directory on a full 64 KiB disk, a wheel-cache hit",
+        "not enough disk space",
+    ),
+    ("E03-tmpdir-300-kb", "TMPDIR on a 300 KB disk", "no space left on"),
+    ("E04-cache-read-only", "XDG_CACHE_HOME on a read-only mount", "fa-shim's cache directory"),
+    (
+        "S13-gzip-bomb-small-disk",
+        "S13's 4 GiB bomb with TMPDIR on a 200 MB disk",
+        "holds an unsafe archive member",
     ),
     # -- answered in-process (test_a_row_answered_in_process; hostile-inputs.md of 2026-12-01)
     (
@@ -1235,3 +1274,106 @@ def test_a_hostile_input_gets_one_true_error_and_leaves_nothing(row, tmp_path, c
             assert list(case.out.iterdir()) == [], list(case.out.iterdir())
     assert _digests(*case.user) == before  # data lost: none
     assert list((tmp_path / "tmp").iterdir()) == []  # leftovers: none
+
+
+# ------------------------------------------------------------------ rows about the process
+# A signal to the run's process group, or a disk that is really read-only or full (a mount in a
+# namespace of its own, for root): one fresh process each, its exit status and stderr.
+SIGNALS = {"X01": signal.SIGINT, "X03": signal.SIGTERM, "X04": signal.SIGHUP}
+MOUNTED = ("B03", "O03", "O04", "E03", "E04", "S13")
+PROCESS_ROWS = [r[0] for r in ROWS if r[0].split("-")[0] in (*SIGNALS, *MOUNTED)]
+
+
+@pytest.mark.parametrize("row", PROCESS_ROWS)
+def test_a_row_of_the_process(row, tmp_path, request):
+    _, _, expected = next(r for r in ROWS if r[0] == row)
+    prefix = row.split("-")[0]
+    if prefix in MOUNTED and not CAN_MOUNT:
+        pytest.skip("needs root and a mount namespace (unshare -m) for a real small disk")
+    sdists = _sample_sdists(tmp_path)
+    out, scratch = tmp_path / "out", tmp_path / "tmp"
+    scratch.mkdir()
+    env = clean_env(TMPDIR=str(scratch), FA_SHIM_COMPILER_CACHE="none")
+    config = {"flash-attn-version": SAMPLE_VERSION, "allow-unknown-version": "true"}
+    config["sdist-dir"] = str(sdists)
+    named = [str(out)]
+    if prefix in SIGNALS:
+        proc = _signalled(tmp_path, sdists, env, SIGNALS[prefix])
+        assert proc.returncode == (130 if prefix == "X01" else 128 + SIGNALS[prefix])
+        assert proc.stderr.count("fa-shim: error:") == 1, proc.stderr
+        named = []
+    else:
+        if prefix == "B03":
+            out.mkdir()
+            command = [*mounted(out, "ro"), PY, "-m", "fa_backend", "prepare", "--build-dir", out]
+            command += sample_settings(sdists)
+        elif prefix in ("O03", "O04"):  # a hit: only the copy into the output directory fails
+            config["sdist-dir"] = str(request.getfixturevalue("sample_sdist_dir"))
+            wc = tmp_path / "wc"
+            run(["cp", "-a", request.getfixturevalue("team_cache"), wc])
+            config["wheel-cache-dir"] = str(wc)
+            out.mkdir()
+            command = [
+                *mounted(out, "ro" if prefix == "O03" else "full"),
+                *hook("build_wheel", out, config),
+            ]
+            if prefix == "O03":  # where the wheel is: the hit stays in the cache
+                named.append(str(wc))
+        elif prefix == "E04":
+            (tmp_path / "xdg").mkdir()
+            env["XDG_CACHE_HOME"] = str(tmp_path / "xdg")
+            command = [*mounted(tmp_path / "xdg", "ro"), *hook("build_wheel", out, config)]
+            named = [str(tmp_path / "xdg")]
+        else:  # E03, S13: the scratch itself on a small disk
+            if prefix == "S13":
+                config["sdist-dir"] = str(pack_bomb(tmp_path / "bomb").parent)
+            size = "size=300k" if prefix == "E03" else "size=200m"
+            env.pop("TMPDIR")  # the small disk's
+            proc = on_small_disk(tmp_path, hook("build_wheel", out, config), size, **env)
+            named = [str(tmp_path / "disk")] if prefix == "E03" else ["zeros.bin"]
+            command = None
+        if command:
+            proc = subprocess.run(
+                [str(c) for c in command], cwd=REPO, env=env, capture_output=True, text=True
+            )
+        text = assert_one_error_nothing_left(proc, out)  # conftest's: status 1, one error
+        assert "fa-shim: fix:" in text, text
+    first = proc.stderr[proc.stderr.index("fa-shim: error:") :].splitlines()[0]
+    assert expected in first and all(n in first for n in named), proc.stderr
+    assert "Traceback" not in proc.stderr, proc.stderr
+    assert list(scratch.iterdir()) == []  # leftovers: none
+    assert not out.exists() or list(out.iterdir()) == []
+
+
+def _signalled(tmp_path: Path, sdists: Path, env: dict, sig: int) -> subprocess.CompletedProcess:
+    """A prepare whose compiler probe hangs, sent `sig` as a terminal sends it: to its group."""
+    started, hang = tmp_path / "probe-started", tmp_path / "hang-c++"
+    hang.write_text(
+        f'#!/bin/sh\ncase "$*" in *" -E "*) echo $$ > {started}; exec sleep 600;; esac\n'
+        'exec g++ "$@"\n'
+    )
+    hang.chmod(0o755)
+    argv = [PY, "-m", "fa_backend", "prepare", "--build-dir", tmp_path / "out"]
+    proc = subprocess.Popen(
+        [str(a) for a in [*argv, *sample_settings(sdists)]],
+        cwd=REPO,
+        env={**env, "CXX": str(hang)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + 120
+    while not started.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert started.exists(), "the prepare never reached its compiler probe"
+    os.killpg(proc.pid, sig)
+    stdout, stderr = proc.communicate(timeout=60)
+    probe = int(started.read_text().strip())
+    try:  # the probe's own session ends with the run (core/_subprocess)
+        os.kill(probe, 0)
+        os.kill(probe, signal.SIGKILL)
+        raise AssertionError(f"the probe (pid {probe}) outlived its run")
+    except ProcessLookupError:
+        pass
+    return subprocess.CompletedProcess(argv, proc.returncode, stdout, stderr)
