@@ -468,6 +468,21 @@ ROWS = [
     ),
     ("TC10-install-copied-out", "an install.py copied out of its cache", "is not a wheel cache"),
     ("TC12-install-uv-missing", "`install.py --uv` without uv", "uv not found on PATH"),
+    (
+        "OC14-doctor-object-cache-a-file",
+        "`doctor` with the object cache's directory a regular file",
+        "the object cache",
+    ),
+    (
+        "L02-live-lock-of-another-host",
+        "the entry's lock held by a live builder on another host, `-C wheel-cache-lock-timeout=1`",
+        "waited 1 s for the wheel-cache lock",
+    ),
+    (
+        "C07-entry-and-view-links-to-a-users-file",
+        "the entry's and the torch view's wheel symlinks to a file of the user's, then a build",
+        "",
+    ),
     ("TC14-truncated-torch-view", "the torch view's wheel replaced by a truncated copy", ""),
     (
         "V00-verify-renamed-wheel",
@@ -888,6 +903,10 @@ IN_PROCESS = {
     "TC11-install-python-without-torch": Row("install", (), ("{tmp}/bare/bin/python",)),
     "TC10-install-copied-out": Row("install", ("--dry-run",), ("{tmp}/elsewhere",)),
     "TC12-install-uv-missing": Row("install", ("--uv",), ("uv",), env=(("PATH", "/nonexistent"),)),
+    "OC14-doctor-object-cache-a-file": Row("doctor", ("--json",), ("{objects}",), sdist=""),
+    "L02-live-lock-of-another-host": Row("wheel", ("wheel-cache-dir={tmp}/wcl",
+                                         "wheel-cache-lock-timeout=1"), ("{lock}", "node-17")),
+    "C07-entry-and-view-links-to-a-users-file": Row("wheel", ("wheel-cache-dir={wc}",), status=0),
     "TC14-truncated-torch-view": Row("wheel", ("wheel-cache-dir={wc}",), status=0),
     "V00-verify-renamed-wheel": Row("verify", ("{tmp}/v/flash_attn.whl",), ("flash_attn.whl",),
                                     sdist=""),
@@ -1038,6 +1057,21 @@ def _plant(case: InProcess, team_cache: Path | None) -> None:
             gzip.compress(gzip.decompress(sample.read_bytes()), mtime=1)
         )
         case.user.append(bad)
+    elif prefix == "OC14":
+        objects = Path(os.environ["XDG_CACHE_HOME"], "fa-shim", "objects")
+        objects.parent.mkdir(parents=True, exist_ok=True)
+        objects.write_text("a file\n")
+        case.paths["objects"] = objects
+        case.user.append(objects)
+    elif prefix == "L02":  # a builder on node-17 holds this build's key, its lock kept fresh
+        config = [a for kv in case.config() for a in ("-C", "=".join(kv))]
+        found = run([PY, "-m", "fa_backend", "fingerprint", *config], cwd=REPO, env=clean_env())
+        lock = tmp / "wcl" / ".locks" / f"{json.loads(found.stdout)['key']}.lock"
+        lock.parent.mkdir(parents=True)
+        holder = {"host": "node-17", "pid": 4242, "started": time.time(), "boot": "another"}
+        lock.write_text(json.dumps(holder))
+        case.paths["lock"] = lock
+        case.user.append(lock)
     elif prefix in ("W02", "W03", "C11"):
         (tmp / "a-file").write_text("mine\n")
         case.user.append(tmp / "a-file")
@@ -1067,6 +1101,14 @@ def _plant(case: InProcess, team_cache: Path | None) -> None:
         elif prefix == "TC14":
             view.unlink()
             view.write_bytes(entry.read_bytes()[:30000])
+        elif prefix == "C07":  # both wheels links to a file of the user's
+            mine = tmp / "mine" / "flash_attn.whl"
+            mine.parent.mkdir()
+            mine.write_text("my own file\n")
+            for link in (entry, view):
+                link.unlink()
+                link.symlink_to(mine)
+            case.user.append(mine.parent)
         elif prefix.startswith("V"):  # the user's files, given to verify
             _verify_input(case, entry)
 
@@ -1113,7 +1155,7 @@ def _member(name: str, kind: bytes = tarfile.REGTYPE, link: str = "") -> tarfile
 
 # rows that read the pinned upstream sdists, and those that read the team's wheel cache
 UPSTREAM = ("S01", "S02", "S03")
-WITH_CACHE = ("V0", "V1", "MX07", "TC")
+WITH_CACHE = ("V0", "V1", "MX07", "TC", "C07")
 
 
 def _answer(case: InProcess, capfd) -> tuple[int, BaseException | None, str, str]:
@@ -1223,6 +1265,10 @@ def test_a_row_answered_in_process(row, tmp_path, monkeypatch, capfd, sample_sdi
         assert getattr(settings, attribute) == value
     if spec.cmd == "install" and not status:  # the entry's wheel, from its own directory
         assert f"from {case.paths['entry'].parent}" in err, err
+    if row.startswith("C07"):  # built again: the view is the new entry's, no link to the user's
+        view, entry = case.paths["view"], case.paths["entry"]
+        assert not view.is_symlink() and not entry.is_symlink()
+        assert view.read_bytes() == entry.read_bytes()
     if row.startswith("TC14"):  # the hit put the entry's wheel back in its view
         assert case.paths["view"].read_bytes() == case.paths["entry"].read_bytes()
     if status and case.out not in case.user and case.out != REPO and case.out.exists():
