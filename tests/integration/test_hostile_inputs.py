@@ -1277,51 +1277,6 @@ def test_a_row_answered_in_process(row, tmp_path, monkeypatch, capfd, sample_sdi
     assert list(scratch.iterdir()) == []  # leftovers: none
 
 
-@pytest.mark.parametrize("row", [r[0] for r in ROWS if r[0] not in IN_PROCESS])
-def test_a_hostile_input_gets_one_true_error_and_leaves_nothing(row, tmp_path, cache):
-    _, _, expected = next(r for r in ROWS if r[0] == row)
-    case = Case(tmp_path, _sample_sdists(tmp_path), cache)
-    _set_up(row, case, tmp_path)
-    before = _digests(*case.user)
-    before_out = _digests(case.out, skip=LOCK) if case.out.exists() else {}
-    before_mine = [p.name for p in case.mine.iterdir()] if hasattr(case, "mine") else []
-    if not expected:
-        _two_at_once(case)
-    else:
-        proc = case.run()
-        text = proc.stdout + proc.stderr
-        assert proc.returncode != 0 and "Traceback" not in text, text
-        if row == "V09-verify-foreign-module":  # a report, not an error: its failed check says why
-            assert expected in proc.stdout and "_multiarray_umath" in proc.stdout, text
-            assert "result: FAILED" in proc.stdout
-        elif row.startswith("D01-"):  # a report too: its problem says why, with the fix
-            report = " ".join(proc.stdout.split())
-            assert expected in report and "not on PATH" in report, text
-            assert "pip install ninja" not in report, text
-        else:
-            assert text.count("fa-shim: error:") == 1, text
-            first = text[text.index("fa-shim: error:") :].splitlines()[0]
-            assert expected in first, text
-            fix = text[text.index("fa-shim: fix:") :]
-            assert "delete" not in fix.split("\n\n")[0], text  # never a user's file
-            if hasattr(case, "pin"):
-                assert str(case.pin) in first, text
-                assert row.startswith("R02") or "the sdist is fine" in fix, text
-            if hasattr(case, "mine"):
-                assert f"{case.mine} (setting wheel-cache-dir)" in first, text
-                assert sorted(p.name for p in case.mine.iterdir()) == sorted(before_mine), text
-            if row == "A00-prepare-outside-checkout":
-                assert "FA_SHIM_FLASH_ATTN_VERSION=2.8.3.post2" in fix, text
-        if row == "killed-re-prepare":  # the dead run's lock was taken over, and released
-            assert "took over the --build-dir lock" in text, text
-        if row in ("B04-re-prepare-over-edits", "killed-re-prepare"):  # its tree stays as it was
-            assert _digests(case.out, skip=LOCK) == before_out
-        elif case.out.exists():
-            assert list(case.out.iterdir()) == [], list(case.out.iterdir())
-    assert _digests(*case.user) == before  # data lost: none
-    assert list((tmp_path / "tmp").iterdir()) == []  # leftovers: none
-
-
 # ------------------------------------------------------------------ rows about the process
 # A signal to the run's process group, or a disk that is really read-only or full (a mount in a
 # namespace of its own, for root): one fresh process each, its exit status and stderr.
@@ -1423,3 +1378,48 @@ def _signalled(tmp_path: Path, sdists: Path, env: dict, sig: int) -> subprocess.
     except ProcessLookupError:
         pass
     return subprocess.CompletedProcess(argv, proc.returncode, stdout, stderr)
+
+
+@pytest.mark.parametrize("row", [r[0] for r in ROWS if r[0] not in (*IN_PROCESS, *PROCESS_ROWS)])
+def test_a_hostile_input_gets_one_true_error_and_leaves_nothing(row, tmp_path, cache):
+    _, _, expected = next(r for r in ROWS if r[0] == row)
+    case = Case(tmp_path, _sample_sdists(tmp_path), cache)
+    _set_up(row, case, tmp_path)
+    before = _digests(*case.user)
+    before_out = _digests(case.out, skip=LOCK) if case.out.exists() else {}
+    before_mine = [p.name for p in case.mine.iterdir()] if hasattr(case, "mine") else []
+    if not expected:
+        _two_at_once(case)
+    else:
+        proc = case.run()
+        text = proc.stdout + proc.stderr
+        assert proc.returncode != 0 and "Traceback" not in text, text
+        if row == "V09-verify-foreign-module":  # a report, not an error: its failed check says why
+            assert expected in proc.stdout and "_multiarray_umath" in proc.stdout, text
+            assert "result: FAILED" in proc.stdout
+        elif row.startswith("D01-"):  # a report too: its problem says why, with the fix
+            report = " ".join(proc.stdout.split())
+            assert expected in report and "not on PATH" in report, text
+            assert "pip install ninja" not in report, text
+        else:
+            assert text.count("fa-shim: error:") == 1, text
+            first = text[text.index("fa-shim: error:") :].splitlines()[0]
+            assert expected in first, text
+            fix = text[text.index("fa-shim: fix:") :]
+            assert "delete" not in fix.split("\n\n")[0], text  # never a user's file
+            if hasattr(case, "pin"):
+                assert str(case.pin) in first, text
+                assert row.startswith("R02") or "the sdist is fine" in fix, text
+            if hasattr(case, "mine"):
+                assert f"{case.mine} (setting wheel-cache-dir)" in first, text
+                assert sorted(p.name for p in case.mine.iterdir()) == sorted(before_mine), text
+            if row == "A00-prepare-outside-checkout":
+                assert "FA_SHIM_FLASH_ATTN_VERSION=2.8.3.post2" in fix, text
+        if row == "killed-re-prepare":  # the dead run's lock was taken over, and released
+            assert "took over the --build-dir lock" in text, text
+        if row in ("B04-re-prepare-over-edits", "killed-re-prepare"):  # its tree stays as it was
+            assert _digests(case.out, skip=LOCK) == before_out
+        elif case.out.exists():
+            assert list(case.out.iterdir()) == [], list(case.out.iterdir())
+    assert _digests(*case.user) == before  # data lost: none
+    assert list((tmp_path / "tmp").iterdir()) == []  # leftovers: none
