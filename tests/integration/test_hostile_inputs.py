@@ -17,6 +17,7 @@ import os
 import runpy
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import sysconfig
@@ -47,6 +48,7 @@ from conftest import (
     sample_settings,
 )
 
+from fa_backend.core import _hostlock
 from fa_backend.core._errors import FaShimError
 from fa_backend.core._ownership import LOCK, RECORD
 
@@ -473,6 +475,12 @@ ROWS = [
         "`doctor` with the object cache's directory a regular file",
         "the object cache",
     ),
+    (
+        "L01-lock-of-a-dead-builder",
+        "the entry's lock left by a builder of this host that is gone, then a build",
+        "",
+    ),
+    ("MX05-toml-path-with-tilde", '`wheel-cache-dir = "~/fa-probe6-wheels"` in [tool.fa-shim]', ""),
     (
         "L02-live-lock-of-another-host",
         "the entry's lock held by a live builder on another host, `-C wheel-cache-lock-timeout=1`",
@@ -904,6 +912,9 @@ IN_PROCESS = {
     "TC10-install-copied-out": Row("install", ("--dry-run",), ("{tmp}/elsewhere",)),
     "TC12-install-uv-missing": Row("install", ("--uv",), ("uv",), env=(("PATH", "/nonexistent"),)),
     "OC14-doctor-object-cache-a-file": Row("doctor", ("--json",), ("{objects}",), sdist=""),
+    "L01-lock-of-a-dead-builder": Row("wheel", ("wheel-cache-dir={tmp}/wcl",), status=0),
+    "MX05-toml-path-with-tilde": Row("metadata", status=0, env=(("HOME", "{tmp}/home"),),
+                                     value=("wheel_cache_dir", "{tmp}/home/fa-probe6-wheels")),
     "L02-live-lock-of-another-host": Row("wheel", ("wheel-cache-dir={tmp}/wcl",
                                          "wheel-cache-lock-timeout=1"), ("{lock}", "node-17")),
     "C07-entry-and-view-links-to-a-users-file": Row("wheel", ("wheel-cache-dir={wc}",), status=0),
@@ -935,6 +946,7 @@ PROJECT_LINES = {
     "MX02": 'wheel-cache-dir = ["/tmp/a", "/tmp/b"]',
     "MX03": "tu-parts = true",
     "MX04": "wheel-cache-heartbeat = 0",
+    "MX05": 'wheel-cache-dir = "~/fa-probe6-wheels"',
 }
 VERSION_LINE = 'flash-attn-version = "2.8.3.post2"\n'
 
@@ -1063,15 +1075,20 @@ def _plant(case: InProcess, team_cache: Path | None) -> None:
         objects.write_text("a file\n")
         case.paths["objects"] = objects
         case.user.append(objects)
-    elif prefix == "L02":  # a builder on node-17 holds this build's key, its lock kept fresh
+    elif prefix in ("L01", "L02"):  # a lock on this build's key: a dead builder's, or node-17's
         config = [a for kv in case.config() for a in ("-C", "=".join(kv))]
         found = run([PY, "-m", "fa_backend", "fingerprint", *config], cwd=REPO, env=clean_env())
         lock = tmp / "wcl" / ".locks" / f"{json.loads(found.stdout)['key']}.lock"
         lock.parent.mkdir(parents=True)
         holder = {"host": "node-17", "pid": 4242, "started": time.time(), "boot": "another"}
+        if prefix == "L01":  # this boot and pid namespace, a pid that has exited
+            gone = subprocess.Popen(["true"])
+            gone.wait()
+            holder = {**_hostlock.this_kernel(), "host": socket.gethostname(), "pid": gone.pid}
         lock.write_text(json.dumps(holder))
         case.paths["lock"] = lock
-        case.user.append(lock)
+        if prefix == "L02":
+            case.user.append(lock)
     elif prefix in ("W02", "W03", "C11"):
         (tmp / "a-file").write_text("mine\n")
         case.user.append(tmp / "a-file")
@@ -1228,7 +1245,7 @@ def test_a_row_answered_in_process(row, tmp_path, monkeypatch, capfd, sample_sdi
     monkeypatch.setattr(tempfile, "tempdir", None)  # read TMPDIR again
     monkeypatch.setenv("FA_SHIM_COMPILER_CACHE", "none")
     for name, value in spec.env:
-        monkeypatch.setenv(name, value)
+        monkeypatch.setenv(name, case.fill(value))
     monkeypatch.chdir(case.paths["project"])
     before = _digests(*case.user, skip=".git")
     status, caught, out, err = _answer(case, capfd)
@@ -1260,15 +1277,21 @@ def test_a_row_answered_in_process(row, tmp_path, monkeypatch, capfd, sample_sdi
     elif spec.value:  # accepted, and read as the user meant it
         from fa_backend.flavours import _registry
 
-        attribute, value = spec.value
+        attribute = spec.value[0]
         settings = _registry.load_settings(dict(case.config()), project_dir=case.paths["project"])
-        assert getattr(settings, attribute) == value
+        read, given = getattr(settings, attribute), spec.value[1]
+        if isinstance(given, str):  # a path: as the user's paths fill it
+            read, given = str(read), case.fill(given)
+        assert read == given, (read, given)
     if spec.cmd == "install" and not status:  # the entry's wheel, from its own directory
         assert f"from {case.paths['entry'].parent}" in err, err
     if row.startswith("C07"):  # built again: the view is the new entry's, no link to the user's
         view, entry = case.paths["view"], case.paths["entry"]
         assert not view.is_symlink() and not entry.is_symlink()
         assert view.read_bytes() == entry.read_bytes()
+    if row.startswith("L01"):  # the dead builder's lock taken over, the entry built, released
+        assert "took over the wheel-cache lock" in err, err
+        assert not case.paths["lock"].exists() and list((tmp_path / "wcl").glob("*/entry.json"))
     if row.startswith("TC14"):  # the hit put the entry's wheel back in its view
         assert case.paths["view"].read_bytes() == case.paths["entry"].read_bytes()
     if status and case.out not in case.user and case.out != REPO and case.out.exists():
