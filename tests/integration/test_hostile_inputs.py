@@ -191,6 +191,11 @@ ROWS = [
         "SIGHUP to the group of a prepare (the terminal closed)",
         "terminated by SIGHUP: nothing was published",
     ),
+    (
+        "X05-sigint-re-prepare",
+        "Ctrl-C of a re-prepare into a prepared --build-dir, then `prepare` again",
+        "interrupted: nothing was published",
+    ),
     ("B03-build-dir-read-only", "`--build-dir` on a read-only mount", "(--build-dir)"),
     (
         "O03-outdir-read-only",
@@ -1303,7 +1308,7 @@ def test_a_row_answered_in_process(row, tmp_path, monkeypatch, capfd, sample_sdi
 # ------------------------------------------------------------------ rows about the process
 # A signal to the run's process group, or a disk that is really read-only or full (a mount in a
 # namespace of its own, for root): one fresh process each, its exit status and stderr.
-SIGNALS = {"X01": signal.SIGINT, "X03": signal.SIGTERM, "X04": signal.SIGHUP}
+SIGNALS = {"X01": signal.SIGINT, "X03": signal.SIGTERM, "X04": signal.SIGHUP, "X05": signal.SIGINT}
 MOUNTED = ("B03", "O03", "O04", "E03", "E04", "S13")
 PROCESS_ROWS = [r[0] for r in ROWS if r[0].split("-")[0] in (*SIGNALS, *MOUNTED)]
 
@@ -1321,9 +1326,13 @@ def test_a_row_of_the_process(row, tmp_path, request):
     config = {"flash-attn-version": SAMPLE_VERSION, "allow-unknown-version": "true"}
     config["sdist-dir"] = str(sdists)
     named = [str(out)]
+    prepare = [PY, "-m", "fa_backend", "prepare", "--build-dir", out, *sample_settings(sdists)]
+    if prefix == "X05":  # a tree prepared before the interrupted re-prepare
+        run(prepare, cwd=REPO, env=env)
     if prefix in SIGNALS:
         proc = _signalled(tmp_path, sdists, env, SIGNALS[prefix])
-        assert proc.returncode == (130 if prefix == "X01" else 128 + SIGNALS[prefix])
+        interrupted = SIGNALS[prefix] == signal.SIGINT  # Ctrl-C: 130, as a shell reports it
+        assert proc.returncode == (130 if interrupted else 128 + SIGNALS[prefix]), proc.stderr
         assert proc.stderr.count("fa-shim: error:") == 1, proc.stderr
         named = []
     else:
@@ -1366,7 +1375,12 @@ def test_a_row_of_the_process(row, tmp_path, request):
     assert expected in first and all(n in first for n in named), proc.stderr
     assert "Traceback" not in proc.stderr, proc.stderr
     assert list(scratch.iterdir()) == []  # leftovers: none
-    assert not out.exists() or list(out.iterdir()) == []
+    if prefix == "X05":  # no half tree marked as prepared, and the next prepare takes it
+        assert not (out / RECORD).exists()
+        run(prepare, cwd=REPO, env=env)
+        assert (out / RECORD).is_file()
+    else:
+        assert not out.exists() or list(out.iterdir()) == []
 
 
 def _signalled(tmp_path: Path, sdists: Path, env: dict, sig: int) -> subprocess.CompletedProcess:
