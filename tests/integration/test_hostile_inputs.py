@@ -491,6 +491,10 @@ ROWS = [
         "the entry's lock held by a live builder on another host, `-C wheel-cache-lock-timeout=1`",
         "waited 1 s for the wheel-cache lock",
     ),
+    ("C02-entry-byte-flipped", "a byte flipped in the entry's wheel, then a build", ""),
+    ("C04-entry-json-missing", "the entry's entry.json deleted, then a build", ""),
+    ("C06-entry-names-outside", "entry.json naming `../../outside.whl`, then a build", ""),
+    ("C08-entry-json-not-json", "entry.json that is not JSON, then a build", ""),
     (
         "C07-entry-and-view-links-to-a-users-file",
         "the entry's and the torch view's wheel symlinks to a file of the user's, then a build",
@@ -922,6 +926,10 @@ IN_PROCESS = {
                                      value=("wheel_cache_dir", "{tmp}/home/fa-probe6-wheels")),
     "L02-live-lock-of-another-host": Row("wheel", ("wheel-cache-dir={tmp}/wcl",
                                          "wheel-cache-lock-timeout=1"), ("{lock}", "node-17")),
+    "C02-entry-byte-flipped": Row("wheel", ("wheel-cache-dir={wc}",), status=0),
+    "C04-entry-json-missing": Row("wheel", ("wheel-cache-dir={wc}",), status=0),
+    "C06-entry-names-outside": Row("wheel", ("wheel-cache-dir={wc}",), status=0),
+    "C08-entry-json-not-json": Row("wheel", ("wheel-cache-dir={wc}",), status=0),
     "C07-entry-and-view-links-to-a-users-file": Row("wheel", ("wheel-cache-dir={wc}",), status=0),
     "TC14-truncated-torch-view": Row("wheel", ("wheel-cache-dir={wc}",), status=0),
     "V00-verify-renamed-wheel": Row("verify", ("{tmp}/v/flash_attn.whl",), ("flash_attn.whl",),
@@ -1123,6 +1131,22 @@ def _plant(case: InProcess, team_cache: Path | None) -> None:
         elif prefix == "TC14":
             view.unlink()
             view.write_bytes(entry.read_bytes()[:30000])
+        elif prefix == "C02":  # in place: the view, a hard link of it, changes too
+            data = bytearray(entry.read_bytes())
+            data[len(data) // 2] ^= 0x01
+            with entry.open("r+b") as f:
+                f.write(data)
+        elif prefix == "C04":
+            (entry.parent / "entry.json").unlink()
+        elif prefix in ("C06", "C08"):
+            record = entry.parent / "entry.json"
+            if prefix == "C06":  # and a file of the user's where that name leads
+                (tmp / "outside.whl").write_text("mine\n")
+                case.user.append(tmp / "outside.whl")
+                named = {**json.loads(record.read_text()), "wheel": "../../outside.whl"}
+                record.write_text(json.dumps(named))
+            else:
+                record.write_text("{not json")
         elif prefix == "C07":  # both wheels links to a file of the user's
             mine = tmp / "mine" / "flash_attn.whl"
             mine.parent.mkdir()
@@ -1177,7 +1201,8 @@ def _member(name: str, kind: bytes = tarfile.REGTYPE, link: str = "") -> tarfile
 
 # rows that read the pinned upstream sdists, and those that read the team's wheel cache
 UPSTREAM = ("S01", "S02", "S03")
-WITH_CACHE = ("V0", "V1", "MX07", "TC", "C07")
+REBUILT = ("C02", "C04", "C06", "C07", "C08")  # a damaged entry: built again, as a miss
+WITH_CACHE = ("V0", "V1", "MX07", "TC", *REBUILT)
 
 
 def _answer(case: InProcess, capfd) -> tuple[int, BaseException | None, str, str]:
@@ -1292,8 +1317,10 @@ def test_a_row_answered_in_process(row, tmp_path, monkeypatch, capfd, sample_sdi
         assert read == given, (read, given)
     if spec.cmd == "install" and not status:  # the entry's wheel, from its own directory
         assert f"from {case.paths['entry'].parent}" in err, err
-    if row.startswith("C07"):  # built again: the view is the new entry's, no link to the user's
+    if row.startswith(REBUILT):  # built again: a whole entry, the view its wheel (no link)
         view, entry = case.paths["view"], case.paths["entry"]
+        recorded = json.loads((entry.parent / "entry.json").read_text())
+        assert recorded["sha256"] == hashlib.sha256(entry.read_bytes()).hexdigest()
         assert not view.is_symlink() and not entry.is_symlink()
         assert view.read_bytes() == entry.read_bytes()
     if row.startswith("L01"):  # the dead builder's lock taken over, the entry built, released
