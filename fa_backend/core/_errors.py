@@ -25,3 +25,8 @@ class FaShimError(Exception):
 class NotLocal(FaShimError):
     """Sources a build needs are not on this machine and downloading is off: a build allowed to
     download fetches them (doctor predicts that from this type, never from the message)."""
+
+
+class UnknownSetting(FaShimError):
+    """A setting that no declared one reads: the flavour registry then asks the plug-ins too,
+    whose scan it otherwise spares every build (flavours/_registry.load_settings)."""

@@ -5,13 +5,13 @@ flavour's own settings reach the settings model from here; one given to another'
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib
 from collections.abc import Mapping
-from importlib import metadata
 from pathlib import Path
 
-from ..core._errors import FaShimError
+from ..core._errors import FaShimError, UnknownSetting
 from ..settings import _settings
 from ._interface import Flavour
 from ._vocabulary import did_you_mean
@@ -21,7 +21,9 @@ BUILT_IN = {"fa2": "fa_backend.flavours.fa2", "fa3": "fa_backend.flavours.fa3"}
 
 
 @functools.cache  # one scan of the environment's distributions per process (~40 ms in a large one)
-def _plugins() -> dict[str, metadata.EntryPoint]:
+def _plugins() -> dict:
+    from importlib import metadata  # a build of a built-in flavour imports it not at all
+
     return {ep.name: ep for ep in metadata.entry_points(group=ENTRY_POINTS)}
 
 
@@ -93,10 +95,12 @@ def own_settings(name: str) -> tuple[_settings.Setting, ...]:
     return get(name).own_settings
 
 
-def declared() -> list[_settings.Setting]:
-    """Every flavour's own settings, each key declared by one flavour only."""
+def declared(plugins: bool = True) -> list[_settings.Setting]:
+    """Every flavour's own settings (the built-ins' alone: `plugins` false), each key declared
+    by one flavour only."""
     owner: dict[str, str] = {}
-    for name in known():
+    names = known() if plugins else list(BUILT_IN)
+    for name in names:
         for setting in own_settings(name):
             if setting.key in _settings.FIELDS or setting.key in owner:
                 other = owner.get(setting.key)
@@ -106,7 +110,7 @@ def declared() -> list[_settings.Setting]:
                     fix=f"rename the setting in flavour {name!r}.",
                 )
             owner[setting.key] = name
-    return [s for name in known() for s in own_settings(name)]
+    return [s for name in names for s in own_settings(name)]
 
 
 def load_settings(
@@ -114,7 +118,14 @@ def load_settings(
     environ: Mapping[str, str] | None = None,
     project_dir: Path | None = None,
 ) -> _settings.Settings:
-    """The settings, every flavour's own among them; whether they apply: load()."""
+    """The settings, every flavour's own among them; whether they apply: load(). The plug-ins
+    are scanned (every distribution's entry points, 33 ms in each hook on the H200:
+    bench/results/2026-12-02-h200-hit-after-seam) only where the built-ins' settings do not
+    read every one given, or the project names another flavour."""
+    with contextlib.suppress(UnknownSetting):
+        settings = _settings.load(config_settings, environ, project_dir, declared(plugins=False))
+        if settings.flavour in BUILT_IN:
+            return settings
     return _settings.load(config_settings, environ, project_dir, declared())
 
 
@@ -125,7 +136,8 @@ def defaults() -> _settings.Settings:
 
 def _check_applies(flavour: Flavour, settings: _settings.Settings) -> None:
     """A setting of another flavour is a mistake, not something to ignore silently."""
-    for name in known():
+    built_in = {s.key for name in BUILT_IN for s in own_settings(name)} | set(_settings.FIELDS)
+    for name in list(BUILT_IN) if set(settings.given) <= built_in else known():
         if name == flavour.names.flavour:
             continue
         for key in sorted(s.key for s in own_settings(name)):
@@ -146,7 +158,8 @@ def load(
 ) -> tuple[Flavour, _settings.Settings]:
     """The project's flavour and its settings, each setting checked to apply to it."""
     settings = load_settings(config_settings, environ, project_dir)
-    if settings.flavour not in known():  # the file by its full path: a frontend builds a copy
+    # an unknown name by the file's full path: a frontend builds a copy
+    if settings.flavour not in BUILT_IN and settings.flavour not in known():
         raise _unknown(settings.flavour, str(_settings.pyproject_of(project_dir)))
     flavour = get(settings.flavour)
     _check_applies(flavour, settings)

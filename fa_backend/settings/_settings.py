@@ -14,7 +14,7 @@ from typing import Any
 from packaging.version import InvalidVersion, Version
 
 from ..core import _failures
-from ..core._errors import FaShimError
+from ..core._errors import FaShimError, UnknownSetting
 from ..core._toml import tomllib
 from ..resources.team_install import ARCH
 from ._model import ENV_PREFIX, FIELDS, ConfigSettings, Setting, Settings, env_name
@@ -131,9 +131,9 @@ def reference_markdown(declared: Sequence[Setting]) -> str:
     return "\n".join(rows)
 
 
-def _unknown(key: str, where: str, known: list[str]) -> FaShimError:
+def _unknown(key: str, where: str, known: list[str]) -> UnknownSetting:
     close = difflib.get_close_matches(key, known, n=1)
-    return FaShimError(
+    return UnknownSetting(
         f"unknown setting {key!r} in {where}.{f' Did you mean {close[0]!r}?' if close else ''}",
         fix="use one of: " + ", ".join(known) + " (docs/reference/settings.md).",
     )

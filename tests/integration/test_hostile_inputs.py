@@ -6,72 +6,95 @@ page (docs/reference/reliability.md): add a row there and a case below together.
 
 from __future__ import annotations
 
+import argparse
+import contextlib
+import gzip
 import hashlib
 import importlib.machinery
+import io
+import json
 import os
+import runpy
 import shutil
 import signal
+import socket
 import subprocess
+import sys
+import sysconfig
+import tarfile
+import tempfile
 import time
+import venv
+import zipfile
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 from conftest import (
+    CAN_MOUNT,
     PY,
     REPO,
     SAMPLE_VERSION,
+    assert_one_error_nothing_left,
     clean_env,
     copy_repo,
+    hook,
+    mounted,
+    on_small_disk,
     pack_bomb,
     pack_sample,
+    pip_wheel_cmd,
+    run,
     sample_settings,
 )
 
+from fa_backend.core import _hostlock
+from fa_backend.core._errors import FaShimError
 from fa_backend.core._ownership import LOCK, RECORD
 
 # (id, what the user gives, what fa-shim answers: the start of its error, or "" for a success)
 ROWS = [
     (
-        "ninja-off-path-prepare",
+        "T06-ninja-off-path-prepare",
         "`prepare` with ninja beside the interpreter but not on PATH (a venv not activated)",
         "ninja is installed in",
     ),
     (
-        "ninja-off-path-pip",
+        "T07-ninja-off-path-pip",
         "the same, through `pip wheel --no-build-isolation`",
         "ninja is installed in",
     ),
     (
-        "re-prepare-over-edits",
+        "B04-re-prepare-over-edits",
         "`prepare` again into its directory after the user added src/my-edit.txt and edited "
         "setup.py",
         "holds files fa-shim did not write or that changed since its last prepare there",
     ),
-    ("two-prepares", "two `prepare` runs into one new `--build-dir` at once", ""),
+    ("Q03-two-prepares", "two `prepare` runs into one new `--build-dir` at once", ""),
     (
         "killed-re-prepare",
         "a re-prepare killed with SIGKILL mid-way, then `prepare` again into that directory",
         "was made by fa-shim but holds no record of the files it wrote",
     ),
     (
-        "doctor-ninja-off-path",
+        "D01-doctor-ninja-off-path",
         "`doctor` with ninja beside the interpreter but not on PATH",
         "error: ninja is installed in",
     ),
-    ("cxx-missing", "`CXX=/nonexistent/g++`", "the host C++ compiler `/nonexistent/g++`"),
+    ("T01-cxx-missing", "`CXX=/nonexistent/g++`", "the host C++ compiler `/nonexistent/g++`"),
     ("cc-missing", "`CC=/nonexistent/gcc`", "the host C compiler `/nonexistent/gcc`"),
     (
-        "verify-foreign-module",
+        "V09-verify-foreign-module",
         "`verify` of numpy's module renamed flash_attn_2_cuda.cpython-311-x86_64-linux-gnu.so",
         "FAIL  symbols       the module takes no symbol from torch and embeds no CUDA device code",
     ),
     (
-        "empty-archs",
+        "K05-empty-archs",
         "`-C cuda-archs=` (an unset $ARCH)",
         "setting 'cuda-archs' from config_settings (-C) is empty",
     ),
     (
-        "empty-archs-env",
+        "K25-empty-archs-env",
         "`FA_SHIM_CUDA_ARCHS=`",
         "setting 'cuda-archs' from environment variable FA_SHIM_CUDA_ARCHS is empty",
     ),
@@ -82,7 +105,7 @@ ROWS = [
         "`-C compiler-cache=`",
         "setting 'compiler-cache' from config_settings (-C) is empty",
     ),
-    ("empty-path", "`-C sdist=`", "setting 'sdist' from config_settings (-C) is empty"),
+    ("K27-empty-path", "`-C sdist=`", "setting 'sdist' from config_settings (-C) is empty"),
     (
         "empty-version",
         "`-C flash-attn-version=`",
@@ -95,7 +118,7 @@ ROWS = [
     ),
     ("empty-list", "`-C head-dims=`", "setting 'head-dims' from config_settings (-C) is empty"),
     (
-        "torch-abi-typo",
+        "SA01-torch-abi-typo",
         "`-C torch-abi=stabel`",
         "setting torch-abi is 'stabel', expected one of torch, stable (did you mean 'stable'?)",
     ),
@@ -105,52 +128,420 @@ ROWS = [
         "has no binding on torch's stable ABI in fa-shim",
     ),
     (
-        "torch-abi-cpu-torch",
+        "SA02-torch-abi-cpu-torch",
         "`-C torch-abi=stable` for 2.8.3.post2 beside a CPU-only torch",
         "has no CUDA: -C torch-abi=stable builds flash-attn's CUDA kernels",
     ),
-    ("sdist-is-a-directory", "`-C sdist=` a directory", "(setting sdist) is a directory"),
+    ("S06-sdist-is-a-directory", "`-C sdist=` a directory", "(setting sdist) is a directory"),
     (
-        "directory-named-like-sdist",
+        "S07-directory-named-like-sdist",
         "a directory named like the sdist in `sdist-dir`",
         "is a directory named like the sdist",
     ),
     (
-        "not-gzip-sdist",
+        "S08-not-gzip-sdist",
         "a user's non-gzip file named as the sdist",
         "is not a readable sdist",
     ),
     (
-        "pin-off-by-one-digit",
+        "R01-pin-off-by-one-digit",
         "a `release.toml` sha256 pin off by one digit, the genuine sdist",
         "the sha256 pinned in",
     ),
     (
-        "prepare-outside-checkout",
+        "A00-prepare-outside-checkout",
         "`prepare` run outside the checkout (no [tool.fa-shim] there)",
         "no flash-attn version is configured",
     ),
     (
-        "gzip-bomb",
+        "MX10-gzip-bomb",
         "an sdist of 18.8 MB holding a 4 GiB zero member, whose gzip trailer reads 16 kB (the "
         "size modulo 4 GiB); on a 200 MB disk too (test_full_disk.py)",
         "holds an unsafe archive member flash_attn-0.1.0/zeros.bin",
     ),
     (
-        "wheel-cache-dir-users-directory",
+        "MX12-wheel-cache-dir-users-directory",
         "`pip wheel … -C wheel-cache-dir=DIR`, DIR a directory of the user's holding their own "
         "install.py",
         "(setting wheel-cache-dir) holds files fa-shim did not make (install.py)",
     ),
     (
-        "wheel-cache-dir-dot-in-a-project",
+        "MX12-wheel-cache-dir-dot-in-a-project",
         "`FA_SHIM_WHEEL_CACHE_DIR=. pip wheel /path/to/fa-shim …` run in the user's project",
         "(setting wheel-cache-dir) holds files fa-shim did not make (install.py, pyproject.toml)",
     ),
     (
-        "version-not-its-own",
+        "S14-version-not-its-own",
         "an unpinned sdist whose PKG-INFO says 0.1.0, built as 0.2.0",
         "but its PKG-INFO says 0.1.0",
+    ),
+    # -- about the process: a signal, a real read-only or full disk (test_a_row_of_the_process)
+    (
+        "X01-sigint-prepare",
+        "Ctrl-C (SIGINT to the group) of a prepare",
+        "interrupted: nothing was published",
+    ),
+    (
+        "X03-sigterm-prepare",
+        "SIGTERM to the group of a prepare",
+        "terminated by SIGTERM: nothing was published",
+    ),
+    (
+        "X04-sighup-prepare",
+        "SIGHUP to the group of a prepare (the terminal closed)",
+        "terminated by SIGHUP: nothing was published",
+    ),
+    (
+        "X05-sigint-re-prepare",
+        "Ctrl-C of a re-prepare into a prepared --build-dir, then `prepare` again",
+        "interrupted: nothing was published",
+    ),
+    ("B03-build-dir-read-only", "`--build-dir` on a read-only mount", "(--build-dir)"),
+    (
+        "O03-outdir-read-only",
+        "the wheel hook's output directory on a read-only mount, a wheel-cache hit",
+        "while copying the wheel into the output directory",
+    ),
+    (
+        "O04-outdir-full",
+        "the wheel hook's output directory on a full 64 KiB disk, a wheel-cache hit",
+        "not enough disk space",
+    ),
+    ("E03-tmpdir-300-kb", "TMPDIR on a 300 KB disk", "no space left on"),
+    ("E04-cache-read-only", "XDG_CACHE_HOME on a read-only mount", "fa-shim's cache directory"),
+    (
+        "S13-gzip-bomb-small-disk",
+        "S13's 4 GiB bomb with TMPDIR on a 200 MB disk",
+        "holds an unsafe archive member",
+    ),
+    # -- answered in-process (test_a_row_answered_in_process; hostile-inputs.md of 2026-12-01)
+    (
+        "S01-pinned-sdist-truncated",
+        "a truncated copy of the pinned sdist, by `-C sdist=`",
+        "sha256 mismatch for",
+    ),
+    (
+        "S02-pinned-sdist-byte-flipped",
+        "the pinned sdist with one byte flipped",
+        "sha256 mismatch for",
+    ),
+    (
+        "S03-other-release-renamed",
+        "2.8.3's sdist renamed flash_attn-2.8.3.post2.tar.gz",
+        "sha256 mismatch for",
+    ),
+    (
+        "S04-truncated-unpinned-sdist",
+        "a truncated unpinned sdist",
+        "is a corrupt or truncated archive",
+    ),
+    (
+        "S05-not-gzip-by-sdist",
+        "a text file named flash_attn-0.1.0.tar.gz, by `-C sdist=`",
+        "is not a readable sdist",
+    ),
+    ("S09-member-dotdot", "an sdist member `../…`", "holds an unsafe archive member"),
+    (
+        "S10-member-escaping-symlink",
+        "an sdist member, a symlink out of the tree",
+        "holds an unsafe archive member",
+    ),
+    (
+        "S11-member-absolute",
+        "an sdist member with an absolute path",
+        "holds an unsafe archive member",
+    ),
+    (
+        "S12-member-hard-link-out",
+        "an sdist member, a hard link out of the tree",
+        "holds an unsafe archive member",
+    ),
+    ("R02-pin-not-hex", "a `release.toml` whose sha256 is not hex", "does not describe a release"),
+    ("K01-cuda-arch", "`-C cuda-arch=90`", "unknown setting 'cuda-arch' in config_settings (-C)"),
+    ("K02-cuda-archs-underscore", "`-C cuda_archs=90`", ""),
+    ("K03-env-cuda-arch", "`FA_SHIM_CUDA_ARCH=90`", "unknown setting 'FA_SHIM_CUDA_ARCH'"),
+    ("K04-env-maxjobs", "`FA_SHIM_MAXJOBS=4`", "unknown setting 'FA_SHIM_MAXJOBS'"),
+    ("K06-archs-sm-90", "`-C cuda-archs=sm_90`", ""),
+    ("K07-archs-90a-semicolon", "`-C 'cuda-archs=90a;'`", ""),
+    (
+        "K09-archs-ptx",
+        "`-C 'cuda-archs=9.0+PTX'`",
+        "setting 'cuda-archs' from config_settings (-C)",
+    ),
+    (
+        "K10-archs-compute",
+        "`-C cuda-archs=compute_90`",
+        "setting 'cuda-archs' from config_settings (-C)",
+    ),
+    ("K11-max-jobs-negative", "`-C max-jobs=-4`", "setting 'max-jobs' from config_settings (-C)"),
+    ("K12-max-jobs-zero", "`-C max-jobs=0`", "setting 'max-jobs' from config_settings (-C)"),
+    ("K26-max-jobs-fraction", "`-C max-jobs=4.5`", "setting 'max-jobs' from config_settings (-C)"),
+    (
+        "K13-nvcc-threads-1000",
+        "`-C nvcc-threads=1000`",
+        "setting 'nvcc-threads' from config_settings (-C)",
+    ),
+    ("K14-head-dim-7", "`-C head-dims=7` (2.8.3.post2)", "head-dims has '7'"),
+    ("K15-dtype-fp8", "`-C dtypes=fp8` (2.8.3.post2)", "dtypes has 'fp8'"),
+    (
+        "K16-bool-yes-please",
+        "`-C forward-only=yes-please`",
+        "setting 'forward-only' from config_settings (-C)",
+    ),
+    ("K17-disable-unknown", "`-C disable=dropout,flash` (2.8.3.post2)", "disable has 'flash'"),
+    ("K18-version-unknown", "`-C flash-attn-version=2.8.4`", "flash-attn 2.8.4 is not a version"),
+    (
+        "K19-version-latest",
+        "`-C flash-attn-version=latest`",
+        "setting 'flash-attn-version' from config_settings (-C)",
+    ),
+    (
+        "K20-lock-timeout-soon",
+        "`-C wheel-cache-lock-timeout=soon`",
+        "setting 'wheel-cache-lock-timeout' from config_settings (-C)",
+    ),
+    ("K21-no-equals", "`-C max-jobs` (no =)", "'max-jobs' is not KEY=VALUE"),
+    ("K22-tu-parts-zero", "`-C tu-parts=0`", "setting 'tu-parts' from config_settings (-C)"),
+    (
+        "K23-env-max-jobs-empty",
+        "`FA_SHIM_MAX_JOBS=`",
+        "setting 'max-jobs' from environment variable FA_SHIM_MAX_JOBS is empty",
+    ),
+    ("K29-progress-loud", "`-C progress=loud`", "setting progress is 'loud'"),
+    ("K30-fa3-key-on-fa2", "`-C fa3-release=auto` on flash-attn", "setting 'fa3-release'"),
+    (
+        "P01-toml-float-version",
+        "`flash-attn-version = 2.83` in [tool.fa-shim]",
+        "flash-attn 2.83 is not a version",
+    ),
+    (
+        "P02-toml-max-jobs-word",
+        '`max-jobs = "eight"` in [tool.fa-shim]',
+        "setting 'max-jobs' from [tool.fa-shim] of",
+    ),
+    (
+        "P04-toml-key-underscore",
+        '`cuda_archs = "90"` in [tool.fa-shim]',
+        "unknown setting 'cuda_archs' in [tool.fa-shim] of",
+    ),
+    ("P05-toml-invalid", "a pyproject.toml that is not TOML", "is not valid TOML"),
+    (
+        "SA06-stable-2.8.3",
+        "`-C torch-abi=stable -C flash-attn-version=2.8.3`",
+        "flash-attn 2.8.3 has no binding on torch's stable ABI",
+    ),
+    ("SA07-torch-abi-abi3", "`-C torch-abi=abi3`", "setting torch-abi is 'abi3'"),
+    (
+        "SA15-toml-torch-abi-bool",
+        "`torch-abi = true` in [tool.fa-shim]",
+        "setting torch-abi is 'True'",
+    ),
+    (
+        "SA16-toml-torch-abi-capital",
+        '`torch-abi = "Stable"` in [tool.fa-shim]',
+        "flash-attn 0.1.0 has no binding on torch's stable ABI",
+    ),
+    ("MX01-toml-object-cache-yes", '`object-cache = "yes"` in [tool.fa-shim]', ""),
+    (
+        "MX02-toml-list-for-a-path",
+        "`wheel-cache-dir = [a, b]` in [tool.fa-shim]",
+        "setting 'wheel-cache-dir' from [tool.fa-shim] of",
+    ),
+    (
+        "MX03-toml-bool-for-an-int",
+        "`tu-parts = true` in [tool.fa-shim]",
+        "setting 'tu-parts' from [tool.fa-shim] of",
+    ),
+    (
+        "MX04-toml-heartbeat-zero",
+        "`wheel-cache-heartbeat = 0` in [tool.fa-shim]",
+        "setting 'wheel-cache-heartbeat' from [tool.fa-shim] of",
+    ),
+    (
+        "MX06-max-jobs-twice",
+        "`pip wheel … -C max-jobs=1 -C max-jobs=2`",
+        "setting 'max-jobs' from config_settings (-C) is ['1', '2']",
+    ),
+    (
+        "OC15-object-cache-maybe",
+        "`-C object-cache=maybe`",
+        "setting 'object-cache' from config_settings (-C)",
+    ),
+    ("OC16-env-object-cache-0", "`FA_SHIM_OBJECT_CACHE=0`", ""),
+    (
+        "M01-torch-python-without-torch",
+        "`-C torch-python=` a Python without torch",
+        "torch is not importable by",
+    ),
+    (
+        "M02-torch-python-missing",
+        "`-C torch-python=/nonexistent/python`",
+        "the interpreter named by setting torch-python (/nonexistent/python)",
+    ),
+    (
+        "M03-torch-python-a-directory",
+        "`-C torch-python=` a venv directory",
+        "the interpreter named by setting torch-python",
+    ),
+    ("M04-editable", "`pip install -e` of the checkout", "editable installs are not supported"),
+    (
+        "B01-build-dir-users-files",
+        "`--build-dir` holding the user's files",
+        "(--build-dir) holds files fa-shim did not make",
+    ),
+    ("B02-build-dir-a-file", "`--build-dir` a file", "(--build-dir) is not a directory"),
+    (
+        "MX11-build-dir-dot-in-the-checkout",
+        "`prepare --build-dir .` in the checkout",
+        "(--build-dir) holds files fa-shim did not make",
+    ),
+    (
+        "T02-cxx-missing-pip",
+        "`CXX=/nonexistent/g++`, the wheel hook",
+        "the host C++ compiler `/nonexistent/g++`",
+    ),
+    (
+        "T05-compiler-cache-missing",
+        "`-C compiler-cache=/nonexistent/ccache`",
+        "the compiler cache '/nonexistent/ccache' (setting compiler-cache) is not on PATH",
+    ),
+    (
+        "D02-doctor-python-missing",
+        "`doctor --python /nonexistent/python`",
+        "--python /nonexistent/python is not an executable interpreter",
+    ),
+    (
+        "D03-doctor-cxx-missing",
+        "`CXX=/nonexistent/g++ doctor`",
+        "error: the host C++ compiler `/nonexistent/g++` (from CXX) does not work",
+    ),
+    ("W02-wheel-cache-dir-a-file", "`-C wheel-cache-dir=` a file", "is a file, not a directory"),
+    ("W03-cache-dir-a-file", "`-C cache-dir=` a file", "is a file, not a directory"),
+    ("C10-cache-check-missing", "`cache check` of a missing directory", "is not a directory"),
+    ("C11-cache-check-a-file", "`cache check` of a file", "is not a directory"),
+    ("C12-cache-check-empty", "`cache check` of an empty directory", "holds no wheel-cache entry"),
+    ("C13-cache-chek", "`cache chek`", "invalid choice: 'chek'"),
+    (
+        "MX07-rebuild-other-settings",
+        "`cache check --rebuild` with settings of no entry",
+        "has no entry for this environment's fingerprint",
+    ),
+    (
+        "MX08-verify-not-installed",
+        "`verify flash_attn`, none installed",
+        "no flash-attn distribution is installed",
+    ),
+    (
+        "TC01-install-binding-abi3",
+        "`install.py --binding abi3`",
+        "argument --binding: invalid choice: 'abi3'",
+    ),
+    (
+        "TC02-install-stable-cpu-torch",
+        "`install.py --binding stable` on a CPU torch",
+        "no flash-attn wheel",
+    ),
+    (
+        "TC03-install-kernel-set-typo",
+        "`install.py --kernel-set hdim128.bf16.fwdd`",
+        "no flash-attn wheel",
+    ),
+    ("TC04-install-archs-sm-90", "`install.py --archs sm_90`", ""),
+    ("TC05-install-archs-dotted", "`install.py --archs 9.0`", ""),
+    (
+        "TC06-install-wheel-deleted",
+        "`install.py` after the wheel was deleted from its entry",
+        "no flash-attn wheel",
+    ),
+    (
+        "TC07-index-links-a-deleted-wheel",
+        "`cache check` after a wheel linked by the torch's index was deleted",
+        "FAILED  index/",
+    ),
+    (
+        "TC08-install-tampered-wheel",
+        "`install.py` of a wheel rewritten in place",
+        "is not the wheel its entry recorded",
+    ),
+    (
+        "TC09-install-python-without-pip",
+        "`install.py` run by a Python without pip (torch importable)",
+        "pip is not installed for",
+    ),
+    (
+        "TC11-install-python-without-torch",
+        "`install.py` run by a venv without torch",
+        "torch cannot be imported in",
+    ),
+    ("TC10-install-copied-out", "an install.py copied out of its cache", "is not a wheel cache"),
+    ("TC12-install-uv-missing", "`install.py --uv` without uv", "uv not found on PATH"),
+    (
+        "OC14-doctor-object-cache-a-file",
+        "`doctor` with the object cache's directory a regular file",
+        "the object cache",
+    ),
+    (
+        "L01-lock-of-a-dead-builder",
+        "the entry's lock left by a builder of this host that is gone, then a build",
+        "",
+    ),
+    ("MX05-toml-path-with-tilde", '`wheel-cache-dir = "~/fa-probe6-wheels"` in [tool.fa-shim]', ""),
+    (
+        "L02-live-lock-of-another-host",
+        "the entry's lock held by a live builder on another host, `-C wheel-cache-lock-timeout=1`",
+        "waited 1 s for the wheel-cache lock",
+    ),
+    ("C02-entry-byte-flipped", "a byte flipped in the entry's wheel, then a build", ""),
+    ("C04-entry-json-missing", "the entry's entry.json deleted, then a build", ""),
+    ("C06-entry-names-outside", "entry.json naming `../../outside.whl`, then a build", ""),
+    ("C08-entry-json-not-json", "entry.json that is not JSON, then a build", ""),
+    (
+        "C07-entry-and-view-links-to-a-users-file",
+        "the entry's and the torch view's wheel symlinks to a file of the user's, then a build",
+        "",
+    ),
+    ("TC14-truncated-torch-view", "the torch view's wheel replaced by a truncated copy", ""),
+    (
+        "V00-verify-renamed-wheel",
+        "`verify` of a wheel renamed flash_attn.whl",
+        "is not a valid wheel file name",
+    ),
+    (
+        "V01-verify-text-as-wheel",
+        "`verify` of a text file named as the wheel",
+        "is not a readable wheel",
+    ),
+    (
+        "V02-verify-sdist-as-wheel",
+        "`verify` of the sdist named as the wheel",
+        "is not a readable wheel",
+    ),
+    (
+        "V03-verify-record-tampered",
+        "`verify` of a wheel whose RECORD has a wrong hash",
+        "FAIL  record",
+    ),
+    (
+        "V04-verify-member-edited",
+        "`verify` of a wheel with a member edited after its RECORD",
+        "FAIL  record",
+    ),
+    ("V05-verify-no-record", "`verify` of a wheel without RECORD", "FAIL  record"),
+    (
+        "V06-verify-numpy-module",
+        "`verify` of numpy's extension module",
+        "is not a flash-attn module",
+    ),
+    ("V07-verify-missing", "`verify` of a wheel that does not exist", "does not exist"),
+    (
+        "V08-verify-random-directory",
+        "`verify` of a directory of the user's",
+        "holds neither a flash-attn distribution",
+    ),
+    (
+        "V11-verify-python-missing",
+        "`verify --python /nonexistent/python`",
+        "--python /nonexistent/python is not an executable interpreter",
     ),
 ]
 
@@ -222,15 +613,15 @@ def _sample_sdists(tmp_path: Path) -> Path:
 
 def _set_up(row: str, case: Case, tmp_path: Path) -> None:
     sdists = case.user[0]
-    if row == "ninja-off-path-prepare":
+    if row == "T06-ninja-off-path-prepare":
         case.env["PATH"] = _path_without_ninja(tmp_path)
         case.prepare(*case.settings)
-    elif row == "ninja-off-path-pip":
+    elif row == "T07-ninja-off-path-pip":
         case.env["PATH"] = _path_without_ninja(tmp_path)
         case.env["PIP_NO_CACHE_DIR"] = "1"
         case.argv = [PY, "-m", "pip", "wheel", "--no-build-isolation", "--no-deps"]
         case.argv += ["-w", case.out, copy_repo(tmp_path / "fa-shim"), *case.settings]
-    elif row == "re-prepare-over-edits":
+    elif row == "B04-re-prepare-over-edits":
         case.prepare(*case.settings)
         first = case.run()
         assert first.returncode == 0, first.stderr
@@ -239,19 +630,19 @@ def _set_up(row: str, case: Case, tmp_path: Path) -> None:
         with (tree / "setup.py").open("a") as f:
             f.write("# my change\n")
         case.user += [tree / "my-edit.txt", tree / "setup.py"]
-    elif row == "two-prepares":
+    elif row == "Q03-two-prepares":
         case.prepare(*case.settings)
     elif row == "killed-re-prepare":
         case.prepare(*case.settings)
         _killed(case)
-    elif row == "doctor-ninja-off-path":
+    elif row == "D01-doctor-ninja-off-path":
         case.env["PATH"] = _path_without_ninja(tmp_path)
         case.argv = [PY, "-m", "fa_backend", "doctor"]
-    elif row in ("cxx-missing", "cc-missing"):
-        variable, program = ("CXX", "g++") if row == "cxx-missing" else ("CC", "gcc")
+    elif row in ("T01-cxx-missing", "cc-missing"):
+        variable, program = ("CXX", "g++") if row == "T01-cxx-missing" else ("CC", "gcc")
         case.env[variable] = f"/nonexistent/{program}"
         case.prepare(*case.settings)
-    elif row == "verify-foreign-module":
+    elif row == "V09-verify-foreign-module":
         import numpy
 
         (numpy_module,) = Path(numpy.__file__).parent.glob("_core/_multiarray_umath.*.so")
@@ -261,45 +652,47 @@ def _set_up(row: str, case: Case, tmp_path: Path) -> None:
         shutil.copyfile(numpy_module, module)
         case.user.append(module)
         case.argv = [PY, "-m", "fa_backend", "verify", module]
-    elif row.startswith("empty-"):
+    elif "empty-" in row:
         key = {
-            "empty-archs": "cuda-archs",
+            "K05-empty-archs": "cuda-archs",
             "empty-int": "max-jobs",
             "empty-bool": "offline",
             "empty-str": "compiler-cache",
-            "empty-path": "sdist",
+            "K27-empty-path": "sdist",
             "empty-version": "flash-attn-version",
             "empty-seconds": "wheel-cache-heartbeat",
             "empty-list": "head-dims",
         }.get(row)
-        if row == "empty-archs-env":
+        if row == "K25-empty-archs-env":
             case.env["FA_SHIM_CUDA_ARCHS"] = ""
             case.prepare(*case.settings)
         else:
             case.prepare(*case.settings, "-C", f"{key}=")
-    elif row == "torch-abi-typo":
+    elif row == "SA01-torch-abi-typo":
         case.prepare(*case.settings, "-C", "torch-abi=stabel")
     elif row == "torch-abi-no-stable-line":
         case.prepare(*case.settings, "-C", "torch-abi=stable")
-    elif row == "torch-abi-cpu-torch":  # refused before its sdist is looked for
+    elif row == "SA02-torch-abi-cpu-torch":  # refused before its sdist is looked for
         case.prepare("-C", "flash-attn-version=2.8.3.post2", "-C", "torch-abi=stable")
-    elif row == "sdist-is-a-directory":
+    elif row == "S06-sdist-is-a-directory":
         case.prepare(*case.settings, "-C", f"sdist={sdists}")
-    elif row == "directory-named-like-sdist":
+    elif row == "S07-directory-named-like-sdist":
         mine = tmp_path / "mine-sdists"
         (mine / f"flash_attn-{SAMPLE_VERSION}.tar.gz").mkdir(parents=True)
         (mine / f"flash_attn-{SAMPLE_VERSION}.tar.gz" / "notes.txt").write_text("mine\n")
         case.user.append(mine)
         case.prepare(*sample_settings(mine))
-    elif row == "not-gzip-sdist":
+    elif row == "S08-not-gzip-sdist":
         (sdists / f"flash_attn-{SAMPLE_VERSION}.tar.gz").write_text("my notes, not a tarball\n")
         case.prepare(*case.settings)
-    elif row == "pin-off-by-one-digit":
-        # the sample pinned in a copy's registry, its sha256 one digit off
+    elif row in ("R01-pin-off-by-one-digit", "R02-pin-not-hex"):
+        # the sample pinned in a copy's registry, its sha256 one digit off (or not hex)
         repo = copy_repo(tmp_path / "fa-shim")
         sdist = sdists / f"flash_attn-{SAMPLE_VERSION}.tar.gz"
         digest = hashlib.sha256(sdist.read_bytes()).hexdigest()
         wrong = digest[:-1] + ("0" if digest[-1] != "0" else "1")
+        if row.startswith("R02"):
+            wrong = digest.upper()
         pin = repo / "vendored_patches" / SAMPLE_VERSION / "release.toml"
         pin.parent.mkdir()
         pin.write_text(f'sdist = "{sdist.name}"\nsha256 = "{wrong}"\narchs = "fixed-80-90"\n')
@@ -307,15 +700,15 @@ def _set_up(row: str, case: Case, tmp_path: Path) -> None:
         case.argv = [PY, "-m", "fa_backend", "prepare", "--build-dir", case.out]
         case.argv += ["-C", f"flash-attn-version={SAMPLE_VERSION}", "-C", f"sdist-dir={sdists}"]
         case.pin = pin  # the message must name it
-    elif row == "prepare-outside-checkout":
+    elif row == "A00-prepare-outside-checkout":
         case.cwd = tmp_path / "elsewhere"
         case.cwd.mkdir()
         case.env["PYTHONPATH"] = str(REPO)
         case.prepare()
-    elif row == "gzip-bomb":  # refused at its header: nothing extracted, whatever the disk
+    elif row == "MX10-gzip-bomb":  # refused at its header: nothing extracted, whatever the disk
         case.user.append(pack_bomb(tmp_path / "bomb"))
         case.prepare(*sample_settings(tmp_path / "bomb"))
-    elif row.startswith("wheel-cache-dir-"):  # never a file of the user's replaced (MX12)
+    elif row.startswith("MX12-"):  # never a file of the user's replaced (MX12)
         mine = tmp_path / "mine"
         mine.mkdir()
         (mine / "install.py").write_text("print('my own installer')\n")
@@ -330,7 +723,7 @@ def _set_up(row: str, case: Case, tmp_path: Path) -> None:
         case.mine = mine  # nothing added to it either
         case.argv = [PY, "-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "-w", case.out]
         case.argv += [copy_repo(tmp_path / "fa-shim"), *settings]
-    elif row == "version-not-its-own":
+    elif row == "S14-version-not-its-own":
         (sdists / f"flash_attn-{SAMPLE_VERSION}.tar.gz").rename(sdists / "flash_attn-0.2.0.tar.gz")
         case.prepare(
             "-C",
@@ -406,7 +799,656 @@ def cache(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("hostile-xdg")
 
 
-@pytest.mark.parametrize("row", [r[0] for r in ROWS])
+# ------------------------------------------------------------------ rows answered in-process
+# The rows below fail (or pass) at settings, plan or cache time, so they run in this process
+# through the real CLI (`python -m fa_backend`'s main) or PEP 517 hook: the boundary's exit
+# status and its one message, and the exception it caught (SystemExit's __context__) for the
+# error's kind: a FaShimError whose cause names what the user gave and whose fix is there.
+
+
+class Row(NamedTuple):
+    cmd: str  # prepare, metadata, wheel, editable, doctor, verify, cache, install
+    args: tuple = ()  # -C settings (k=v) for prepare and the hooks, else the command's arguments
+    named: tuple = ()  # what the cause names, formatted with the case's paths ({out}, {tmp}…)
+    status: int = 1
+    env: tuple = ()  # (variable, value): the user's environment
+    value: tuple = ()  # a row accepted: (settings attribute, the value read)
+    sdist: str = "sample"  # the sample, the pinned upstream sdists, or neither ("")
+
+
+P = "prepare"
+IN_PROCESS = {
+    "S01-pinned-sdist-truncated": Row(P, ("sdist={tmp}/bad/flash_attn-2.8.3.post2.tar.gz",),
+                                      ("{tmp}/bad/flash_attn-2.8.3.post2.tar.gz",), sdist=""),
+    "S02-pinned-sdist-byte-flipped": Row(P, ("sdist-dir={tmp}/bad",), ("{tmp}/bad",), sdist=""),
+    "S03-other-release-renamed": Row(P, ("sdist-dir={tmp}/bad",), ("{tmp}/bad",), sdist=""),
+    "S04-truncated-unpinned-sdist": Row(P, ("sdist-dir={tmp}/bad",), ("{tmp}/bad",)),
+    "S05-not-gzip-by-sdist": Row(P, ("sdist={tmp}/bad/flash_attn-0.1.0.tar.gz",),
+                                 ("{tmp}/bad/flash_attn-0.1.0.tar.gz",)),
+    "S09-member-dotdot": Row(P, ("sdist-dir={tmp}/bad",), ("../outside",)),
+    "S10-member-escaping-symlink": Row(P, ("sdist-dir={tmp}/bad",), ("flash_attn-0.1.0/link",)),
+    "S11-member-absolute": Row(P, ("sdist-dir={tmp}/bad",), ("/tmp/fa-shim-hostile-abs",)),
+    "S12-member-hard-link-out": Row(P, ("sdist-dir={tmp}/bad",), ("flash_attn-0.1.0/hard",)),
+    "K01-cuda-arch": Row(P, ("cuda-arch=90",), ("'cuda-arch'",)),
+    "K02-cuda-archs-underscore": Row("metadata", ("cuda_archs=90",), status=0,
+                                     value=("cuda_archs", ("90",))),
+    "K03-env-cuda-arch": Row(P, (), ("FA_SHIM_CUDA_ARCH",), env=(("FA_SHIM_CUDA_ARCH", "90"),)),
+    "K04-env-maxjobs": Row(P, (), ("FA_SHIM_MAXJOBS",), env=(("FA_SHIM_MAXJOBS", "4"),)),
+    "K06-archs-sm-90": Row("metadata", ("cuda-archs=sm_90",), status=0,
+                           value=("cuda_archs", ("90",))),
+    "K07-archs-90a-semicolon": Row("metadata", ("cuda-archs=90a;",), status=0,
+                                   value=("cuda_archs", ("90a",))),
+    "K09-archs-ptx": Row(P, ("cuda-archs=9.0+PTX",), ("'cuda-archs'", "9.0+PTX")),
+    "K10-archs-compute": Row(P, ("cuda-archs=compute_90",), ("'cuda-archs'", "compute_90")),
+    "K11-max-jobs-negative": Row(P, ("max-jobs=-4",), ("'max-jobs'", "-4")),
+    "K12-max-jobs-zero": Row(P, ("max-jobs=0",), ("'max-jobs'",)),
+    "K26-max-jobs-fraction": Row(P, ("max-jobs=4.5",), ("'max-jobs'", "4.5")),
+    "K13-nvcc-threads-1000": Row(P, ("nvcc-threads=1000",), ("'nvcc-threads'", "1000")),
+    "K14-head-dim-7": Row(P, ("head-dims=7",), ("head-dims", "7"), sdist="upstream"),
+    "K15-dtype-fp8": Row(P, ("dtypes=fp8",), ("dtypes", "fp8"), sdist="upstream"),
+    "K16-bool-yes-please": Row(P, ("forward-only=yes-please",), ("'forward-only'",)),
+    "K17-disable-unknown": Row(P, ("disable=dropout,flash",), ("disable", "flash"),
+                               sdist="upstream"),
+    "K18-version-unknown": Row(P, ("flash-attn-version=2.8.4", "sdist-dir={sample}"), ("2.8.4",),
+                               sdist=""),
+    "K19-version-latest": Row(P, ("flash-attn-version=latest", "sdist-dir={sample}"),
+                              ("'flash-attn-version'", "latest"), sdist=""),
+    "K20-lock-timeout-soon": Row(P, ("wheel-cache-lock-timeout=soon",),
+                                 ("'wheel-cache-lock-timeout'",)),
+    "K21-no-equals": Row(P, ("max-jobs",), ("'max-jobs'",), status=2),
+    "K22-tu-parts-zero": Row(P, ("tu-parts=0",), ("'tu-parts'",)),
+    "K23-env-max-jobs-empty": Row(P, (), ("FA_SHIM_MAX_JOBS",), env=(("FA_SHIM_MAX_JOBS", ""),)),
+    "K29-progress-loud": Row(P, ("progress=loud",), ("progress", "loud")),
+    "K30-fa3-key-on-fa2": Row(P, ("fa3-release=auto",), ("'fa3-release'",)),
+    "P01-toml-float-version": Row(P, ("sdist-dir={sample}",), ("2.83",), sdist=""),
+    "P02-toml-max-jobs-word": Row(P, (), ("'max-jobs'", "{project}/pyproject.toml")),
+    "P04-toml-key-underscore": Row(P, (), ("'cuda_archs'", "{project}/pyproject.toml")),
+    "P05-toml-invalid": Row(P, (), ("{project}/pyproject.toml",)),
+    "SA06-stable-2.8.3": Row(P, ("torch-abi=stable", "flash-attn-version=2.8.3"), ("2.8.3",),
+                             sdist="upstream"),
+    "SA07-torch-abi-abi3": Row(P, ("torch-abi=abi3",), ("torch-abi", "abi3")),
+    "SA15-toml-torch-abi-bool": Row(P, (), ("torch-abi", "True")),
+    "SA16-toml-torch-abi-capital": Row(P, (), ("0.1.0",)),
+    "MX01-toml-object-cache-yes": Row("metadata", status=0, value=("object_cache", True)),
+    "MX02-toml-list-for-a-path": Row(P, (), ("'wheel-cache-dir'", "{project}/pyproject.toml")),
+    "MX03-toml-bool-for-an-int": Row(P, (), ("'tu-parts'", "{project}/pyproject.toml")),
+    "MX04-toml-heartbeat-zero": Row(P, (), ("'wheel-cache-heartbeat'", "{project}/pyproject.toml")),
+    "MX06-max-jobs-twice": Row("wheel", ("max-jobs=1", "max-jobs=2"), ("'max-jobs'",)),
+    "OC15-object-cache-maybe": Row(P, ("object-cache=maybe",), ("'object-cache'", "maybe")),
+    "OC16-env-object-cache-0": Row("metadata", status=0, env=(("FA_SHIM_OBJECT_CACHE", "0"),),
+                                   value=("object_cache", False)),
+    "M01-torch-python-without-torch": Row(P, ("torch-python={tmp}/bare/bin/python",),
+                                          ("{tmp}/bare/bin/python",)),
+    "M02-torch-python-missing": Row(P, ("torch-python=/nonexistent/python",),
+                                    ("/nonexistent/python",)),
+    "M03-torch-python-a-directory": Row(P, ("torch-python={tmp}/bare",), ("{tmp}/bare",)),
+    "M04-editable": Row("editable"),
+    "B01-build-dir-users-files": Row(P, (), ("{out}", "notes.txt")),
+    "B02-build-dir-a-file": Row(P, (), ("{out}",)),
+    "MX11-build-dir-dot-in-the-checkout": Row(P, (), (str(REPO),)),
+    "T02-cxx-missing-pip": Row("wheel", (), ("/nonexistent/g++", "CXX"),
+                               env=(("CXX", "/nonexistent/g++"),)),
+    "T05-compiler-cache-missing": Row(P, ("compiler-cache=/nonexistent/ccache",),
+                                      ("/nonexistent/ccache", "compiler-cache")),
+    "D02-doctor-python-missing": Row("doctor", ("--python", "/nonexistent/python"),
+                                     ("/nonexistent/python",), sdist=""),
+    "D03-doctor-cxx-missing": Row("doctor", ("--json",), ("/nonexistent/g++", "CXX"),
+                                  env=(("CXX", "/nonexistent/g++"),), sdist=""),
+    "W02-wheel-cache-dir-a-file": Row("wheel", ("wheel-cache-dir={tmp}/a-file",),
+                                      ("{tmp}/a-file",)),
+    "W03-cache-dir-a-file": Row("wheel", ("cache-dir={tmp}/a-file",), ("{tmp}/a-file",)),
+    "C10-cache-check-missing": Row("cache", ("check", "{tmp}/nowc"), ("{tmp}/nowc",), sdist=""),
+    "C11-cache-check-a-file": Row("cache", ("check", "{tmp}/a-file"), ("{tmp}/a-file",), sdist=""),
+    "C12-cache-check-empty": Row("cache", ("check", "{tmp}/wc"), ("{tmp}/wc",), sdist=""),
+    "C13-cache-chek": Row("cache", ("chek", "{tmp}/wc"), ("chek",), status=2, sdist=""),
+    "MX07-rebuild-other-settings": Row("cache", ("check", "{wc}", "--rebuild", "-C",
+                                       "flash-attn-version=0.1.0", "-C", "sdist-dir={tmp}/bad",
+                                       "-C", "allow-unknown-version=true"), ("{wc}",), sdist=""),
+    "MX08-verify-not-installed": Row("verify", ("flash_attn",), (PY,), sdist=""),
+    "TC01-install-binding-abi3": Row("install", ("--binding", "abi3"), ("abi3",), status=2),
+    "TC02-install-stable-cpu-torch": Row("install", ("--binding", "stable", "--dry-run"),
+                                         ("--binding stable",)),
+    "TC03-install-kernel-set-typo": Row("install", ("--kernel-set", "hdim128.bf16.fwdd",
+                                        "--dry-run"), ("hdim128.bf16.fwdd", "{wc}")),
+    "TC04-install-archs-sm-90": Row("install", ("--archs", "sm_90", "--dry-run"), status=0),
+    "TC05-install-archs-dotted": Row("install", ("--archs", "9.0", "--dry-run"), status=0),
+    "TC06-install-wheel-deleted": Row("install", ("--dry-run",), ("{wc}", "pip install")),
+    "TC07-index-links-a-deleted-wheel": Row("cache", ("check", "{wc}"), ("{view}",)),
+    "TC08-install-tampered-wheel": Row("install", (), ("{entry}", "cache check")),
+    "TC09-install-python-without-pip": Row("install", (), ("{tmp}/nopip/bin/python", "ensurepip",
+                                           "--uv")),
+    "TC11-install-python-without-torch": Row("install", (), ("{tmp}/bare/bin/python",)),
+    "TC10-install-copied-out": Row("install", ("--dry-run",), ("{tmp}/elsewhere",)),
+    "TC12-install-uv-missing": Row("install", ("--uv",), ("uv",), env=(("PATH", "/nonexistent"),)),
+    "OC14-doctor-object-cache-a-file": Row("doctor", ("--json",), ("{objects}",), sdist=""),
+    "L01-lock-of-a-dead-builder": Row("wheel", ("wheel-cache-dir={tmp}/wcl",), status=0),
+    "MX05-toml-path-with-tilde": Row("metadata", status=0, env=(("HOME", "{tmp}/home"),),
+                                     value=("wheel_cache_dir", "{tmp}/home/fa-probe6-wheels")),
+    "L02-live-lock-of-another-host": Row("wheel", ("wheel-cache-dir={tmp}/wcl",
+                                         "wheel-cache-lock-timeout=1"), ("{lock}", "node-17")),
+    "C02-entry-byte-flipped": Row("wheel", ("wheel-cache-dir={wc}",), status=0),
+    "C04-entry-json-missing": Row("wheel", ("wheel-cache-dir={wc}",), status=0),
+    "C06-entry-names-outside": Row("wheel", ("wheel-cache-dir={wc}",), status=0),
+    "C08-entry-json-not-json": Row("wheel", ("wheel-cache-dir={wc}",), status=0),
+    "C07-entry-and-view-links-to-a-users-file": Row("wheel", ("wheel-cache-dir={wc}",), status=0),
+    "TC14-truncated-torch-view": Row("wheel", ("wheel-cache-dir={wc}",), status=0),
+    "V00-verify-renamed-wheel": Row("verify", ("{tmp}/v/flash_attn.whl",), ("flash_attn.whl",),
+                                    sdist=""),
+    "V01-verify-text-as-wheel": Row("verify", ("{v}",), ("{v}",), sdist=""),
+    "V02-verify-sdist-as-wheel": Row("verify", ("{v}",), ("{v}",), sdist=""),
+    "V03-verify-record-tampered": Row("verify", ("{v}",), ("record",), sdist=""),
+    "V04-verify-member-edited": Row("verify", ("{v}",), ("record",), sdist=""),
+    "V05-verify-no-record": Row("verify", ("{v}",), ("record",), sdist=""),
+    "V06-verify-numpy-module": Row("verify", ("{v}",), ("{v}",), sdist=""),
+    "V07-verify-missing": Row("verify", ("{tmp}/v/missing.whl",), ("{tmp}/v/missing.whl",),
+                              sdist=""),
+    "V08-verify-random-directory": Row("verify", ("{tmp}/v",), ("{tmp}/v",), sdist=""),
+    "V11-verify-python-missing": Row("verify", ("{entry}", "--python", "/nonexistent/python"),
+                                     ("/nonexistent/python",), sdist=""),
+}  # fmt: skip
+
+# the [tool.fa-shim] line a row adds to (or puts in place of the version of) the project's
+PROJECT_LINES = {
+    "P01": "flash-attn-version = 2.83",
+    "P02": 'max-jobs = "eight"',
+    "P04": 'cuda_archs = "90"',
+    "P05": "this is = not toml [",
+    "SA15": "torch-abi = true",
+    "SA16": 'torch-abi = "Stable"',
+    "MX01": 'object-cache = "yes"',
+    "MX02": 'wheel-cache-dir = ["/tmp/a", "/tmp/b"]',
+    "MX03": "tu-parts = true",
+    "MX04": "wheel-cache-heartbeat = 0",
+    "MX05": 'wheel-cache-dir = "~/fa-probe6-wheels"',
+}
+VERSION_LINE = 'flash-attn-version = "2.8.3.post2"\n'
+
+
+@pytest.fixture(scope="module")
+def team_cache(tmp_path_factory, sample_sdist_dir) -> Path:
+    """The sample built once into a wheel cache of its own (entry, torch view, index,
+    install.py), as a team's directory is; each row gets a copy (`cp -a`: the view stays a hard
+    link of its entry's wheel)."""
+    tmp = tmp_path_factory.mktemp("hostile-wc")
+    settings = [*sample_settings(sample_sdist_dir), "-C", f"wheel-cache-dir={tmp / 'wc'}"]
+    env = clean_env(XDG_CACHE_HOME=str(tmp / "xdg"), PIP_NO_CACHE_DIR="1")
+    run(pip_wheel_cmd(PY, tmp / "out", *settings), env=env)
+    return tmp / "wc"
+
+
+class InProcess:
+    """One row's command, its paths, and the files of the user's it must leave as they were."""
+
+    def __init__(self, row: str, spec: Row, tmp_path: Path, sample: Path) -> None:
+        self.row, self.spec, self.tmp = row, spec, tmp_path
+        self.out = tmp_path / "out"
+        self.paths = {"tmp": tmp_path, "out": self.out, "sample": sample, "project": REPO}
+        self.user: list[Path] = [sample]
+        self.install = None  # install.py rows: the script run
+        self.python = Path(PY)  # the interpreter that runs it
+
+    def fill(self, text: str) -> str:
+        return text.format(**{k: str(v) for k, v in self.paths.items()})
+
+    def config(self) -> list[tuple[str, str]]:
+        given = {
+            "sample": [f"flash-attn-version={SAMPLE_VERSION}", "allow-unknown-version=true",
+                       f"sdist-dir={self.paths['sample']}"],
+            "upstream": [f"sdist-dir={self.paths.get('upstream')}"],
+            "": [],
+        }[self.spec.sdist]  # fmt: skip
+        return [tuple(self.fill(a).split("=", 1)) for a in [*given, *self.spec.args]]
+
+    def argv(self) -> list[str]:
+        if self.spec.cmd == P:
+            pairs = [self.fill(a) for a in self.spec.args if "=" not in a]  # K21: no =
+            pairs += ["=".join(kv) for kv in self.config() if len(kv) == 2]
+            options = [a for pair in pairs for a in ("-C", pair)]
+            return ["prepare", "--build-dir", str(self.out), *options]
+        return [self.spec.cmd, *(self.fill(a) for a in self.spec.args)]
+
+
+def _plant(case: InProcess, team_cache: Path | None) -> None:
+    """What the row's user has: their bad files, project, cache."""
+    tmp, prefix = case.tmp, case.row.split("-")[0]
+    bad = tmp / "bad"
+    sample = case.paths["sample"] / f"flash_attn-{SAMPLE_VERSION}.tar.gz"
+    if prefix in ("S01", "S02", "S03"):
+        name = "flash_attn-2.8.3.post2.tar.gz"
+        source = "flash_attn-2.8.3.tar.gz" if prefix == "S03" else name
+        data = bytearray((case.paths["upstream"] / source).read_bytes())
+        if prefix == "S01":
+            data = data[: len(data) // 2]
+        elif prefix == "S02":
+            data[len(data) // 2] ^= 0x01
+        bad.mkdir()
+        (bad / name).write_bytes(data)
+        case.user.append(bad)
+    elif prefix in ("S04", "S05"):
+        bad.mkdir()
+        data = sample.read_bytes()[:3000] if prefix == "S04" else b"my notes, not a tarball\n"
+        (bad / sample.name).write_bytes(data)
+        case.user.append(bad)
+    elif prefix in ("S09", "S10", "S11", "S12"):
+        top = f"flash_attn-{SAMPLE_VERSION}"
+        member = {
+            "S09": _member("../outside"),
+            "S10": _member(f"{top}/link", tarfile.SYMTYPE, "../../outside"),
+            "S11": _member("/tmp/fa-shim-hostile-abs"),
+            "S12": _member(f"{top}/hard", tarfile.LNKTYPE, "/etc/passwd"),
+        }[prefix]
+        bad.mkdir()
+        with tarfile.open(sample) as src, tarfile.open(bad / sample.name, "w:gz") as dst:
+            for info in src:
+                dst.addfile(info, src.extractfile(info) if info.isfile() else None)
+            dst.addfile(member, io.BytesIO(b"x") if member.isfile() else None)
+        case.user.append(bad)
+    elif prefix in PROJECT_LINES:  # a project of the user's: the checkout's pyproject.toml, edited
+        project = tmp / "project"
+        project.mkdir()
+        text = (REPO / "pyproject.toml").read_text()
+        line = PROJECT_LINES[prefix] + "\n"
+        text = text.replace(VERSION_LINE, line if prefix == "P01" else VERSION_LINE + line, 1)
+        (project / "pyproject.toml").write_text(text)
+        case.paths["project"] = project
+        case.user.append(project)
+    elif prefix in ("M01", "M03", "TC11"):
+        venv.EnvBuilder(with_pip=False).create(tmp / "bare")  # a Python without torch
+        case.python = tmp / "bare" / "bin" / "python"
+    elif prefix == "TC09":  # this Python's packages, torch too, but pip
+        venv.EnvBuilder(with_pip=False).create(tmp / "nopip")
+        case.python = tmp / "nopip" / "bin" / "python"
+        seen = tmp / "site"
+        seen.mkdir()
+        for entry in Path(sysconfig.get_paths()["purelib"]).iterdir():
+            if not entry.name.startswith(("pip", "_distutils_hack", "distutils-precedence")):
+                (seen / entry.name).symlink_to(entry)
+        purelib = run(
+            [case.python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"]
+        )
+        Path(purelib.stdout.strip(), "site.pth").write_text(f"{seen}\n")
+    elif prefix == "B01":
+        (case.out / "src").mkdir(parents=True)
+        (case.out / "notes.txt").write_text("mine\n")
+        case.user.append(case.out)
+    elif prefix == "B02":
+        case.out.write_text("mine\n")
+        case.user.append(case.out)
+    elif prefix == "MX11":  # `--build-dir .` run in the checkout
+        case.out = REPO
+    elif prefix == "MX07":  # the sample gzipped again: another sdist, another fingerprint
+        bad.mkdir()
+        (bad / sample.name).write_bytes(
+            gzip.compress(gzip.decompress(sample.read_bytes()), mtime=1)
+        )
+        case.user.append(bad)
+    elif prefix == "OC14":
+        objects = Path(os.environ["XDG_CACHE_HOME"], "fa-shim", "objects")
+        objects.parent.mkdir(parents=True, exist_ok=True)
+        objects.write_text("a file\n")
+        case.paths["objects"] = objects
+        case.user.append(objects)
+    elif prefix in ("L01", "L02"):  # a lock on this build's key: a dead builder's, or node-17's
+        config = [a for kv in case.config() for a in ("-C", "=".join(kv))]
+        found = run([PY, "-m", "fa_backend", "fingerprint", *config], cwd=REPO, env=clean_env())
+        lock = tmp / "wcl" / ".locks" / f"{json.loads(found.stdout)['key']}.lock"
+        lock.parent.mkdir(parents=True)
+        holder = {"host": "node-17", "pid": 4242, "started": time.time(), "boot": "another"}
+        if prefix == "L01":  # this boot and pid namespace, a pid that has exited
+            gone = subprocess.Popen(["true"])
+            gone.wait()
+            holder = {**_hostlock.this_kernel(), "host": socket.gethostname(), "pid": gone.pid}
+        lock.write_text(json.dumps(holder))
+        case.paths["lock"] = lock
+        if prefix == "L02":
+            case.user.append(lock)
+    elif prefix in ("W02", "W03", "C11"):
+        (tmp / "a-file").write_text("mine\n")
+        case.user.append(tmp / "a-file")
+    elif prefix in ("C12", "C13"):
+        (tmp / "wc").mkdir()
+    if team_cache is not None:
+        wc = tmp / "wc"
+        run(["cp", "-a", team_cache, wc])
+        (view,) = wc.glob("torch-*/flash_attn-*.whl")
+        (entry,) = wc.glob(f"[0-9a-f]*/{view.name}")
+        case.paths.update(wc=wc, view=view, entry=entry)
+        case.install = wc / "install.py"
+        if prefix in ("TC06", "TC07"):
+            entry.unlink()
+            view.unlink()
+        elif prefix == "TC08":  # rewritten in place: the view, a hard link of it, changes too
+            with zipfile.ZipFile(io.BytesIO(entry.read_bytes())) as old:
+                members = [(i, old.read(i)) for i in old.infolist()]
+            with zipfile.ZipFile(entry, "w", zipfile.ZIP_DEFLATED) as new:
+                for info, data in members:
+                    edited = info.filename.endswith("flash_attn/__init__.py")
+                    new.writestr(info, data + b"\n# edited\n" if edited else data)
+        elif prefix == "TC10":
+            (tmp / "elsewhere").mkdir()
+            case.install = Path(shutil.copy(wc / "install.py", tmp / "elsewhere"))
+            case.user.append(tmp / "elsewhere")
+        elif prefix == "TC14":
+            view.unlink()
+            view.write_bytes(entry.read_bytes()[:30000])
+        elif prefix == "C02":  # in place: the view, a hard link of it, changes too
+            data = bytearray(entry.read_bytes())
+            data[len(data) // 2] ^= 0x01
+            with entry.open("r+b") as f:
+                f.write(data)
+        elif prefix == "C04":
+            (entry.parent / "entry.json").unlink()
+        elif prefix in ("C06", "C08"):
+            record = entry.parent / "entry.json"
+            if prefix == "C06":  # and a file of the user's where that name leads
+                (tmp / "outside.whl").write_text("mine\n")
+                case.user.append(tmp / "outside.whl")
+                named = {**json.loads(record.read_text()), "wheel": "../../outside.whl"}
+                record.write_text(json.dumps(named))
+            else:
+                record.write_text("{not json")
+        elif prefix == "C07":  # both wheels links to a file of the user's
+            mine = tmp / "mine" / "flash_attn.whl"
+            mine.parent.mkdir()
+            mine.write_text("my own file\n")
+            for link in (entry, view):
+                link.unlink()
+                link.symlink_to(mine)
+            case.user.append(mine.parent)
+        elif prefix.startswith("V"):  # the user's files, given to verify
+            _verify_input(case, entry)
+
+
+def _verify_input(case: InProcess, wheel: Path) -> None:
+    """V00-V08: the wheel renamed, a text file or the sdist under its name, its RECORD wrong or
+    gone, a member edited; numpy's module; a directory of the user's."""
+    prefix, v = case.row.split("-")[0], case.tmp / "v"
+    v.mkdir()
+    target = v / wheel.name
+    with zipfile.ZipFile(wheel) as old:
+        members = [(i, old.read(i)) for i in old.infolist()]
+    if prefix in ("V03", "V04", "V05"):
+        with zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED) as new:
+            for info, data in members:
+                record = info.filename.endswith(".dist-info/RECORD")
+                if record and prefix == "V03":
+                    data = data.replace(b"sha256=", b"sha256=AAAA", 1)
+                elif info.filename.endswith("flash_attn/__init__.py") and prefix == "V04":
+                    data += b"\n# edited\n"
+                if not (record and prefix == "V05"):
+                    new.writestr(info, data)
+    elif prefix == "V00":
+        shutil.copyfile(wheel, v / "flash_attn.whl")
+    elif prefix in ("V01", "V02"):
+        sample = case.paths["sample"] / f"flash_attn-{SAMPLE_VERSION}.tar.gz"
+        target.write_bytes(b"my notes\n" if prefix == "V01" else sample.read_bytes())
+    elif prefix == "V06":
+        import numpy
+
+        (target,) = Path(numpy.__file__).parent.glob("_core/_multiarray_umath.*.so")
+    elif prefix == "V08":
+        (v / "notes.txt").write_text("mine\n")
+    case.paths["v"] = target
+    case.user.append(target if prefix == "V06" else v)
+
+
+def _member(name: str, kind: bytes = tarfile.REGTYPE, link: str = "") -> tarfile.TarInfo:
+    info = tarfile.TarInfo(name)
+    info.type, info.linkname = kind, link
+    info.size = 1 if kind == tarfile.REGTYPE else 0
+    return info
+
+
+# rows that read the pinned upstream sdists, and those that read the team's wheel cache
+UPSTREAM = ("S01", "S02", "S03")
+REBUILT = ("C02", "C04", "C06", "C07", "C08")  # a damaged entry: built again, as a miss
+WITH_CACHE = ("V0", "V1", "MX07", "TC", *REBUILT)
+
+
+def _answer(case: InProcess, capfd) -> tuple[int, BaseException | None, str, str]:
+    """The command's exit status, the exception the boundary caught, stdout and stderr."""
+    import fa_backend
+    from fa_backend.cli import _main
+
+    capfd.readouterr()
+    caught = None
+    if case.spec.cmd == "install" and case.python != Path(PY):  # another environment's Python
+        proc = subprocess.run(
+            [case.python, case.install, *case.argv()[1:]], capture_output=True, text=True
+        )
+        return proc.returncode, None, proc.stdout, proc.stderr
+    try:
+        if case.spec.cmd == "install":  # the teammate's script, run as `python install.py`
+            with _argv([str(case.install), *case.argv()[1:]]):
+                runpy.run_path(str(case.install), run_name="__main__")
+            status = 0
+        elif case.spec.cmd in ("metadata", "wheel", "editable"):
+            hook = {
+                "metadata": fa_backend.prepare_metadata_for_build_wheel,
+                "wheel": fa_backend.build_wheel,
+                "editable": fa_backend.build_editable,
+            }[case.spec.cmd]
+            config: dict = {}
+            for key, value in case.config():  # a key given twice: pip passes the list
+                config[key] = [config[key], value] if key in config else value
+            hook(str(case.out), config)
+            status = 0
+        else:
+            status = _main.main(case.argv())
+    except SystemExit as stop:
+        status, caught = stop.code, stop.__context__
+    out, err = capfd.readouterr()
+    return status, caught, out, err
+
+
+@contextlib.contextmanager
+def _argv(argv: list[str]):
+    saved = sys.argv
+    sys.argv = argv
+    try:
+        yield
+    finally:
+        sys.argv = saved
+
+
+def _params():
+    for row in IN_PROCESS:
+        marks = (
+            [pytest.mark.network]
+            if row.startswith(UPSTREAM) or (IN_PROCESS[row].sdist == "upstream")
+            else []
+        )
+        yield pytest.param(row, marks=marks, id=row)
+
+
+@pytest.mark.parametrize("row", _params())
+def test_a_row_answered_in_process(row, tmp_path, monkeypatch, capfd, sample_sdist_dir, request):
+    spec = IN_PROCESS[row]
+    case = InProcess(row, spec, tmp_path, sample_sdist_dir)
+    if row.startswith(UPSTREAM) or spec.sdist == "upstream":
+        case.paths["upstream"] = request.getfixturevalue("upstream_sdists")
+    cache = request.getfixturevalue("team_cache") if row.startswith(WITH_CACHE) else None
+    _plant(case, cache)
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setenv("TMPDIR", str(scratch))
+    monkeypatch.setattr(tempfile, "tempdir", None)  # read TMPDIR again
+    monkeypatch.setenv("FA_SHIM_COMPILER_CACHE", "none")
+    for name, value in spec.env:
+        monkeypatch.setenv(name, case.fill(value))
+    monkeypatch.chdir(case.paths["project"])
+    before = _digests(*case.user)
+    status_of = ["git", "-C", REPO, "status", "--porcelain"]
+    checkout = run(status_of).stdout if row.startswith("MX11") else None
+    status, caught, out, err = _answer(case, capfd)
+    text = out + err
+    assert status == spec.status and "Traceback" not in text, text
+    named = [case.fill(n) for n in spec.named]
+    if spec.cmd == "install" and status:  # the script's one line (test_install_py._one_error)
+        (line,) = [ln for ln in err.splitlines() if ln.startswith("install.py:")] or [
+            ln for ln in err.splitlines() if "error:" in ln
+        ]
+        assert all(n in line for n in named), (named, text)
+    elif status == 2:  # argparse's: the command line itself, before fa-shim reads a setting
+        assert isinstance(caught, argparse.ArgumentError), (caught, text)
+        assert all(n in str(caught) for n in named), (named, text)
+    elif status and caught is None:  # a report (doctor --json, cache check): its finding says why
+        if spec.cmd == "doctor":
+            problems = json.loads(out)["problems"]
+            assert any(
+                p["severity"] == "error" and p["fix"] and all(n in p["cause"] for n in named)
+                for p in problems
+            ), problems
+        else:
+            assert "FAILED" in out and all(n in out for n in named), (named, text)
+    elif status:
+        assert type(caught) is FaShimError, (caught, text)  # an error of fa-shim's, not a crash
+        assert all(n in caught.cause for n in named), (named, caught.cause)
+        assert caught.fix and "delete" not in caught.fix, caught.fix  # never a user's file
+        assert err.count("fa-shim: error:") == 1, err
+    elif spec.value:  # accepted, and read as the user meant it
+        from fa_backend.flavours import _registry
+
+        attribute = spec.value[0]
+        settings = _registry.load_settings(dict(case.config()), project_dir=case.paths["project"])
+        read, given = getattr(settings, attribute), spec.value[1]
+        if isinstance(given, str):  # a path: as the user's paths fill it
+            read, given = str(read), case.fill(given)
+        assert read == given, (read, given)
+    if spec.cmd == "install" and not status:  # the entry's wheel, from its own directory
+        assert f"from {case.paths['entry'].parent}" in err, err
+    if row.startswith(REBUILT):  # built again: a whole entry, the view its wheel (no link)
+        view, entry = case.paths["view"], case.paths["entry"]
+        recorded = json.loads((entry.parent / "entry.json").read_text())
+        assert recorded["sha256"] == hashlib.sha256(entry.read_bytes()).hexdigest()
+        assert not view.is_symlink() and not entry.is_symlink()
+        assert view.read_bytes() == entry.read_bytes()
+    if row.startswith("L01"):  # the dead builder's lock taken over, the entry built, released
+        assert "took over the wheel-cache lock" in err, err
+        assert not case.paths["lock"].exists() and list((tmp_path / "wcl").glob("*/entry.json"))
+    if row.startswith("TC14"):  # the hit put the entry's wheel back in its view
+        assert case.paths["view"].read_bytes() == case.paths["entry"].read_bytes()
+    if status and case.out not in case.user and case.out != REPO and case.out.exists():
+        assert list(case.out.iterdir()) == [], list(case.out.iterdir())
+    assert _digests(*case.user) == before  # data lost: none
+    if checkout is not None:  # MX11: nothing in the checkout changed
+        assert run(status_of).stdout == checkout
+    assert list(scratch.iterdir()) == []  # leftovers: none
+
+
+# ------------------------------------------------------------------ rows about the process
+# A signal to the run's process group, or a disk that is really read-only or full (a mount in a
+# namespace of its own, for root): one fresh process each, its exit status and stderr.
+SIGNALS = {"X01": signal.SIGINT, "X03": signal.SIGTERM, "X04": signal.SIGHUP, "X05": signal.SIGINT}
+MOUNTED = ("B03", "O03", "O04", "E03", "E04", "S13")
+PROCESS_ROWS = [r[0] for r in ROWS if r[0].split("-")[0] in (*SIGNALS, *MOUNTED)]
+
+
+@pytest.mark.parametrize("row", PROCESS_ROWS)
+def test_a_row_of_the_process(row, tmp_path, request):
+    _, _, expected = next(r for r in ROWS if r[0] == row)
+    prefix = row.split("-")[0]
+    if prefix in MOUNTED and not CAN_MOUNT:
+        pytest.skip("needs root and a mount namespace (unshare -m) for a real small disk")
+    sdists = _sample_sdists(tmp_path)
+    out, scratch = tmp_path / "out", tmp_path / "tmp"
+    scratch.mkdir()
+    env = clean_env(TMPDIR=str(scratch), FA_SHIM_COMPILER_CACHE="none")
+    config = {"flash-attn-version": SAMPLE_VERSION, "allow-unknown-version": "true"}
+    config["sdist-dir"] = str(sdists)
+    named = [str(out)]
+    prepare = [PY, "-m", "fa_backend", "prepare", "--build-dir", out, *sample_settings(sdists)]
+    if prefix == "X05":  # a tree prepared before the interrupted re-prepare
+        run(prepare, cwd=REPO, env=env)
+    if prefix in SIGNALS:
+        proc = _signalled(tmp_path, sdists, env, SIGNALS[prefix])
+        interrupted = SIGNALS[prefix] == signal.SIGINT  # Ctrl-C: 130, as a shell reports it
+        assert proc.returncode == (130 if interrupted else 128 + SIGNALS[prefix]), proc.stderr
+        assert proc.stderr.count("fa-shim: error:") == 1, proc.stderr
+        named = []
+    else:
+        if prefix == "B03":
+            out.mkdir()
+            command = [*mounted(out, "ro"), PY, "-m", "fa_backend", "prepare", "--build-dir", out]
+            command += sample_settings(sdists)
+        elif prefix in ("O03", "O04"):  # a hit: only the copy into the output directory fails
+            config["sdist-dir"] = str(request.getfixturevalue("sample_sdist_dir"))
+            wc = tmp_path / "wc"
+            run(["cp", "-a", request.getfixturevalue("team_cache"), wc])
+            config["wheel-cache-dir"] = str(wc)
+            out.mkdir()
+            command = [
+                *mounted(out, "ro" if prefix == "O03" else "full"),
+                *hook("build_wheel", out, config),
+            ]
+            if prefix == "O03":  # where the wheel is: the hit stays in the cache
+                named.append(str(wc))
+        elif prefix == "E04":
+            (tmp_path / "xdg").mkdir()
+            env["XDG_CACHE_HOME"] = str(tmp_path / "xdg")
+            command = [*mounted(tmp_path / "xdg", "ro"), *hook("build_wheel", out, config)]
+            named = [str(tmp_path / "xdg")]
+        else:  # E03, S13: the scratch itself on a small disk
+            if prefix == "S13":
+                config["sdist-dir"] = str(pack_bomb(tmp_path / "bomb").parent)
+            size = "size=300k" if prefix == "E03" else "size=200m"
+            env.pop("TMPDIR")  # the small disk's
+            proc = on_small_disk(tmp_path, hook("build_wheel", out, config), size, **env)
+            named = [str(tmp_path / "disk")] if prefix == "E03" else ["zeros.bin"]
+            command = None
+        if command:
+            proc = subprocess.run(
+                [str(c) for c in command], cwd=REPO, env=env, capture_output=True, text=True
+            )
+        text = assert_one_error_nothing_left(proc, out)  # conftest's: status 1, one error
+        assert "fa-shim: fix:" in text, text
+    first = proc.stderr[proc.stderr.index("fa-shim: error:") :].splitlines()[0]
+    assert expected in first and all(n in first for n in named), proc.stderr
+    assert "Traceback" not in proc.stderr, proc.stderr
+    assert list(scratch.iterdir()) == []  # leftovers: none
+    if prefix == "X05":  # no half tree marked as prepared, and the next prepare takes it
+        assert not (out / RECORD).exists()
+        run(prepare, cwd=REPO, env=env)
+        assert (out / RECORD).is_file()
+    else:
+        assert not out.exists() or list(out.iterdir()) == []
+
+
+def _signalled(tmp_path: Path, sdists: Path, env: dict, sig: int) -> subprocess.CompletedProcess:
+    """A prepare whose compiler probe hangs, sent `sig` as a terminal sends it: to its group."""
+    started, hang = tmp_path / "probe-started", tmp_path / "hang-c++"
+    hang.write_text(
+        f'#!/bin/sh\ncase "$*" in *" -E "*) echo $$ > {started}; exec sleep 600;; esac\n'
+        'exec g++ "$@"\n'
+    )
+    hang.chmod(0o755)
+    argv = [PY, "-m", "fa_backend", "prepare", "--build-dir", tmp_path / "out"]
+    proc = subprocess.Popen(
+        [str(a) for a in [*argv, *sample_settings(sdists)]],
+        cwd=REPO,
+        env={**env, "CXX": str(hang)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + 120
+    while not started.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert started.exists(), "the prepare never reached its compiler probe"
+    os.killpg(proc.pid, sig)
+    stdout, stderr = proc.communicate(timeout=60)
+    probe = int(started.read_text().strip())
+    try:  # the probe's own session ends with the run (core/_subprocess)
+        os.kill(probe, 0)
+        os.kill(probe, signal.SIGKILL)
+        raise AssertionError(f"the probe (pid {probe}) outlived its run")
+    except ProcessLookupError:
+        pass
+    return subprocess.CompletedProcess(argv, proc.returncode, stdout, stderr)
+
+
+@pytest.mark.parametrize("row", [r[0] for r in ROWS if r[0] not in (*IN_PROCESS, *PROCESS_ROWS)])
 def test_a_hostile_input_gets_one_true_error_and_leaves_nothing(row, tmp_path, cache):
     _, _, expected = next(r for r in ROWS if r[0] == row)
     case = Case(tmp_path, _sample_sdists(tmp_path), cache)
@@ -420,10 +1462,10 @@ def test_a_hostile_input_gets_one_true_error_and_leaves_nothing(row, tmp_path, c
         proc = case.run()
         text = proc.stdout + proc.stderr
         assert proc.returncode != 0 and "Traceback" not in text, text
-        if row == "verify-foreign-module":  # a report, not an error: its failed check says why
+        if row == "V09-verify-foreign-module":  # a report, not an error: its failed check says why
             assert expected in proc.stdout and "_multiarray_umath" in proc.stdout, text
             assert "result: FAILED" in proc.stdout
-        elif row.startswith("doctor-"):  # a report too: its problem says why, with the fix
+        elif row.startswith("D01-"):  # a report too: its problem says why, with the fix
             report = " ".join(proc.stdout.split())
             assert expected in report and "not on PATH" in report, text
             assert "pip install ninja" not in report, text
@@ -434,15 +1476,16 @@ def test_a_hostile_input_gets_one_true_error_and_leaves_nothing(row, tmp_path, c
             fix = text[text.index("fa-shim: fix:") :]
             assert "delete" not in fix.split("\n\n")[0], text  # never a user's file
             if hasattr(case, "pin"):
-                assert str(case.pin) in first and "the sdist is fine" in fix, text
+                assert str(case.pin) in first, text
+                assert row.startswith("R02") or "the sdist is fine" in fix, text
             if hasattr(case, "mine"):
                 assert f"{case.mine} (setting wheel-cache-dir)" in first, text
                 assert sorted(p.name for p in case.mine.iterdir()) == sorted(before_mine), text
-            if row == "prepare-outside-checkout":
+            if row == "A00-prepare-outside-checkout":
                 assert "FA_SHIM_FLASH_ATTN_VERSION=2.8.3.post2" in fix, text
         if row == "killed-re-prepare":  # the dead run's lock was taken over, and released
             assert "took over the --build-dir lock" in text, text
-        if row in ("re-prepare-over-edits", "killed-re-prepare"):  # its tree stays as it was
+        if row in ("B04-re-prepare-over-edits", "killed-re-prepare"):  # its tree stays as it was
             assert _digests(case.out, skip=LOCK) == before_out
         elif case.out.exists():
             assert list(case.out.iterdir()) == [], list(case.out.iterdir())

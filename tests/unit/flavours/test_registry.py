@@ -155,3 +155,15 @@ def test_a_plug_in_cannot_declare_a_setting_already_known(demo_flavour, monkeypa
         monkeypatch.setattr(demo_flavour, "own_settings", taken)
         with pytest.raises(FaShimError, match=f"flavour 'demo' declares setting '{key}'"):
             _registry.declared()
+
+
+def test_the_plug_ins_are_scanned_only_for_a_setting_or_flavour_no_built_in_reads(demo_flavour):
+    """A built-in build reads no distribution's entry points (each hook of every hit would pay
+    for the scan), and still refuses a plug-in's setting as that plug-in's, not as unknown."""
+    _registry._plugins.cache_clear()
+    assert _registry.load({"max-jobs": "2"}, environ={}, project_dir=REPO)[0].names.flavour == "fa2"
+    assert _registry._plugins.cache_info().currsize == 0
+    key = demo_flavour.own_settings[0].key
+    with pytest.raises(FaShimError, match=f"'{key}' .* applies to .* only"):
+        _registry.load({key: "x"}, environ={}, project_dir=REPO)
+    assert _registry._plugins.cache_info().currsize == 1
