@@ -24,8 +24,13 @@ def tu_stats(path: Path) -> list[dict]:
 
 
 def compiled(path: Path) -> list[dict]:
-    """The translation units compiled so far (not nvcc's own probes, which name no source)."""
-    return [r for r in tu_stats(path) if r.get("source") != "?" and r["exit"] == 0]
+    """The translation units compiled so far: not nvcc's own probes, which name no source, nor
+    the units a wrapper served (the object cache), which no compile's progress or time counts."""
+    return [
+        r
+        for r in tu_stats(path)
+        if r.get("source") != "?" and r["exit"] == 0 and not r.get("cached")
+    ]
 
 
 def compile_span(stats: list[dict]) -> float:

@@ -64,3 +64,11 @@ def test_served_names_each_object_the_cache_gave_once_by_source(tmp_path):
     _write(stats, [*RECORDS, *served, served[0]])
     assert _stats.served(stats) == [other, entry]
     assert _stats.served(_stats.stats_file(tmp_path / "none")) == []
+
+
+def test_a_served_unit_is_not_compiled(tmp_path):
+    """The object cache's units count neither in progress ("compiled 4/1 (400%)", seen in a
+    prebuild's log) nor in the compile's time."""
+    served = {"source": "k.cu", "seconds": 0.1, "started": 1000.0, "exit": 0, "cached": True}
+    _write(_stats.stats_file(tmp_path), [served, RECORDS[0]])
+    assert [r["source"] for r in _stats.compiled(_stats.stats_file(tmp_path))] == ["flash_api.cpp"]
