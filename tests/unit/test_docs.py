@@ -199,7 +199,9 @@ def test_every_setting_the_docs_use_exists():
     # `-C key=value` is the placeholder; fa3-design.md names `-C flavour=fa3` as a rejected design
     known = {f"-C {k}" for k in keys | {"key", "flavour"}} | variables
     unknown = set()
-    for page in [README, *pages()]:
+    # the reliability page lists mistyped inputs on purpose (K01: `-C cuda-arch=90`), each
+    # with the answer the suite holds it to (tests/integration/test_hostile_inputs.py)
+    for page in [README, *(p for p in pages() if p.name != "reliability.md")]:
         text = page.read_text(encoding="utf-8")
         used = {f"-C {k}" for k in re.findall(r"-C ([a-z0-9-]+)=", text)}
         used |= set(re.findall(r"\b(FA_SHIM_[A-Z0-9_]+)=", text))
