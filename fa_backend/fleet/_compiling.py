@@ -32,7 +32,7 @@ def wrappers(plan: Plan, tools: Tools, where: Path, audit: Path | None = None) -
     def units(tools: Tools, source: Path, commands) -> frozenset[str]:
         return object_cache(plan, tools, source, commands, audit)
 
-    return Wrappers(env, SERVE, where / _objects.SPEC_NAME, units)
+    return Wrappers(env, SERVE, units)
 
 
 def prepare(plan: Plan, tools: Tools, where: Path) -> _build.Prepared:

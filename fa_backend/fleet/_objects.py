@@ -17,10 +17,11 @@ from pathlib import Path
 
 from ..core import _atomic, _log
 from ..core._digest import sha256_of
+from ..resources.launcher import SPEC_NAME
 from ..resources.upstream_driver import TORCH_ONLY_DEFINES
 from ..toolchain._compilers import INCLUDE_PATH_ENV, NVCC_FLAGS_ENV
 from . import _entries, _serve
-from ._serve import SPEC_NAME, under
+from ._serve import under
 
 FORMAT = 3  # 2: keyed on nvcc_inputs (the environment, nvcc and its host compiler); 3: includes
 # the C++ ABI's define, which the launcher keeps in an entry's name unless the object shows it
@@ -141,7 +142,7 @@ def write_spec(
         "keep": keep,
         "audit": str(audit) if audit else None,
     }
-    path = scratch / SPEC_NAME
+    path = scratch / SPEC_NAME  # where the build's launcher looks (pipeline/_upstream)
     path.write_text(json.dumps(spec, indent=1))
     return path
 

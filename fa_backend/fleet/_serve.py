@@ -20,8 +20,6 @@ from pathlib import Path
 from ..core import _hostlock, _log
 from ..core._digest import sha256_of
 
-SPEC_NAME = "fa-shim-objects.json"
-
 
 def under(path: Path, dirs: Iterable[Path]) -> bool:
     return any(path == d or d in path.parents for d in dirs)

@@ -24,11 +24,11 @@ if TYPE_CHECKING:
 class Wrappers:
     """What a caller puts around the build's compilers (fleet: the compiler and object caches);
     the build itself keeps and reads no cache. `serve` ("module:function") is asked first for
-    each compile, once `units` has written the spec it reads (resources/launcher.py)."""
+    each compile, once `units` has written the spec it reads (resources/launcher.SPEC_NAME,
+    beside the run's own records: the source tree's parent)."""
 
     env: Mapping[str, str] = dataclasses.field(default_factory=dict)  # the user's own win
     serve: str | None = None
-    spec: Path | None = None
     # build.ninja written: the sources `serve` answers without compiling
     units: Callable[[Tools, Path, Sequence[Command]], frozenset[str]] | None = None
 

@@ -79,7 +79,8 @@ def environment(
         env["NVCC_THREADS"] = str(tools.nvcc_threads)
     env[_reproducible.KEEP_ENV] = "1"  # nvcc's files under fixed names (launcher)
     if wrappers.serve:  # asked before each compile, once the spec exists (launcher._compile)
-        env[launcher.SERVE_ENV], env[launcher.SPEC_ENV] = wrappers.serve, str(wrappers.spec)
+        env[launcher.SERVE_ENV] = wrappers.serve
+        env[launcher.SPEC_ENV] = str(scratch / launcher.SPEC_NAME)
     if tools.nvcc and _compilers.nvcc_takes_random_seed(tools.nvcc.path):
         env[_reproducible.SEED_ENV] = "1"  # a random seed per source file (launcher)
     return env

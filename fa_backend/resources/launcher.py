@@ -19,6 +19,7 @@ SEED_ENV = "_FA_SHIM_NVCC_SEED"  # set where nvcc takes --frandom-seed (pipeline
 # a wrapper the caller names ("module:function", fa-shim's fleet/: the object cache), asked first
 # for each compile once its spec exists (pipeline/_compile_plan.Wrappers)
 SERVE_ENV, SPEC_ENV = "_FA_SHIM_SERVE", "_FA_SHIM_SERVE_SPEC"
+SPEC_NAME = "fa-shim-objects.json"  # the spec, beside the run's records (pipeline/_stats)
 
 
 def _source(args):

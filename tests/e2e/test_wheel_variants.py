@@ -89,8 +89,10 @@ def tailored_cache(tmp_path_factory, variant_cache) -> Path:
                     writer.add(info.filename, data, info.external_attr >> 16)
         (tmp / str(n)).mkdir()
         tailored = writer.write()
+        # the build's own fingerprint, its kernel set the tailored one's (cache check reads it)
+        facts = json.loads((entry.parent / "fingerprint.json").read_text())
         _wheel_cache.obtain(
-            tmp / "fa", {"tailored": n}, wheel.name, tmp / "out", lambda w: None,
+            tmp / "fa", {**facts, "kernel_set": TAILORED}, wheel.name, tmp / "out", lambda w: None,
             lambda w=tailored: w, 600, 15, torch_version="2.11.0+cu130", variants=True,
         )  # fmt: skip
     return tmp / "fa"

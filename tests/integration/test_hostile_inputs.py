@@ -1353,7 +1353,10 @@ def test_a_row_of_the_process(row, tmp_path, request):
     sdists = _sample_sdists(tmp_path)
     out, scratch = tmp_path / "out", tmp_path / "tmp"
     scratch.mkdir()
-    env = clean_env(TMPDIR=str(scratch), FA_SHIM_COMPILER_CACHE="none")
+    # a cache of its own: no other test's probes or sdist facts decide where the signal lands
+    env = clean_env(
+        TMPDIR=str(scratch), FA_SHIM_COMPILER_CACHE="none", XDG_CACHE_HOME=str(tmp_path / "c")
+    )
     config = {"flash-attn-version": SAMPLE_VERSION, "allow-unknown-version": "true"}
     config["sdist-dir"] = str(sdists)
     named = [str(out)]
@@ -1437,7 +1440,7 @@ def _signalled(tmp_path: Path, sdists: Path, env: dict, sig: int) -> subprocess.
         time.sleep(0.1)
     assert started.exists(), "the prepare never reached its compiler probe"
     os.killpg(proc.pid, sig)
-    stdout, stderr = proc.communicate(timeout=60)
+    stdout, stderr = proc.communicate(timeout=180)  # a loaded CI box
     probe = int(started.read_text().strip())
     try:  # the probe's own session ends with the run (core/_subprocess)
         os.kill(probe, 0)

@@ -392,7 +392,7 @@ def test_an_input_that_cannot_be_keyed_sets_the_object_cache_aside_in_one_line(
     tree = _tree(tmp_path / "scratch" / "src")
     command = Command("nvcc", str(tree / "csrc" / "k.cu"), (NVCC, *_args(tree)))
     tools = Tools(Nvcc(Path(NVCC), Version("13.0"), "PATH"), None, 2, None, None, {})
-    spec = tmp_path / "scratch" / _serve.SPEC_NAME
+    spec = tmp_path / "scratch" / launcher.SPEC_NAME
     assert _compiling.object_cache(plan, tools, tree, [command]) == frozenset()  # nothing kept yet
     excluded = {Path(p) for p in json.loads(spec.read_text())["excluded"]}
     assert {Path("/t"), Path(sysconfig.get_path("include")).resolve()} <= excluded  # torch's "/t"

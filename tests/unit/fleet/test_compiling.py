@@ -6,7 +6,9 @@ import pytest
 from conftest import fa2_plan
 
 from fa_backend.flavours._interface import Tools
-from fa_backend.fleet import _compiling
+from fa_backend.fleet import _compiling, _objects
+from fa_backend.pipeline import _upstream
+from fa_backend.resources import launcher
 
 
 @pytest.fixture
@@ -33,3 +35,16 @@ def test_the_users_sccache_settings_win(plan, tmp_path, monkeypatch):
     monkeypatch.setenv("SCCACHE_SERVER_UDS", "/tmp/mine.sock")
     tools = Tools(None, None, jobs=1, nvcc_threads=None, compiler_cache="sccache")
     assert "SCCACHE_SERVER_UDS" not in _compiling.wrappers(plan, tools, tmp_path).env
+
+
+def test_the_launcher_reads_the_spec_where_the_object_cache_writes_it(plan, tmp_path):
+    """The build runs its launcher with the spec beside its own records (the source tree's
+    parent); the object cache writes it there: the two paths are one (a build once served
+    nothing because they were not)."""
+    tools = Tools(None, None, jobs=1, nvcc_threads=None, compiler_cache=None)
+    wrappers = _compiling.wrappers(plan, tools, tmp_path / "place")
+    scratch = tmp_path / "place" / "src"  # a flavour lays its tree out below the place
+    scratch.mkdir(parents=True)
+    env = _upstream.environment(plan, tools, scratch, None, wrappers)
+    spec = _objects.write_spec(scratch, tmp_path / "objects", {}, [], "torch 9.9", 60, 1)
+    assert env[launcher.SPEC_ENV] == str(spec) and env[launcher.SERVE_ENV] == _compiling.SERVE
