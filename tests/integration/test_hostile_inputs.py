@@ -1434,6 +1434,9 @@ def _signalled(tmp_path: Path, sdists: Path, env: dict, sig: int) -> subprocess.
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,
+        # as a terminal starts it: a run under nohup or `&` inherits SIGINT and SIGHUP ignored,
+        # which the backend rightly keeps (Python installs no Ctrl-C handler then)
+        preexec_fn=lambda: [signal.signal(s, signal.SIG_DFL) for s in SIGNALS.values()],
     )
     deadline = time.monotonic() + 120
     while not started.exists() and proc.poll() is None and time.monotonic() < deadline:
