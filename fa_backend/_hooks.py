@@ -1,6 +1,7 @@
-"""The PEP 517 hooks. Each one is a line or two; the work lives in pipeline/_plan and, for a
-wheel, fleet/_cached (the caches around pipeline/_build), imported only when needed: a metadata
-or sdist hook loads none of the compile pipeline."""
+"""The PEP 517 hooks. Each one is a line or two; the work lives in pipeline/_plan and
+fleet/_cached (the caches around pipeline/_build), imported only when needed: a metadata or
+sdist hook loads none of the compile pipeline. A wheel-cache hit is found while preparing the
+metadata, and build_wheel hands it on (fleet/_handoff) without planning again."""
 
 from __future__ import annotations
 
@@ -22,13 +23,25 @@ def get_requires_for_build_sdist(config_settings=None):
 
 @boundary
 def prepare_metadata_for_build_wheel(metadata_directory, config_settings=None):
+    from .toolchain import _torch
+
+    _torch.locate_early()  # torch's locate child runs while the plan's modules load
+    from .fleet import _cached
     from .pipeline import _plan
 
-    return _plan.write_metadata(_plan.plan(config_settings), metadata_directory)
+    return _cached.prepare(_plan.plan(config_settings), metadata_directory)
 
 
 @boundary
 def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
+    from .fleet import _handoff
+
+    handed_on = _handoff.take(metadata_directory, wheel_directory)
+    if handed_on:  # prepare_metadata served it from the wheel cache
+        return handed_on
+    from .toolchain import _torch
+
+    _torch.locate_early()
     from .fleet import _cached
     from .pipeline import _plan
 

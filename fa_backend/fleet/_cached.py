@@ -14,12 +14,13 @@ from pathlib import Path
 
 from ..core import _atomic, _log
 from ..core._digest import sha256_of
+from ..core._errors import FaShimError
 from ..flavours._interface import Plan, Tools
 from ..pipeline import _plan, _tools
 from ..pipeline._provenance import fa_shim_sources, fingerprint
 from ..toolchain import _compilers
 from ..toolchain._torch import TorchInfo
-from . import _sccache, _wheel_cache
+from . import _handoff, _sccache, _wheel_cache
 
 
 def toolchain(plan: Plan) -> Tools:
@@ -77,6 +78,35 @@ def _fresh(plan: Plan, tools: Tools, scratch: Path, how: dict | None = None) -> 
     from . import _compiling  # a miss: the build and the caches around its compilers
 
     return _compiling.fresh_wheel(plan, tools, scratch, how, check=lambda w: _verified(plan, w))
+
+
+def prepare(plan: Plan, metadata_directory: str) -> str:
+    """prepare_metadata's: the metadata, and where the wheel cache serves this build, the
+    wheel beside it for build_wheel to hand on (_handoff). What stops a lookup here (no nvcc on
+    a login node, a refused root) is build_wheel's to report: metadata needs none of it."""
+    dist_info = _plan.write_metadata(plan, metadata_directory)
+    s = plan.settings
+    if not s.wheel_cache:
+        return dist_info
+    try:
+        _wheel_cache.check_root(s.resolved_wheel_cache_dir)
+        tools = toolchain(plan)
+        wheel = _wheel_cache.served(
+            s.resolved_wheel_cache_dir,
+            fingerprint(plan, tools),
+            plan.wheel_name,
+            lambda wheel: _verified(plan, wheel),
+            torch_version=plan.torch.version,
+            variants=s.wheel_variants,
+        )
+        if wheel:
+            _tools.check_space(plan, tools, Path(metadata_directory), compiling=False)
+            _handoff.give(wheel, metadata_directory, dist_info)
+    except FaShimError:
+        pass  # build_wheel meets it again, and says it
+    except OSError as exc:  # the metadata directory: build_wheel serves the hit itself
+        _log.info(f"the cached wheel is not handed on ({exc.strerror or exc}: {exc.filename})")
+    return dist_info
 
 
 def build(plan: Plan, wheel_directory: str, metadata_directory: str | None) -> str:

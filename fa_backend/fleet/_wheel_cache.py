@@ -202,6 +202,27 @@ def _hit(root: Path, entry_key: str, wheel_name: str, check: Callable[[Path], No
     return entry.wheel
 
 
+def served(
+    root: Path,
+    fingerprint: dict,
+    wheel_name: str,
+    check: Callable[[Path], None],
+    torch_version: str | None = None,
+    variants: bool = False,
+) -> Path | None:
+    """obtain's hit alone: the cached wheel when it is whole and passes `check`, linked into its
+    views as obtain links one; None where obtain would build (it takes no lock, builds nothing)."""
+    wheel = _hit(root, key(fingerprint), wheel_name, check)
+    if not wheel:
+        return None
+    read_only = _atomic.unwritable(root)
+    if read_only:
+        _only_reading(f"the wheel cache {root} is not writable ({read_only}): only reading it")
+    elif torch_version:
+        _torch_view(root, wheel, torch_version, variants)
+    return wheel
+
+
 def _only_reading(why: str) -> None:
     _log.warn(
         f"{why}; a wheel built here is not kept there (name a wheel cache this user can "

@@ -125,16 +125,37 @@ class TorchInfo:
         return f"{cuda_part}torch{torch_v.major}.{torch_v.minor}cxx11abi{abi}"
 
 
+_early: dict[tuple, subprocess.Popen] = {}
+
+
+def _start(python: str, flags: list[str], *args: str) -> subprocess.Popen:
+    argv = [python, *flags, "-c", _PROBE, *args]
+    return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def locate_early() -> None:
+    """Start the running interpreter's locate child now: a hook's imports take longer than it
+    does, so it has answered by the time the plan asks (twice per pip install)."""
+    with contextlib.suppress(OSError):  # the plan's own call then says why
+        _early.setdefault((sys.executable,), _start(sys.executable, [], "locate"))
+
+
 def _run_probe(python: str, flags: list[str], *args: str) -> dict:
     """The probe's answer; {"error": ...} when torch is not importable or the probe failed."""
+    early = _early.pop((python,), None) if args == ("locate",) and not flags else None
     try:
-        argv = [python, *flags, "-c", _PROBE, *args]
-        proc = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=300)
-    except (OSError, subprocess.TimeoutExpired) as exc:
+        proc = early or _start(python, flags, *args)
+    except OSError as exc:
         return {"error": f"{type(exc).__name__}: {exc}"}
-    lines = proc.stdout.strip().splitlines()
+    try:
+        out, err = proc.communicate(timeout=300)
+    except subprocess.TimeoutExpired as exc:
+        proc.kill()
+        proc.communicate()
+        return {"error": f"{type(exc).__name__}: {exc}"}
+    lines = out.strip().splitlines()
     if proc.returncode != 0 or not lines:
-        err = proc.stderr.strip().splitlines()
+        err = err.strip().splitlines()
         return {"error": err[-1] if err else f"exit status {proc.returncode}, no output"}
     try:
         return json.loads(lines[-1])

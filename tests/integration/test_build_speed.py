@@ -44,6 +44,9 @@ def test_second_build_is_a_cache_hit_and_the_cache_is_a_find_links_dir(
     second = _pip_wheel(tmp_path / "b", sample_sdist_dir)
     assert "wheel cache hit" in second.stderr
     assert "running upstream setup.py" not in second.stderr
+    # found by prepare_metadata and handed on: build_wheel plans nothing (no torch probe again)
+    assert second.stderr.count("fa-shim: building against torch") == 1, second.stderr
+    assert "the wheel-cache hit prepare_metadata_for_build_wheel found, handed on" in second.stderr
     (a,), (b,) = (tmp_path / "a").glob("*.whl"), (tmp_path / "b").glob("*.whl")
     assert a.read_bytes() == b.read_bytes()
     viewed = list(_cache_root().glob("torch-*/*.whl"))  # its torch's view, no top-level copy
