@@ -73,8 +73,8 @@ def environment(
     env.update(plan.flavour.environment(plan, tools))
     for name, value in wrappers.env.items():  # the user's own settings win
         env.setdefault(name, value)
-    if jobs:
-        env["MAX_JOBS"] = str(jobs)
+    # always set: without it upstream FA2 imports psutil (setup_requires, left out by the driver)
+    env["MAX_JOBS"] = str(jobs or 1)  # a prepare compiles nothing
     if tools.nvcc_threads:
         env["NVCC_THREADS"] = str(tools.nvcc_threads)
     env[_reproducible.KEEP_ENV] = "1"  # nvcc's files under fixed names (launcher)

@@ -95,6 +95,10 @@ def test_in_the_namespace_nothing_reaches_the_listener_and_the_build_goes_on(
 ):
     report, out = tmp_path / "attempts.jsonl", tmp_path / "wheels"
     env = {**os.environ, "SAMPLE_NETWORK_PROBE": listeners.spec(report)}
+    # upstream FA2's setup_requires, with no pip index answering: setuptools fetched them through
+    # pip inside the seal (five retries, then a failed build); the driver leaves them out
+    env |= {"SAMPLE_SETUP_REQUIRES": "packaging psutil ninja", "PIP_CONFIG_FILE": os.devnull}
+    env |= {"PIP_INDEX_URL": "http://127.0.0.1:9/simple", "PIP_RETRIES": "0"}
     proc = run(pip_wheel_cmd(host_venv, out, "-v", *sample_settings(sample_sdist_dir)), env=env)
     assert listeners.seen == []
     tried = attempts(report)

@@ -5,6 +5,7 @@
 # SAMPLE_DOWNLOAD_MARKER=path: write that file if the download path is entered.
 # SAMPLE_ALWAYS_DOWNLOAD=1: try to download even under FORCE_BUILD (a "future upstream" path).
 # SAMPLE_NETWORK_PROBE=...: try every way to the network first (see network_probe.py).
+# SAMPLE_SETUP_REQUIRES="packaging psutil ninja": upstream FA2's setup_requires.
 import os
 import urllib.error
 import urllib.request
@@ -68,4 +69,5 @@ setup(
     if ext_modules
     else {"bdist_wheel": CachedWheelsCommand},
     install_requires=["torch"],
+    setup_requires=os.getenv("SAMPLE_SETUP_REQUIRES", "").split(),
 )
