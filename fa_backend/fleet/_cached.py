@@ -18,7 +18,7 @@ from ..core._errors import FaShimError
 from ..flavours._interface import Plan, Tools
 from ..pipeline import _plan, _tools
 from ..pipeline._provenance import fa_shim_sources, fingerprint
-from ..toolchain import _compilers
+from ..toolchain import _compilers, _toolkit
 from ..toolchain._torch import TorchInfo
 from . import _handoff, _sccache, _wheel_cache
 
@@ -86,8 +86,10 @@ def prepare(plan: Plan, metadata_directory: str) -> str:
     a login node, a refused root) is build_wheel's to report: metadata needs none of it."""
     dist_info = _plan.write_metadata(plan, metadata_directory)
     s = plan.settings
-    if not s.wheel_cache:
-        return dist_info
+    if not s.wheel_cache or (
+        plan.flavour.needs_nvcc(plan) and _toolkit.would_download(plan.torch, s)
+    ):
+        return dist_info  # a toolkit from the index is build_wheel's to fetch
     try:
         _wheel_cache.check_root(s.resolved_wheel_cache_dir)
         tools = toolchain(plan)

@@ -132,6 +132,12 @@ def decide(torch: TorchInfo, settings) -> Decision:
     return Decision(provision=f"{version.major}.{version.minor}")
 
 
+def would_download(torch: TorchInfo, settings) -> bool:
+    """Whether choose() would fetch a toolkit from the index now (prepare_metadata never does)."""
+    cuda = decide(torch, settings).provision
+    return bool(cuda) and installed(settings.resolved_cache_dir, cuda) is None
+
+
 def choose(torch: TorchInfo, settings) -> _compilers.Nvcc:
     """The nvcc of this build, provisioning a toolkit when the decision says so."""
     decision = decide(torch, settings)

@@ -125,7 +125,11 @@ class TorchInfo:
         return f"{cuda_part}torch{torch_v.major}.{torch_v.minor}cxx11abi{abi}"
 
 
-_early: dict[tuple, subprocess.Popen] = {}
+_early: dict[tuple, subprocess.Popen] = {}  # by what its answer depends on (_started_as)
+
+
+def _started_as(python: str) -> tuple:
+    return python, os.getcwd(), tuple(sorted(os.environ.items()))
 
 
 def _start(python: str, flags: list[str], *args: str) -> subprocess.Popen:
@@ -136,13 +140,19 @@ def _start(python: str, flags: list[str], *args: str) -> subprocess.Popen:
 def locate_early() -> None:
     """Start the running interpreter's locate child now: a hook's imports take longer than it
     does, so it has answered by the time the plan asks (twice per pip install)."""
-    with contextlib.suppress(OSError):  # the plan's own call then says why
-        _early.setdefault((sys.executable,), _start(sys.executable, [], "locate"))
+    key = _started_as(sys.executable)
+    for other in [k for k in _early if k != key]:  # an earlier hook's, in another environment
+        stale = _early.pop(other)
+        stale.kill()
+        stale.communicate()
+    if key not in _early:
+        with contextlib.suppress(OSError):  # the plan's own call then says why
+            _early[key] = _start(sys.executable, [], "locate")
 
 
 def _run_probe(python: str, flags: list[str], *args: str) -> dict:
     """The probe's answer; {"error": ...} when torch is not importable or the probe failed."""
-    early = _early.pop((python,), None) if args == ("locate",) and not flags else None
+    early = _early.pop(_started_as(python), None) if args == ("locate",) and not flags else None
     try:
         proc = early or _start(python, flags, *args)
     except OSError as exc:

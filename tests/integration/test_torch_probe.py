@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -89,3 +90,21 @@ def test_an_unwritable_cache_only_costs_the_next_probe(tmp_path):
     blocker.write_text("")
     answer = _torch._cached_probe(sys.executable, [], blocker / "probes")
     assert answer["version"] == torch.__version__
+
+
+def test_the_early_locate_child_answers_only_the_environment_it_started_in(monkeypatch):
+    """Started before a hook's imports, used by the plan's probe in that same environment; one
+    started in another (an earlier hook's, in this process) is never its answer, and is stopped."""
+    monkeypatch.setattr(_torch, "_early", {})
+    _torch.locate_early()
+    _torch.locate_early()  # one child, not two
+    (first,) = _torch._early.values()
+    monkeypatch.setenv("FA_SHIM_TEST_OTHER_ENVIRONMENT", "1")
+    answer = _torch._run_probe(sys.executable, [], "locate")
+    assert answer["python"] == sys.executable and "torch_init" in answer
+    assert list(_torch._early.values()) == [first]  # not taken: started in another environment
+    _torch.locate_early()
+    assert first.poll() is not None and first not in _torch._early.values()
+    (second,) = _torch._early.values()
+    assert isinstance(second, subprocess.Popen)
+    assert "torch_init" in _torch._run_probe(sys.executable, [], "locate") and not _torch._early

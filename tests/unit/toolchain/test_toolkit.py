@@ -35,3 +35,17 @@ def test_offline_never_provisions(tmp_path):
         _toolkit.provision(tmp_path / "cache", "13.0", offline=True)
     assert "setting offline forbids provisioning" in raised.value.cause
     assert not (tmp_path / "cache" / "toolkits").exists()
+
+
+def test_prepare_metadata_is_told_when_the_toolkit_would_come_from_the_index(tmp_path):
+    """fleet/_cached.prepare looks a hit up only where choose() would fetch nothing."""
+    settings = _settings_for(tmp_path, cuda_toolkit="index")
+    torch = _torch("2.11.0+cu130", "13.0")
+    assert _toolkit.would_download(torch, settings)
+    root = _toolkit.home(settings.resolved_cache_dir, "13.0")
+    (root / "bin").mkdir(parents=True)
+    (root / "bin" / "nvcc").write_text("#!/bin/sh\n")
+    (root / "bin" / "nvcc").chmod(0o755)
+    (root / _toolkit.MANIFEST).write_text("{}")
+    assert not _toolkit.would_download(torch, settings)  # provisioned before: reused
+    assert not _toolkit.would_download(_torch("2.13.0+cpu", None), settings)
