@@ -160,7 +160,8 @@ class Flavour(abc.ABC):
 
     def driver_spec(self, plan: Plan, tools: Tools, source: Path) -> dict:
         """What the upstream driver does to setup.py's extensions (resources/upstream_driver):
-        exclude_sources, defines, heavy_sources_first, split_sources."""
+        exclude_sources, defines, heavy_sources_first, split_sources, setup_requires_met (the
+        setup_requires it leaves out: met by fa-shim, never fetched inside the seal)."""
         return {}
 
     @abc.abstractmethod

@@ -73,8 +73,9 @@ def environment(
     env.update(plan.flavour.environment(plan, tools))
     for name, value in wrappers.env.items():  # the user's own settings win
         env.setdefault(name, value)
-    # always set: without it upstream FA2 imports psutil (setup_requires, left out by the driver)
-    env["MAX_JOBS"] = str(jobs or 1)  # a prepare compiles nothing
+    # always set: unset, upstream's setup.py picks its own, through psutil in some releases
+    # (their flavour leaves it out of setup_requires); a prepare compiles nothing
+    env["MAX_JOBS"] = str(jobs or 1)
     if tools.nvcc_threads:
         env["NVCC_THREADS"] = str(tools.nvcc_threads)
     env[_reproducible.KEEP_ENV] = "1"  # nvcc's files under fixed names (launcher)

@@ -239,10 +239,6 @@ class _Prepared(BaseException):
     """Raised in prepare mode once torch has written build.ninja."""
 
 
-# upstream FA2's setup_requires, as every release since 2.6 writes it
-_MET_BY_FA_SHIM = ("packaging", "psutil", "ninja")
-
-
 def _install_hooks():
     import setuptools
     from torch.utils import cpp_extension
@@ -272,13 +268,11 @@ def _install_hooks():
         cpp_extension._write_ninja_file = write_ninja_file
 
     def setup(*args, **kwargs):
-        # FA2's setup_requires, which setuptools fetches through pip, inside the seal (retries,
-        # then a failed build where no index answers offline): fa-shim's build requirements
-        # carry packaging and ninja, and upstream imports psutil only where MAX_JOBS is unset
+        # setup_requires the flavour says fa-shim meets: setuptools would fetch them through
+        # pip inside the seal (retries, then a failed build where no index answers offline)
+        met = SPEC.get("setup_requires_met") or ()
         if isinstance(kwargs.get("setup_requires"), list):
-            kwargs["setup_requires"] = [
-                r for r in kwargs["setup_requires"] if r not in _MET_BY_FA_SHIM
-            ]
+            kwargs["setup_requires"] = [r for r in kwargs["setup_requires"] if r not in met]
         for ext in kwargs.get("ext_modules") or []:
             _inject(ext)
         # hopper/setup.py (FA3) replaces torch's ninja writer with its own at import time,

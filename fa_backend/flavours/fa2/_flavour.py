@@ -207,6 +207,9 @@ class Fa2(Flavour):
             "split_sources": _tu_parts.layout(
                 source / _tu_parts.KERNEL_DIR, *self._split(plan, tools)
             ),
+            # setup.py's setup_requires since 2.6: fa-shim's build requirements carry packaging
+            # and ninja, and upstream imports psutil only where MAX_JOBS is unset (never here)
+            "setup_requires_met": ["packaging", "psutil", "ninja"],
         }
 
     def check(self, plan: Plan, tools: Tools, commands: Sequence) -> None:
