@@ -11,6 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ..core import _log
+from ..core._errors import FaShimError
 from ..flavours._interface import Plan, Tools
 from ..pipeline import _build, _progress
 from ..pipeline._build import Wrappers
@@ -20,9 +21,12 @@ from . import _objects, _sccache, _stable_src, _wheel_cache
 SERVE = "fa_backend.fleet._serve:serve"  # the object cache's side in the launcher
 
 
-def wrappers(plan: Plan, tools: Tools, where: Path, audit: Path | None = None) -> Wrappers:
+def wrappers(
+    plan: Plan, tools: Tools, where: Path, audit: Path | None = None, in_slot: bool = False
+) -> Wrappers:
     """What stands around the compilers of a build in `where`: the compiler cache's settings,
-    and the object cache's spec (`audit`: every unit compiled and compared there)."""
+    and the object cache's spec (`audit`: every unit compiled and compared there; `in_slot`:
+    `where` is the sources' slot, the one path whose objects the cache keeps)."""
     env = {}
     if tools.compiler_cache:
         # every build has a fresh scratch path: hash paths relative to it, or nothing ever hits
@@ -30,7 +34,7 @@ def wrappers(plan: Plan, tools: Tools, where: Path, audit: Path | None = None) -
         env.update(_sccache.defaults(dict(os.environ)))  # as its server got them
 
     def units(tools: Tools, source: Path, commands) -> frozenset[str]:
-        return object_cache(plan, tools, source, commands, audit)
+        return object_cache(plan, tools, source, commands, audit, in_slot)
 
     return Wrappers(env, SERVE, units)
 
@@ -41,14 +45,23 @@ def prepare(plan: Plan, tools: Tools, where: Path) -> _build.Prepared:
 
 
 def object_cache(
-    plan: Plan, tools: Tools, source: Path, commands, audit: Path | None = None
+    plan: Plan, tools: Tools, source: Path, commands, audit: Path | None = None, in_slot=False
 ) -> frozenset[str]:
     """Write the object cache's spec (fleet/_objects) where the flavour's CUDA sources are
     torch-free; return the sources it serves without compiling. With `audit` (cache check
-    --rebuild) every unit compiles, compared there with the entry a build would link."""
+    --rebuild) every unit compiles, compared there with the entry a build would link. Objects
+    compiled outside the slot are not kept: their device code records another path."""
     s = plan.settings
     if not ((s.object_cache or audit) and tools.nvcc and plan.flavour.torch_free_kernels(plan)):
         return frozenset()
+    if audit and not in_slot:
+        raise FaShimError(
+            f"the rebuild compiles in {source.parent}, not in its sources' slot "
+            f"{_stable_src.ROOT}/{_stable_src.PREFIX}<digest>, so no object would compare "
+            "(the device code records its source path).",
+            fix=f"free or remove what blocks the slot (the warning above names it), or make "
+            f"{_stable_src.ROOT} writable, and run it again.",
+        )
     units = [c for c in commands if c.kind == "nvcc"]
     cwd = source  # torch's build.ninja names absolute paths; relative ones are the setup dir's
     ccbin = next(filter(None, (_compilers.ccbin_in(c.args) for c in units)), None)
@@ -69,7 +82,7 @@ def object_cache(
     root = _objects.root_of(s)
     if s.wheel_cache_dir:  # objects/ beside the team's wheels
         _wheel_cache.check_root(s.wheel_cache_dir)
-    keep = audit is None and _objects.make_root(root, s.wheel_cache_dir)
+    keep = audit is None and in_slot and _objects.make_root(root, s.wheel_cache_dir)
     spec = _objects.write_spec(
         source.parent,
         root,
@@ -122,7 +135,7 @@ def fresh_wheel(
             tools,
             where,
             scratch / "wheel",
-            wrappers(plan, tools, where, audit),
+            wrappers(plan, tools, where, audit, in_slot=where != scratch),
             how,
             check,
         )

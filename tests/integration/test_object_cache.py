@@ -22,6 +22,7 @@ from conftest import CAN_MOUNT, REPO, SHARED_SDISTS, fa2_plan, mounted
 from packaging.version import Version
 
 from fa_backend.cli import _cache_check
+from fa_backend.core._errors import FaShimError
 from fa_backend.flavours._interface import Tools
 from fa_backend.fleet import _compiling, _objects, _serve
 from fa_backend.pipeline import _provenance, _stats
@@ -406,6 +407,22 @@ def test_an_input_that_cannot_be_keyed_sets_the_object_cache_aside_in_one_line(
         err.startswith("fa-shim: warning: object cache not used by this build")
         and not spec.exists()
     )
+
+
+def test_objects_compiled_outside_the_sources_slot_are_not_kept(tmp_path):
+    """The device code records the source path (docs/reproducibility.md): a build that could
+    not take its sources' slot (fleet/_stable_src) compiles in its scratch directory, may be
+    served, keeps nothing there; the audit refuses to compare from there, naming the slot."""
+    plan = fa2_plan(SHARED_SDISTS, "2.8.3", cache_dir=str(tmp_path / "cache"))
+    tree = _tree(tmp_path / "scratch" / "src")
+    command = Command("nvcc", str(tree / "csrc" / "k.cu"), (NVCC, *_args(tree)))
+    tools = Tools(Nvcc(Path(NVCC), Version("13.0"), "PATH"), None, 2, None, None, {})
+    spec = tmp_path / "scratch" / launcher.SPEC_NAME
+    for in_slot in (True, False):
+        _compiling.object_cache(plan, tools, tree, [command], in_slot=in_slot)
+        assert json.loads(spec.read_text())["keep"] is in_slot
+    with pytest.raises(FaShimError, match="not in its sources' slot /tmp/fa-shim-src-<digest>"):
+        _compiling.object_cache(plan, tools, tree, [command], tmp_path / "audit.jsonl")
 
 
 @needs_mount
