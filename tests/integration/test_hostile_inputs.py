@@ -502,6 +502,52 @@ ROWS = [
     ),
     ("TC14-truncated-torch-view", "the torch view's wheel replaced by a truncated copy", ""),
     (
+        "N01-cached-sdist-truncated-offline",
+        "the pinned sdist in fa-shim's own cache cut in half, then `prepare -C offline=true`",
+        "sha256 mismatch for",
+    ),
+    (
+        "B05-build-dir-a-symlink",
+        "`--build-dir` a symlink to an empty directory",
+        "is a symlink to",
+    ),
+    (
+        "P03-toml-archs-list",
+        "`cuda-archs = [80, 90]` in [tool.fa-shim], a TOML list (the probe's `head-dims = 128` "
+        "beside it needs a tailored release and a CUDA torch)",
+        "",
+    ),
+    (
+        "D04-doctor-project-not-a-project",
+        "`doctor --project` a directory of sdists, not a project",
+        "a build would stop: no flash-attn version is configured",
+    ),
+    (
+        "C01-cache-check-byte-flipped",
+        "`cache check` of a wheel cache whose entry's wheel has a byte flipped",
+        "FAILED",
+    ),
+    (
+        "C03-cache-check-entry-json-missing",
+        "`cache check` of an entry without entry.json",
+        "FAILED",
+    ),
+    (
+        "C05-cache-check-entry-names-outside",
+        "`cache check` of an entry whose entry.json names ../../outside.whl, a file of the user's",
+        "FAILED",
+    ),
+    (
+        "C09-cache-check-fingerprint-missing",
+        "`cache check` of an entry without fingerprint.json",
+        "FAILED",
+    ),
+    (
+        "C14-cache-check-the-cache-dir",
+        "`cache check` of fa-shim's cache directory, the parent of its wheels/",
+        "holds no wheel-cache entry",
+    ),
+    (
         "V00-verify-renamed-wheel",
         "`verify` of a wheel renamed flash_attn.whl",
         "is not a valid wheel file name",
@@ -932,6 +978,23 @@ IN_PROCESS = {
     "C08-entry-json-not-json": Row("wheel", ("wheel-cache-dir={wc}",), status=0),
     "C07-entry-and-view-links-to-a-users-file": Row("wheel", ("wheel-cache-dir={wc}",), status=0),
     "TC14-truncated-torch-view": Row("wheel", ("wheel-cache-dir={wc}",), status=0),
+    "N01-cached-sdist-truncated-offline": Row(P, ("offline=true",), (
+        "{tmp}/xdg/fa-shim/sdists/flash_attn-2.8.3.post2.tar.gz", "fa-shim cache"),
+        env=(("XDG_CACHE_HOME", "{tmp}/xdg"),), sdist=""),
+    "B05-build-dir-a-symlink": Row(P, (), ("{tmp}/blink", "{tmp}/blinkt")),
+    "P03-toml-archs-list": Row("metadata", status=0, value=("cuda_archs", ("80", "90"))),
+    "D04-doctor-project-not-a-project": Row("doctor", ("--json", "--project", "{sample}"),
+                                            ("no flash-attn version is configured",), sdist=""),
+    "C01-cache-check-byte-flipped": Row("cache", ("check", "{wc}"), (
+        "not the wheel it stored", "rm -r {wc}/"), sdist=""),
+    "C03-cache-check-entry-json-missing": Row("cache", ("check", "{wc}"), (
+        "no entry.json", "rm -r {wc}/"), sdist=""),
+    "C05-cache-check-entry-names-outside": Row("cache", ("check", "{wc}"), (
+        "no entry.json naming a wheel that is there", "rm -r {wc}/"), sdist=""),
+    "C09-cache-check-fingerprint-missing": Row("cache", ("check", "{wc}"), (
+        "fingerprint.json", "rm -r {wc}/"), sdist=""),
+    "C14-cache-check-the-cache-dir": Row("cache", ("check", "{tmp}/xdgc/fa-shim"),
+                                         ("{tmp}/xdgc/fa-shim",), sdist=""),
     "V00-verify-renamed-wheel": Row("verify", ("{tmp}/v/flash_attn.whl",), ("flash_attn.whl",),
                                     sdist=""),
     "V01-verify-text-as-wheel": Row("verify", ("{v}",), ("{v}",), sdist=""),
@@ -951,6 +1014,7 @@ IN_PROCESS = {
 PROJECT_LINES = {
     "P01": "flash-attn-version = 2.83",
     "P02": 'max-jobs = "eight"',
+    "P03": "cuda-archs = [80, 90]",
     "P04": 'cuda_archs = "90"',
     "P05": "this is = not toml [",
     "SA15": "torch-abi = true",
@@ -1074,6 +1138,15 @@ def _plant(case: InProcess, team_cache: Path | None) -> None:
     elif prefix == "B02":
         case.out.write_text("mine\n")
         case.user.append(case.out)
+    elif prefix == "B05":  # the directory is empty: nothing of the user's to keep but itself
+        (tmp / "blinkt").mkdir()
+        case.out = tmp / "blink"
+        case.out.symlink_to(tmp / "blinkt")
+    elif prefix == "N01":  # fa-shim's own download, cut in half
+        cached = tmp / "xdg" / "fa-shim" / "sdists" / "flash_attn-2.8.3.post2.tar.gz"
+        cached.parent.mkdir(parents=True)
+        data = (case.paths["upstream"] / cached.name).read_bytes()
+        cached.write_bytes(data[: len(data) // 2])
     elif prefix == "MX11":  # `--build-dir .` run in the checkout
         case.out = REPO
     elif prefix == "MX07":  # the sample gzipped again: another sdist, another fingerprint
@@ -1131,16 +1204,21 @@ def _plant(case: InProcess, team_cache: Path | None) -> None:
         elif prefix == "TC14":
             view.unlink()
             view.write_bytes(entry.read_bytes()[:30000])
-        elif prefix == "C02":  # in place: the view, a hard link of it, changes too
+        elif prefix in ("C01", "C02"):  # in place: the view, a hard link of it, changes too
             data = bytearray(entry.read_bytes())
             data[len(data) // 2] ^= 0x01
             with entry.open("r+b") as f:
                 f.write(data)
-        elif prefix == "C04":
+        elif prefix in ("C03", "C04"):
             (entry.parent / "entry.json").unlink()
-        elif prefix in ("C06", "C08"):
+        elif prefix == "C09":
+            (entry.parent / "fingerprint.json").unlink()
+        elif prefix == "C14":  # the cache directory that holds these wheels as its wheels/
+            (tmp / "xdgc" / "fa-shim").mkdir(parents=True)
+            run(["cp", "-a", wc, tmp / "xdgc" / "fa-shim" / "wheels"])
+        elif prefix in ("C05", "C06", "C08"):
             record = entry.parent / "entry.json"
-            if prefix == "C06":  # and a file of the user's where that name leads
+            if prefix in ("C05", "C06"):  # and a file of the user's where that name leads
                 (tmp / "outside.whl").write_text("mine\n")
                 case.user.append(tmp / "outside.whl")
                 named = {**json.loads(record.read_text()), "wheel": "../../outside.whl"}
@@ -1200,9 +1278,9 @@ def _member(name: str, kind: bytes = tarfile.REGTYPE, link: str = "") -> tarfile
 
 
 # rows that read the pinned upstream sdists, and those that read the team's wheel cache
-UPSTREAM = ("S01", "S02", "S03")
+UPSTREAM = ("S01", "S02", "S03", "N01")
 REBUILT = ("C02", "C04", "C06", "C07", "C08")  # a damaged entry: built again, as a miss
-WITH_CACHE = ("V0", "V1", "MX07", "TC", *REBUILT)
+WITH_CACHE = ("V0", "V1", "MX07", "TC", "C01", "C03", "C05", "C09", "C14", *REBUILT)
 
 
 def _answer(case: InProcess, capfd) -> tuple[int, BaseException | None, str, str]:
@@ -1304,7 +1382,8 @@ def test_a_row_answered_in_process(row, tmp_path, monkeypatch, capfd, sample_sdi
     elif status:
         assert isinstance(caught, FaShimError), (caught, text)  # one of fa-shim's kinds, no crash
         assert all(n in caught.cause for n in named), (named, caught.cause)
-        assert caught.fix and "delete" not in caught.fix, caught.fix  # never a user's file
+        own = "fa-shim/sdists/"  # only fa-shim's own download is fa-shim's to delete
+        assert caught.fix and ("delete" not in caught.fix or own in caught.fix), caught.fix
         assert err.count("fa-shim: error:") == 1, err
     elif spec.value:  # accepted, and read as the user meant it
         from fa_backend.flavours import _registry
