@@ -547,6 +547,19 @@ ROWS = [
         "`cache check` of fa-shim's cache directory, the parent of its wheels/",
         "holds no wheel-cache entry",
     ),
+    # the rows that need a CUDA torch: tests/e2e/test_hostile_cuda_torch.py (CUDA_TORCH)
+    ("K08-archs-75", "`-C cuda-archs=75`", "setting cuda-archs asks for architectures"),
+    ("K28-archs-99", "`-C cuda-archs=99`", "setting cuda-archs asks for architectures"),
+    ("K24-head-dims-twice", "`-C head-dims=128,128`", ""),
+    ("T03-cuda-home-empty", "`CUDA_HOME` an empty directory", "CUDA_HOME names"),
+    ("T04-nvcc-missing", "`-C nvcc=/nonexistent/nvcc`", "setting nvcc names"),
+    ("T08-nvcc-true", "`-C nvcc=/usr/bin/true`", "setting nvcc names"),
+    ("T09-nvcc-a-directory", "`-C nvcc=<toolkit>/bin`, a directory", "setting nvcc names"),
+    (
+        "T10-nvcc-a-script-printing-a-version",
+        "`-C nvcc=` a script that prints nvcc's version line and nothing else",
+        "is not nvcc",
+    ),
     (
         "V00-verify-renamed-wheel",
         "`verify` of a wheel renamed flash_attn.whl",
@@ -1533,7 +1546,13 @@ def _signalled(tmp_path: Path, sdists: Path, env: dict, sig: int) -> subprocess.
     return subprocess.CompletedProcess(argv, proc.returncode, stdout, stderr)
 
 
-@pytest.mark.parametrize("row", [r[0] for r in ROWS if r[0] not in (*IN_PROCESS, *PROCESS_ROWS)])
+CUDA_TORCH = ("K08", "K28", "K24", "T03", "T04", "T08", "T09", "T10")  # tests/e2e's
+ELSEWHERE = (*IN_PROCESS, *PROCESS_ROWS)
+
+
+@pytest.mark.parametrize(
+    "row", [r[0] for r in ROWS if r[0] not in ELSEWHERE and r[0][:3] not in CUDA_TORCH]
+)
 def test_a_hostile_input_gets_one_true_error_and_leaves_nothing(row, tmp_path, cache):
     _, _, expected = next(r for r in ROWS if r[0] == row)
     case = Case(tmp_path, _sample_sdists(tmp_path), cache)

@@ -1,0 +1,93 @@
+"""The hostile-input rows whose answer needs a CUDA torch (the architectures and the nvcc a
+build would use): `prepare` of the pinned 2.8.3.post2 sdist under the session's torch 2.11
+(CUDA 13.0), as the probe ran them. ROWS in tests/integration/test_hostile_inputs.py lists
+them for the reliability page; each must end in one fa-shim error naming what the user gave,
+with its fix, nothing left in the build directory or under TMPDIR. K24 is accepted: read as
+the user meant it, it is the same build (the same fingerprint) as `head-dims=128`."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+from pathlib import Path
+
+import pytest
+from conftest import REPO, SHARED_SDISTS, assert_one_error_nothing_left, clean_env, run
+
+pytestmark = [pytest.mark.slow, pytest.mark.cuda_torch]
+
+TAILORED = ["cuda-archs=90", "head-dims=128", "dtypes=bf16", "forward-only=true"]
+FAKE_NVCC = '#!/bin/sh\necho "Cuda compilation tools, release 13.0, V13.0.88"\n'
+
+# row: (settings after the sdist's, environment, what the error names, what its fix names)
+CUDA_ROWS = {
+    "K08-archs-75": (["cuda-archs=75"], {}, ["75", "8.0+"], ["80, 86"]),
+    "K28-archs-99": (["cuda-archs=99"], {}, ["99"], ["80, 86"]),
+    "T03-cuda-home-empty": (TAILORED, {"CUDA_HOME": "{tmp}/emptycuda"},
+                            ["{tmp}/emptycuda/bin/nvcc"], ["CUDA_HOME"]),
+    "T04-nvcc-missing": ([*TAILORED, "nvcc=/nonexistent/nvcc"], {}, ["/nonexistent/nvcc"],
+                         ["bin/nvcc"]),
+    "T08-nvcc-true": ([*TAILORED, "nvcc=/usr/bin/true"], {}, ["/usr/bin/true", "not nvcc"],
+                      ["bin/nvcc"]),
+    "T09-nvcc-a-directory": ([*TAILORED, "nvcc={toolkit}/bin"], {}, ["{toolkit}/bin",
+                             "a directory"], ["-C nvcc={toolkit}/bin/nvcc"]),
+    "T10-nvcc-a-script-printing-a-version": ([*TAILORED, "nvcc={tmp}/nvcc"], {},
+                                             ["{tmp}/nvcc", "not nvcc"], ["-C nvcc"]),
+}  # fmt: skip
+
+
+def _rows_listed() -> set[str]:
+    """The ids ROWS (the reliability page's list) gives to this module."""
+    path = REPO / "tests" / "integration" / "test_hostile_inputs.py"
+    spec = importlib.util.spec_from_file_location("_hostile_rows", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return {r[0] for r in module.ROWS if r[0].split("-")[0] in module.CUDA_TORCH}
+
+
+def test_every_cuda_torch_row_of_the_list_runs_here():
+    assert _rows_listed() == {*CUDA_ROWS, "K24-head-dims-twice"}
+
+
+def _prepare(python: Path, tmp: Path, settings: list[str], env: dict):
+    out, scratch = tmp / "b", tmp / "tmp"
+    scratch.mkdir(exist_ok=True)
+    argv = [python, "-m", "fa_backend", "prepare", "--build-dir", out]
+    for option in [f"sdist-dir={SHARED_SDISTS}", *settings]:
+        argv += ["-C", option]
+    env = clean_env(TMPDIR=str(scratch), XDG_CACHE_HOME=str(tmp / "xdg"), **env)
+    return run(argv, cwd=REPO, env=env, check=False), out, scratch
+
+
+@pytest.mark.parametrize("row", list(CUDA_ROWS))
+def test_a_cuda_torch_row_gets_one_true_error(row, torch211_python, tmp_path):
+    settings, env, named, fixed = CUDA_ROWS[row]
+    toolkit = Path(os.environ.get("CUDA_HOME") or "/usr/local/cuda-13.0")
+    (tmp_path / "emptycuda").mkdir()
+    (tmp_path / "nvcc").write_text(FAKE_NVCC)
+    (tmp_path / "nvcc").chmod(0o755)
+
+    def fill(text: str) -> str:
+        return text.format(tmp=tmp_path, toolkit=toolkit)
+
+    settings, env = [fill(s) for s in settings], {k: fill(v) for k, v in env.items()}
+    proc, out, scratch = _prepare(torch211_python, tmp_path, settings, env)
+    text = assert_one_error_nothing_left(proc, out)
+    error = next(line for line in text.splitlines() if line.startswith("fa-shim: error:"))
+    fix = next(line for line in text.splitlines() if line.startswith("fa-shim: fix:"))
+    assert all(fill(n) in error for n in named), (named, error)
+    assert all(fill(n) in fix for n in fixed), (fixed, fix)
+    assert list(scratch.iterdir()) == []
+
+
+def test_k24_a_head_dim_given_twice_is_the_build_of_it_once(torch211_python, tmp_path):
+    """K24: `head-dims=128,128` accepted, and read as `head-dims=128`: the same fingerprint."""
+    keys = []
+    for dims in ("128,128", "128", "64"):
+        settings = [f"sdist-dir={SHARED_SDISTS}", *TAILORED[:1], f"head-dims={dims}"]
+        argv = [torch211_python, "-m", "fa_backend", "fingerprint"]
+        argv += [a for s in settings for a in ("-C", s)]
+        found = run(argv, cwd=REPO, env=clean_env(XDG_CACHE_HOME=str(tmp_path / "xdg")))
+        keys.append(json.loads(found.stdout)["key"])
+    assert keys[0] == keys[1] != keys[2]  # and the setting is read: another head dim differs
