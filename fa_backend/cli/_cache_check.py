@@ -133,7 +133,9 @@ def rebuild(root: Path, config: dict[str, str]) -> list[Row]:
     rows = []
     with _tools.scratch_dir(plan.settings) as scratch:
         audit = scratch / "objects-audit.jsonl"
-        fresh = _compiling.fresh_wheel(plan, tools, scratch, audit=audit)
+        fresh = _compiling.fresh_wheel(
+            plan, tools, scratch, audit=audit, objects_only=entry is None
+        )
         if entry is not None:
             rows.append(_rebuilt(Row(key, entry.wheel.name), entry.wheel, entry.sha256, fresh))
         lines = audit.read_text().splitlines() if audit.is_file() else []

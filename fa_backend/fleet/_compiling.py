@@ -22,11 +22,17 @@ SERVE = "fa_backend.fleet._serve:serve"  # the object cache's side in the launch
 
 
 def wrappers(
-    plan: Plan, tools: Tools, where: Path, audit: Path | None = None, in_slot: bool = False
+    plan: Plan,
+    tools: Tools,
+    where: Path,
+    audit: Path | None = None,
+    in_slot: bool = False,
+    objects_only: bool = False,
 ) -> Wrappers:
     """What stands around the compilers of a build in `where`: the compiler cache's settings,
-    and the object cache's spec (`audit`: every unit compiled and compared there; `in_slot`:
-    `where` is the sources' slot, the one path whose objects the cache keeps)."""
+    and the object cache's spec (`audit`: every unit compiled and compared there, `objects_only`
+    where no wheel is compared; `in_slot`: `where` is the sources' slot, the one path whose
+    objects the cache keeps)."""
     env = {}
     if tools.compiler_cache:
         # every build has a fresh scratch path: hash paths relative to it, or nothing ever hits
@@ -34,7 +40,7 @@ def wrappers(
         env.update(_sccache.defaults(dict(os.environ)))  # as its server got them
 
     def units(tools: Tools, source: Path, commands) -> frozenset[str]:
-        return object_cache(plan, tools, source, commands, audit, in_slot)
+        return object_cache(plan, tools, source, commands, audit, in_slot, objects_only)
 
     return Wrappers(env, SERVE, units)
 
@@ -45,7 +51,13 @@ def prepare(plan: Plan, tools: Tools, where: Path) -> _build.Prepared:
 
 
 def object_cache(
-    plan: Plan, tools: Tools, source: Path, commands, audit: Path | None = None, in_slot=False
+    plan: Plan,
+    tools: Tools,
+    source: Path,
+    commands,
+    audit: Path | None = None,
+    in_slot: bool = False,
+    objects_only: bool = False,
 ) -> frozenset[str]:
     """Write the object cache's spec (fleet/_objects) where the flavour's CUDA sources are
     torch-free; return the sources it serves without compiling. With `audit` (cache check
@@ -95,10 +107,19 @@ def object_cache(
         audit,
         keys=keys,
     )
+    hits = _objects.cached(spec) if objects_only or not audit else {}
+    if audit and objects_only and not hits:  # before hours of compiling that compare nothing
+        raise FaShimError(
+            f"none of the {len(units)} kernel objects these settings compile is in {root}, and "
+            "the wheel cache has no entry for their fingerprint: the rebuild would compare "
+            "nothing.",
+            fix="run --rebuild with the interpreter and the -C settings the entries were built "
+            "with (an entry's fingerprint.json lists what they decide); `cache check` alone "
+            "checks every entry.",
+        )
     if audit:
         _log.info(f"compiling {len(units)} kernel objects to compare with those in {root}")
         return frozenset()
-    hits = _objects.cached(spec)
     names = {str((cwd / c.values("-o")[-1]).resolve()): c.file.rsplit("/", 1)[-1] for c in units}
     served = frozenset(names[o] for o in hits)
     rest = [n for n in _progress.build_sources(commands) if n not in served]
@@ -121,6 +142,7 @@ def fresh_wheel(
     how: dict | None = None,
     audit: Path | None = None,
     check: Callable[[Path], None] | None = None,
+    objects_only: bool = False,
 ) -> Path:
     """The build, with the compiler and object caches around its compilers: a wheel in scratch
     that passed `check` (else verify); `audit`: object_cache's."""
@@ -135,7 +157,7 @@ def fresh_wheel(
             tools,
             where,
             scratch / "wheel",
-            wrappers(plan, tools, where, audit, in_slot=where != scratch),
+            wrappers(plan, tools, where, audit, where != scratch, objects_only),
             how,
             check,
         )

@@ -425,6 +425,26 @@ def test_objects_compiled_outside_the_sources_slot_are_not_kept(tmp_path):
         _compiling.object_cache(plan, tools, tree, [command], tmp_path / "audit.jsonl")
 
 
+def test_an_audit_that_would_compare_nothing_stops_before_compiling(tmp_path):
+    """Hostile row MX07 with objects beside the wheels: `cache check --rebuild` under settings
+    of which no entry and no kept object is (the full set against a tailored set's cache) would
+    compile every unit for hours and then compare nothing. It stops first, before a compile;
+    with one of its units' objects kept, it goes on."""
+    plan = fa2_plan(SHARED_SDISTS, "2.8.3", cache_dir=str(tmp_path / "cache"))
+    tree = _tree(tmp_path / "scratch" / "src")
+    (tree / "build").mkdir()
+    command = Command("nvcc", str(tree / "csrc" / "k.cu"), (NVCC, *_args(tree)))
+    tools = Tools(Nvcc(Path(NVCC), Version("13.0"), "PATH"), None, 2, None, None, {})
+    audit = tmp_path / "audit.jsonl"
+    with pytest.raises(FaShimError, match="the rebuild would compare nothing"):
+        _compiling.object_cache(plan, tools, tree, [command], audit, True, objects_only=True)
+    assert not (tree / "build" / "k.o").exists()
+    _compiling.object_cache(plan, tools, tree, [command], in_slot=True)  # a build that keeps it
+    _finish(_launch(tree, tmp_path / "scratch" / launcher.SPEC_NAME, _args(tree)))
+    served = _compiling.object_cache(plan, tools, tree, [command], audit, True, objects_only=True)
+    assert served == frozenset()  # an audit compiles every unit, now to compare with that one
+
+
 @needs_mount
 def test_a_read_only_cache_serves_what_it_holds_and_compiles_the_rest(tmp_path):
     """A team's share, mounted read-only, holding one of the build's two objects: one warning
