@@ -3,7 +3,8 @@ build would use): `prepare` of the pinned 2.8.3.post2 sdist under the session's 
 (CUDA 13.0), as the probe ran them. ROWS in tests/integration/test_hostile_inputs.py lists
 them for the reliability page; each must end in one fa-shim error naming what the user gave,
 with its fix, nothing left in the build directory or under TMPDIR. K24 is accepted: read as
-the user meant it, it is the same build (the same fingerprint) as `head-dims=128`."""
+the user meant it, it is the same build (the same fingerprint) as `head-dims=128`. The stable
+line's rows run under torch 2.9.1 (CUDA 12.8) where they are about a torch below its floor."""
 
 from __future__ import annotations
 
@@ -20,20 +21,36 @@ pytestmark = [pytest.mark.slow, pytest.mark.cuda_torch]
 TAILORED = ["cuda-archs=90", "head-dims=128", "dtypes=bf16", "forward-only=true"]
 FAKE_NVCC = '#!/bin/sh\necho "Cuda compilation tools, release 13.0, V13.0.88"\n'
 
-# row: (settings after the sdist's, environment, what the error names, what its fix names)
+# row: (the torch venv, the command, its settings (after the sdist's for prepare), environment,
+# what the error names, what its fix names)
+SA = "torch-abi=stable"
 CUDA_ROWS = {
-    "K08-archs-75": (["cuda-archs=75"], {}, ["75", "8.0+"], ["80, 86"]),
-    "K28-archs-99": (["cuda-archs=99"], {}, ["99"], ["80, 86"]),
-    "T03-cuda-home-empty": (TAILORED, {"CUDA_HOME": "{tmp}/emptycuda"},
+    "K08-archs-75": ("torch211", "prepare", ["cuda-archs=75"], {}, ["75", "8.0+"], ["80, 86"]),
+    "K28-archs-99": ("torch211", "prepare", ["cuda-archs=99"], {}, ["99"], ["80, 86"]),
+    "T03-cuda-home-empty": ("torch211", "prepare", TAILORED, {"CUDA_HOME": "{tmp}/emptycuda"},
                             ["{tmp}/emptycuda/bin/nvcc"], ["CUDA_HOME"]),
-    "T04-nvcc-missing": ([*TAILORED, "nvcc=/nonexistent/nvcc"], {}, ["/nonexistent/nvcc"],
-                         ["bin/nvcc"]),
-    "T08-nvcc-true": ([*TAILORED, "nvcc=/usr/bin/true"], {}, ["/usr/bin/true", "not nvcc"],
-                      ["bin/nvcc"]),
-    "T09-nvcc-a-directory": ([*TAILORED, "nvcc={toolkit}/bin"], {}, ["{toolkit}/bin",
-                             "a directory"], ["-C nvcc={toolkit}/bin/nvcc"]),
-    "T10-nvcc-a-script-printing-a-version": ([*TAILORED, "nvcc={tmp}/nvcc"], {},
-                                             ["{tmp}/nvcc", "not nvcc"], ["-C nvcc"]),
+    "T04-nvcc-missing": ("torch211", "prepare", [*TAILORED, "nvcc=/nonexistent/nvcc"], {},
+                         ["/nonexistent/nvcc"], ["bin/nvcc"]),
+    "T08-nvcc-true": ("torch211", "prepare", [*TAILORED, "nvcc=/usr/bin/true"], {},
+                      ["/usr/bin/true", "not nvcc"], ["bin/nvcc"]),
+    "T09-nvcc-a-directory": ("torch211", "prepare", [*TAILORED, "nvcc={toolkit}/bin"], {},
+                             ["{toolkit}/bin", "a directory"], ["-C nvcc={toolkit}/bin/nvcc"]),
+    "T10-nvcc-a-script-printing-a-version": ("torch211", "prepare", [*TAILORED, "nvcc={tmp}/nvcc"],
+                                             {}, ["{tmp}/nvcc", "not nvcc"], ["-C nvcc"]),
+    "D05-doctor-cuda-home-empty": ("torch211", "doctor", [], {"CUDA_HOME": "{tmp}/emptycuda"},
+                                   ["{tmp}/emptycuda/bin/nvcc"], ["CUDA_HOME"]),
+    "SA03-stable-on-torch-2.9": ("torch291", "prepare", [*TAILORED, SA], {},
+                                 ["2.9.1+cu128", ">= 2.10.0"], ["-C torch-abi=torch"]),
+    "SA04-stable-2.6.3-on-torch-2.9": ("torch291", "prepare",
+                                       [*TAILORED, SA, "flash-attn-version=2.6.3"], {},
+                                       ["2.6.3", "2.8.3.post2"],
+                                       ["-C flash-attn-version=2.8.3.post2"]),
+    "SA05-doctor-stable-on-torch-2.9": ("torch291", "doctor", [], {"FA_SHIM_TORCH_ABI": "stable"},
+                                        ["CUDA 12.8", "this torch is 2.9.1+cu128"],
+                                        ["-C torch-abi=torch"]),
+    "SA08-stable-the-2.8.3-file": ("torch211", "prepare", ["sdist={sdists}/flash_attn-2.8.3.tar.gz",
+                                   *TAILORED, SA], {}, ["flash-attn 2.8.3,", "2.8.3.post2"],
+                                   ["-C sdist={sdists}/flash_attn-2.8.3.post2.tar.gz"]),
 }  # fmt: skip
 
 
@@ -50,34 +67,46 @@ def test_every_cuda_torch_row_of_the_list_runs_here():
     assert _rows_listed() == {*CUDA_ROWS, "K24-head-dims-twice"}
 
 
-def _prepare(python: Path, tmp: Path, settings: list[str], env: dict):
+def _run(python: Path, tmp: Path, command: str, settings: list[str], env: dict):
     out, scratch = tmp / "b", tmp / "tmp"
     scratch.mkdir(exist_ok=True)
-    argv = [python, "-m", "fa_backend", "prepare", "--build-dir", out]
-    for option in [f"sdist-dir={SHARED_SDISTS}", *settings]:
-        argv += ["-C", option]
+    if command == "prepare":
+        argv = [python, "-m", "fa_backend", "prepare", "--build-dir", out]
+        if not any(s.startswith("sdist=") for s in settings):
+            settings = [f"sdist-dir={SHARED_SDISTS}", *settings]
+    else:  # doctor, as JSON: its problems
+        argv = [python, "-m", "fa_backend", "doctor", "--json"]
+    argv += [a for s in settings for a in ("-C", s)]
     env = clean_env(TMPDIR=str(scratch), XDG_CACHE_HOME=str(tmp / "xdg"), **env)
     return run(argv, cwd=REPO, env=env, check=False), out, scratch
 
 
 @pytest.mark.parametrize("row", list(CUDA_ROWS))
-def test_a_cuda_torch_row_gets_one_true_error(row, torch211_python, tmp_path):
-    settings, env, named, fixed = CUDA_ROWS[row]
+def test_a_cuda_torch_row_gets_one_true_error(row, request, tmp_path):
+    venv, command, settings, env, named, fixed = CUDA_ROWS[row]
+    python = request.getfixturevalue(f"{venv}_python")
     toolkit = Path(os.environ.get("CUDA_HOME") or "/usr/local/cuda-13.0")
     (tmp_path / "emptycuda").mkdir()
     (tmp_path / "nvcc").write_text(FAKE_NVCC)
     (tmp_path / "nvcc").chmod(0o755)
 
     def fill(text: str) -> str:
-        return text.format(tmp=tmp_path, toolkit=toolkit)
+        return text.format(tmp=tmp_path, toolkit=toolkit, sdists=SHARED_SDISTS)
 
     settings, env = [fill(s) for s in settings], {k: fill(v) for k, v in env.items()}
-    proc, out, scratch = _prepare(torch211_python, tmp_path, settings, env)
-    text = assert_one_error_nothing_left(proc, out)
-    error = next(line for line in text.splitlines() if line.startswith("fa-shim: error:"))
-    fix = next(line for line in text.splitlines() if line.startswith("fa-shim: fix:"))
-    assert all(fill(n) in error for n in named), (named, error)
-    assert all(fill(n) in fix for n in fixed), (fixed, fix)
+    named, fixed = [fill(n) for n in named], [fill(f) for f in fixed]
+    proc, out, scratch = _run(python, tmp_path, command, settings, env)
+    if command == "doctor":  # each finding an error, each with its fix
+        assert proc.returncode == 1 and "Traceback" not in proc.stdout + proc.stderr, proc.stderr
+        errors = [p for p in json.loads(proc.stdout)["problems"] if p["severity"] == "error"]
+        assert all(any(n in p["cause"] for p in errors) for n in named), (named, errors)
+        assert all(any(f in p["fix"] for p in errors) for f in fixed), (fixed, errors)
+    else:
+        text = assert_one_error_nothing_left(proc, out)
+        error = next(line for line in text.splitlines() if line.startswith("fa-shim: error:"))
+        fix = next(line for line in text.splitlines() if line.startswith("fa-shim: fix:"))
+        assert all(n in error for n in named), (named, error)
+        assert all(f in fix for f in fixed), (fixed, fix)
     assert list(scratch.iterdir()) == []
 
 
