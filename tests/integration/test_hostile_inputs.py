@@ -619,10 +619,28 @@ ROWS = [
         "holds neither a flash-attn distribution",
     ),
     (
+        "V10-verify-a-gib-of-zeros",
+        "`verify` of a 1 GiB file of zeros named as flash-attn's module",
+        "is not a readable ELF shared object",
+    ),
+    (
         "V11-verify-python-missing",
         "`verify --python /nonexistent/python`",
         "--python /nonexistent/python is not an executable interpreter",
     ),
+    # a real disk that is read-only, small or full, where fa-shim's answer is to build, or pip's
+    (
+        "W01-wheel-cache-dir-read-only",
+        "`-C wheel-cache-dir=` an empty directory on a read-only mount",
+        "",
+    ),
+    ("E02-tmpdir-2-mb", "TMPDIR on a 2 MB tmpfs, the sample built", ""),
+    (
+        "O01-pip-wheel-dir-read-only",
+        "`pip wheel -w` a directory on a read-only mount",
+        "",
+    ),
+    ("O02-pip-wheel-dir-full", "`pip wheel -w` a full 64 KiB tmpfs", ""),
 ]
 
 
@@ -1040,6 +1058,7 @@ IN_PROCESS = {
     "V07-verify-missing": Row("verify", ("{tmp}/v/missing.whl",), ("{tmp}/v/missing.whl",),
                               sdist=""),
     "V08-verify-random-directory": Row("verify", ("{tmp}/v",), ("{tmp}/v",), sdist=""),
+    "V10-verify-a-gib-of-zeros": Row("verify", ("{v}",), ("{v}",), sdist=""),
     "V11-verify-python-missing": Row("verify", ("{entry}", "--python", "/nonexistent/python"),
                                      ("/nonexistent/python",), sdist=""),
 }  # fmt: skip
@@ -1300,6 +1319,10 @@ def _verify_input(case: InProcess, wheel: Path) -> None:
         (target,) = Path(numpy.__file__).parent.glob("_core/_multiarray_umath.*.so")
     elif prefix == "V08":
         (v / "notes.txt").write_text("mine\n")
+    elif prefix == "V10":  # sparse: a GiB to read, nothing on the disk
+        target = v / f"flash_attn_2_cuda{importlib.machinery.EXTENSION_SUFFIXES[0]}"
+        with target.open("wb") as f:
+            f.truncate(2**30)
     case.paths["v"] = target
     case.user.append(target if prefix == "V06" else v)
 
@@ -1454,6 +1477,7 @@ def test_a_row_answered_in_process(row, tmp_path, monkeypatch, capfd, sample_sdi
 # namespace of its own, for root): one fresh process each, its exit status and stderr.
 SIGNALS = {"X01": signal.SIGINT, "X03": signal.SIGTERM, "X04": signal.SIGHUP, "X05": signal.SIGINT}
 MOUNTED = ("B03", "O03", "O04", "E03", "E04", "S13")
+ON_A_DISK = ("W01", "E02", "O01", "O02")  # test_a_row_on_a_real_disk
 PROCESS_ROWS = [r[0] for r in ROWS if r[0].split("-")[0] in (*SIGNALS, *MOUNTED)]
 
 
@@ -1530,6 +1554,57 @@ def test_a_row_of_the_process(row, tmp_path, request):
         assert not out.exists() or list(out.iterdir()) == []
 
 
+@pytest.mark.parametrize("row", [r[0] for r in ROWS if r[0][:3] in ON_A_DISK])
+def test_a_row_on_a_real_disk(row, tmp_path):
+    """The build's own outputs on a disk it cannot fill (W01: the wheel cache read-only, E02: a
+    2 MB TMPDIR): the wheel, and W01's one warning naming that cache; pip's -w directory
+    read-only or full (O01, O02): pip's error, and nothing of fa-shim's there or under TMPDIR."""
+    if not CAN_MOUNT:
+        pytest.skip("needs root and a mount namespace (unshare -m) for a real small disk")
+    prefix = row.split("-")[0]
+    sdists = _sample_sdists(tmp_path)
+    out, scratch, wc = tmp_path / "out", tmp_path / "tmp", tmp_path / "wc"
+    for directory in (out, scratch, wc):
+        directory.mkdir()
+    env = clean_env(
+        TMPDIR=str(scratch), FA_SHIM_COMPILER_CACHE="none", XDG_CACHE_HOME=str(tmp_path / "c")
+    )
+    env["PIP_NO_CACHE_DIR"] = "1"
+    config = {"flash-attn-version": SAMPLE_VERSION, "allow-unknown-version": "true"}
+    config["sdist-dir"] = str(sdists)
+    if prefix == "W01":
+        config["wheel-cache-dir"] = str(wc)
+        command = [*mounted(wc, "ro"), *hook("build_wheel", out, config)]
+    elif prefix == "E02":
+        config["wheel-cache"] = "false"
+        env.pop("TMPDIR")  # the small disk's
+        proc = on_small_disk(tmp_path, hook("build_wheel", out, config), "size=2m", **env)
+        command = None
+    else:
+        how = "ro" if prefix == "O01" else "full"
+        command = [*mounted(out, how), *pip_wheel_cmd(PY, out, *sample_settings(sdists))]
+        command += ["-C", "wheel-cache=false"]
+    if command:
+        proc = subprocess.run(
+            [str(c) for c in command], cwd=REPO, env=env, capture_output=True, text=True
+        )
+    text = proc.stdout + proc.stderr
+    assert "Traceback" not in text and "fa-shim: error:" not in text, text
+    if prefix in ("W01", "E02"):
+        assert proc.returncode == 0 and len(list(out.glob("*.whl"))) == 1, text
+        if prefix == "W01":
+            warnings = [ln for ln in text.splitlines() if "fa-shim: warning:" in ln]
+            warnings = [ln for ln in warnings if "is not pinned by fa-shim" not in ln]  # the sample
+            assert len(warnings) == 1, warnings
+            assert f"{wc} is not writable (Read-only file system)" in warnings[0], warnings
+            assert list(wc.iterdir()) == []
+    else:  # pip's own error, copying the wheel into -w: nothing of fa-shim's is left there
+        errno = "Read-only file system" if prefix == "O01" else "No space left on device"
+        assert proc.returncode != 0 and errno in text, text
+        assert not [p for p in out.iterdir() if ".part" in p.name or "fa-shim" in p.name]
+    assert list(scratch.iterdir()) == []  # leftovers: none
+
+
 def _signalled(tmp_path: Path, sdists: Path, env: dict, sig: int) -> subprocess.CompletedProcess:
     """A prepare whose compiler probe hangs, sent `sig` as a terminal sends it: to its group."""
     started, hang = tmp_path / "probe-started", tmp_path / "hang-c++"
@@ -1570,7 +1645,7 @@ def _signalled(tmp_path: Path, sdists: Path, env: dict, sig: int) -> subprocess.
 # the rows tests/e2e/test_hostile_cuda_torch.py runs
 CUDA_TORCH = ("K08", "K28", "K24", "T03", "T04", "T08", "T09", "T10", "D05")
 CUDA_TORCH += ("SA03", "SA04", "SA05", "SA08")  # the stable line's, two of them under torch 2.9.1
-ELSEWHERE = (*IN_PROCESS, *PROCESS_ROWS)
+ELSEWHERE = (*IN_PROCESS, *PROCESS_ROWS, *(r[0] for r in ROWS if r[0][:3] in ON_A_DISK))
 
 
 @pytest.mark.parametrize(
