@@ -109,6 +109,7 @@ def test_an_edited_member_with_a_stale_record_is_refused_and_rebuilt(cache, tmp_
     assert served.read_bytes() == cache["wheel"].read_bytes()
 
 
+# hostile row OC13
 def test_check_lists_what_writers_left_and_sweep_removes_it(cache, tmp_path):
     """A hit of fa-shim 0.5 left its torch directory's temporary link in the root (a hard link
     of the wheel), and killed writers of the object cache an entry being written and a damaged

@@ -628,6 +628,26 @@ ROWS = [
         "`verify --python /nonexistent/python`",
         "--python /nonexistent/python is not an executable interpreter",
     ),
+    # the object cache's rows, each a test of tests/integration/test_object_cache.py (OC13:
+    # test_cache_trust.py) on a one-kernel CUDA source through the real launcher and nvcc
+    ("OC01-team-share-read-only-a-miss", "a read-only team share, a miss", ""),
+    ("OC02-object-truncated", "an object cut to 4000 bytes", ""),
+    (
+        "OC03-object-planted",
+        "an object with a flipped byte, its recorded sha256 edited to match, then "
+        "`cache check --rebuild`",
+        "FAILED",
+    ),
+    ("OC04-object-json-not-json", "object.json not JSON", ""),
+    ("OC05-objects-a-file", "the objects path a file", ""),
+    ("OC06-locks-a-file", "objects/.locks a file, one object missing", ""),
+    ("OC07-share-read-only-3-of-4", "a read-only share holding 3 of 4 objects", ""),
+    ("OC08-cache-disk-full", "the object cache on a full disk, one object missing", ""),
+    ("OC09-cache-disk-full-after-the-lock", "the disk fills after the lock is taken", ""),
+    ("OC10-two-builds-one-object", "two builds of one unit at once into one cache", ""),
+    ("OC11-killed-builders-lock", "the lock of a builder that was killed", ""),
+    ("OC12-cache-check-truncated-object", "`cache check` of a truncated object", "FAILED"),
+    ("OC13-a-killed-writers-part", "a killed writer's `.<key>.part-*`, hours old", "FAILED"),
     # a real disk that is read-only, small or full, where fa-shim's answer is to build, or pip's
     (
         "W01-wheel-cache-dir-read-only",
@@ -1478,6 +1498,7 @@ def test_a_row_answered_in_process(row, tmp_path, monkeypatch, capfd, sample_sdi
 SIGNALS = {"X01": signal.SIGINT, "X03": signal.SIGTERM, "X04": signal.SIGHUP, "X05": signal.SIGINT}
 MOUNTED = ("B03", "O03", "O04", "E03", "E04", "S13")
 ON_A_DISK = ("W01", "E02", "O01", "O02")  # test_a_row_on_a_real_disk
+OBJECT_CACHE = tuple(f"OC{n:02d}" for n in range(1, 14))  # tests/integration/test_object_cache
 PROCESS_ROWS = [r[0] for r in ROWS if r[0].split("-")[0] in (*SIGNALS, *MOUNTED)]
 
 
@@ -1645,7 +1666,8 @@ def _signalled(tmp_path: Path, sdists: Path, env: dict, sig: int) -> subprocess.
 # the rows tests/e2e/test_hostile_cuda_torch.py runs
 CUDA_TORCH = ("K08", "K28", "K24", "T03", "T04", "T08", "T09", "T10", "D05")
 CUDA_TORCH += ("SA03", "SA04", "SA05", "SA08")  # the stable line's, two of them under torch 2.9.1
-ELSEWHERE = (*IN_PROCESS, *PROCESS_ROWS, *(r[0] for r in ROWS if r[0][:3] in ON_A_DISK))
+ELSEWHERE = (*IN_PROCESS, *PROCESS_ROWS)
+ELSEWHERE += tuple(r[0] for r in ROWS if r[0].split("-")[0] in (*ON_A_DISK, *OBJECT_CACHE))
 
 
 @pytest.mark.parametrize(

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import shutil
 import socket
@@ -23,6 +24,7 @@ from packaging.version import Version
 
 from fa_backend.cli import _cache_check
 from fa_backend.core._errors import FaShimError
+from fa_backend.core._hostlock import this_kernel
 from fa_backend.flavours._interface import Tools
 from fa_backend.fleet import _compiling, _objects, _serve
 from fa_backend.pipeline import _provenance, _stats
@@ -160,6 +162,7 @@ def _reused(tree: Path) -> list[dict]:
     return _provenance.provenance(plan, prep)["reused_objects"]
 
 
+# hostile row OC10
 def test_two_builders_racing_for_one_entry_both_finish_and_one_compiles(tmp_path):
     """One compiles and keeps the object with the files it read; the other links it, and its
     wheel's provenance names that entry: key, the torch it was built under, host and flags."""
@@ -240,21 +243,54 @@ def test_two_trees_split_differently_share_the_object(tmp_path):
     assert len(_objects.entries(root)) == 1
 
 
-def test_an_entry_with_a_flipped_byte_is_compiled_again_never_linked(tmp_path):
+@pytest.mark.parametrize("damage", ["a flipped byte", "truncated", "object.json not JSON"])
+# hostile rows OC02, OC04, OC12
+def test_a_damaged_entry_is_compiled_again_never_linked(tmp_path, damage):
+    """A truncated object (OC02), object.json not JSON (OC04), and a flipped byte:
+    `cache check`'s row fails it (OC12), the next build compiles the unit again, never links the
+    damaged bytes, and the entry is whole again."""
     root, tree = tmp_path / "objects", _tree(tmp_path / "a")
     spec = _spec(tree, root, _args(tree))
     _finish(_launch(tree, spec, _args(tree)))
     (entry,) = [p for p in root.iterdir() if not p.name.startswith(".")]
     good = (entry / "object.o").read_bytes()
-    flipped = bytearray(good)
-    flipped[len(flipped) // 2] ^= 0xFF
-    (entry / "object.o").write_bytes(bytes(flipped))
+    if damage == "a flipped byte":
+        flipped = bytearray(good)
+        flipped[len(flipped) // 2] ^= 0xFF
+        (entry / "object.o").write_bytes(bytes(flipped))
+    elif damage == "truncated":
+        (entry / "object.o").write_bytes(good[:4000])
+    else:
+        (entry / "object.json").write_text("{not json")
+    row = _cache_check._object_row(entry)
+    assert row.result == "FAILED" and "not the object it recorded" in row.reason, row
 
     err = _finish(_launch(tree, spec, _args(tree)))
-    assert _served(tree) == [False, False]  # compiled both times: the flipped one not served
-    assert "fails its sha256" in err
+    assert _served(tree) == [False, False]  # compiled both times: the damaged one not served
+    assert ("fails its sha256" in err) is (damage != "object.json not JSON"), err
     assert (tree / "build" / "k.o").read_bytes() == good
     assert (entry / "object.o").read_bytes() == good  # the entry is whole again
+    assert _objects.check(entry) is None
+
+
+# hostile row OC11
+def test_the_lock_of_a_killed_builder_is_taken_over(tmp_path):
+    """a builder killed while it held a unit's lock (this host, a pid that has
+    exited): the next build takes the lock over with one warning naming it, compiles the unit
+    and keeps it, and leaves no lock behind."""
+    root, tree = tmp_path / "objects", _tree(tmp_path / "a")
+    spec = _spec(tree, root, _args(tree))
+    (unit,) = json.loads(spec.read_text())["units"].values()
+    lock = root / ".locks" / f"{unit['key']}.lock"
+    lock.parent.mkdir(parents=True)
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    holder = {"host": socket.gethostname(), "pid": gone.pid, "started": 0, **this_kernel()}
+    lock.write_text(json.dumps(holder))
+    err = _finish(_launch(tree, spec, _args(tree)))
+    assert err.count("took over the object-cache lock") == 1 and str(lock) in err, err
+    assert _served(tree) == [False] and len(_objects.entries(root)) == 1
+    assert list(lock.parent.iterdir()) == []
 
 
 def test_a_unit_that_reads_a_torch_header_is_compiled_and_not_kept(tmp_path):
@@ -446,6 +482,7 @@ def test_an_audit_that_would_compare_nothing_stops_before_compiling(tmp_path):
 
 
 @needs_mount
+# hostile rows OC01, OC07
 def test_a_read_only_cache_serves_what_it_holds_and_compiles_the_rest(tmp_path):
     """A team's share, mounted read-only, holding one of the build's two objects: one warning
     naming it, the held object served, the other compiled here, and nothing written there; a
@@ -470,6 +507,7 @@ def test_a_read_only_cache_serves_what_it_holds_and_compiles_the_rest(tmp_path):
 
 
 @needs_mount
+# hostile rows OC08, OC09
 def test_a_full_cache_disk_compiles_and_keeps_nothing(tmp_path):
     """A full disk (or quota) under the cache: one warning from the pipeline, and a unit
     compiled without a word; one that fills after the build began: the lock's ENOSPC is a
@@ -489,6 +527,7 @@ def test_a_full_cache_disk_compiles_and_keeps_nothing(tmp_path):
 
 
 @pytest.mark.parametrize("blocked", ["objects", "objects/.locks"])
+# hostile rows OC05, OC06
 def test_a_file_in_the_way_compiles_and_keeps_nothing(tmp_path, blocked):
     """The objects path, or its locks' directory, is a file: a warning naming it, no
     traceback, and the unit compiles (with the pipeline's warning, or without it)."""
@@ -506,6 +545,7 @@ def test_a_file_in_the_way_compiles_and_keeps_nothing(tmp_path, blocked):
     assert (tmp_path / blocked).read_text() == "not a directory"
 
 
+# hostile row OC03
 def test_an_audit_compiles_every_unit_and_names_a_planted_object(tmp_path):
     """`cache check --rebuild`'s compare (cli/_cache_check): an object with a flipped byte whose
     recorded sha256 was edited to match passes the cache's own check, so a build links it; the
@@ -538,3 +578,15 @@ def test_an_audit_compiles_every_unit_and_names_a_planted_object(tmp_path):
     assert "not what its inputs compile to" in rows[0].reason
     assert f"rm -r {planted}" in rows[0].reason
     assert _listing(root) == before  # nothing kept, nothing replaced
+
+
+def test_every_object_cache_row_of_the_list_is_a_test_here():
+    """ROWS (tests/integration/test_hostile_inputs.py, the reliability page's list) gives the OC
+    rows to this module; each test names the rows it answers (OC13: test_cache_trust.py)."""
+    import test_hostile_inputs as hostile
+
+    here = Path(__file__).read_text() + (Path(__file__).parent / "test_cache_trust.py").read_text()
+    rows = [r[0].split("-")[0] for r in hostile.ROWS if r[0].startswith("OC")]
+    listed = [r for r in rows if r in hostile.OBJECT_CACHE]
+    assert listed == list(hostile.OBJECT_CACHE)
+    assert [r for r in listed if not re.search(rf"# hostile rows? .*\b{r}\b", here)] == []
