@@ -106,6 +106,7 @@ def test_a_compile_relevant_change_misses_the_cache(sample_sdist_dir, tmp_path):
     assert len([p for p in _cache_root().iterdir() if (p / "entry.json").is_file()]) == 2
 
 
+# hostile row X06
 def test_an_interrupted_build_leaves_no_cache_entry(sample_sdist_dir, tmp_path):
     hang_cxx = tmp_path / "hang-g++"
     hang_cxx.write_text('#!/bin/sh\ncase "$*" in *" -c "*) sleep 600;; esac\nexec g++ "$@"\n')

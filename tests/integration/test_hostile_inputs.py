@@ -14,6 +14,7 @@ import importlib.machinery
 import io
 import json
 import os
+import re
 import runpy
 import shutil
 import signal
@@ -648,6 +649,13 @@ ROWS = [
     ("OC11-killed-builders-lock", "the lock of a builder that was killed", ""),
     ("OC12-cache-check-truncated-object", "`cache check` of a truncated object", "FAILED"),
     ("OC13-a-killed-writers-part", "a killed writer's `.<key>.part-*`, hours old", "FAILED"),
+    ("X06-backend-killed-then-rebuilt", "SIGKILL of the backend mid-build, then the build", ""),
+    ("TC15-truncated-cuda-torch-view", "a CUDA torch's view cut short, then a build", ""),
+    (
+        "MX09-prebuild-an-env-without-packaging",
+        "`prebuild --python` an environment without packaging or torch",
+        "failed",
+    ),
     # a real disk that is read-only, small or full, where fa-shim's answer is to build, or pip's
     (
         "W01-wheel-cache-dir-read-only",
@@ -1498,7 +1506,14 @@ def test_a_row_answered_in_process(row, tmp_path, monkeypatch, capfd, sample_sdi
 SIGNALS = {"X01": signal.SIGINT, "X03": signal.SIGTERM, "X04": signal.SIGHUP, "X05": signal.SIGINT}
 MOUNTED = ("B03", "O03", "O04", "E03", "E04", "S13")
 ON_A_DISK = ("W01", "E02", "O01", "O02")  # test_a_row_on_a_real_disk
-OBJECT_CACHE = tuple(f"OC{n:02d}" for n in range(1, 14))  # tests/integration/test_object_cache
+# rows whose answer a test of another module checks, each naming its row in a comment or docstring
+ANSWERED_ELSEWHERE = {
+    **{f"OC{n:02d}": "integration/test_object_cache.py" for n in range(1, 13)},
+    "OC13": "integration/test_cache_trust.py",
+    "X06": "integration/test_build_speed.py",
+    "TC15": "unit/fleet/test_wheel_cache.py",
+    "MX09": "integration/test_settings_cli.py",
+}
 PROCESS_ROWS = [r[0] for r in ROWS if r[0].split("-")[0] in (*SIGNALS, *MOUNTED)]
 
 
@@ -1667,7 +1682,19 @@ def _signalled(tmp_path: Path, sdists: Path, env: dict, sig: int) -> subprocess.
 CUDA_TORCH = ("K08", "K28", "K24", "T03", "T04", "T08", "T09", "T10", "D05")
 CUDA_TORCH += ("SA03", "SA04", "SA05", "SA08")  # the stable line's, two of them under torch 2.9.1
 ELSEWHERE = (*IN_PROCESS, *PROCESS_ROWS)
-ELSEWHERE += tuple(r[0] for r in ROWS if r[0].split("-")[0] in (*ON_A_DISK, *OBJECT_CACHE))
+ELSEWHERE += tuple(r[0] for r in ROWS if r[0].split("-")[0] in (*ON_A_DISK, *ANSWERED_ELSEWHERE))
+
+
+def test_each_row_answered_elsewhere_is_listed_and_named_by_its_test():
+    """ROWS (the reliability page's list) holds each, and the module that answers it names it."""
+    listed = [r[0].split("-")[0] for r in ROWS]
+    tests = Path(__file__).parent.parent
+    unnamed = [
+        (row, module)
+        for row, module in ANSWERED_ELSEWHERE.items()
+        if row not in listed or not re.search(rf"\b{row}\b", (tests / module).read_text())
+    ]
+    assert unnamed == []
 
 
 @pytest.mark.parametrize(

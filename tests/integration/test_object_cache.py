@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shlex
 import shutil
 import socket
@@ -578,15 +577,3 @@ def test_an_audit_compiles_every_unit_and_names_a_planted_object(tmp_path):
     assert "not what its inputs compile to" in rows[0].reason
     assert f"rm -r {planted}" in rows[0].reason
     assert _listing(root) == before  # nothing kept, nothing replaced
-
-
-def test_every_object_cache_row_of_the_list_is_a_test_here():
-    """ROWS (tests/integration/test_hostile_inputs.py, the reliability page's list) gives the OC
-    rows to this module; each test names the rows it answers (OC13: test_cache_trust.py)."""
-    import test_hostile_inputs as hostile
-
-    here = Path(__file__).read_text() + (Path(__file__).parent / "test_cache_trust.py").read_text()
-    rows = [r[0].split("-")[0] for r in hostile.ROWS if r[0].startswith("OC")]
-    listed = [r for r in rows if r in hostile.OBJECT_CACHE]
-    assert listed == list(hostile.OBJECT_CACHE)
-    assert [r for r in listed if not re.search(rf"# hostile rows? .*\b{r}\b", here)] == []
