@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import shlex
+import sys
 import zipfile
 from urllib.parse import unquote
 
@@ -142,6 +143,7 @@ def test_the_same_wheel_verifies_imports_and_registers_its_ops_under_a_newer_tor
     _verify_import_and_call(stable, torch215_python, "2.15.0+cu132", "pip")
 
 
+# hostile row SA10
 def test_the_team_install_takes_it_for_a_torch_that_did_not_build_it(
     stable, quick_start, torch211_python
 ):
@@ -162,6 +164,38 @@ def test_the_team_install_takes_it_for_a_torch_that_did_not_build_it(
     code = "import flash_attn.flash_attn_interface, importlib.metadata as m; "
     code += "print(m.version('flash-attn'))"
     assert run([python, "-c", code], cwd=stable["tmp"], env=clean_env()).stdout.strip() == VERSION
+
+
+# hostile rows SA11, SA12, SA13, SA14
+def test_a_stable_only_cache_answers_each_teammate(
+    stable, torch211_python, torch291_python, tmp_path
+):
+    """The stable wheel alone in a team cache, laid out by the wheel cache's own code: torch
+    2.11 (CUDA 13) takes it (SA14); with --binding torch, a miss naming why (SA13); a CPU torch
+    (SA11) and torch 2.9.1 (SA12) a miss naming the CUDA major and the floor."""
+    from fa_backend.fleet import _entries, _wheel_cache
+
+    root = tmp_path / "fa"
+    (root / ".locks").mkdir(parents=True)
+    stored = _entries.store(root, "0" * 32, stable["wheel"], {"stable": 1}, {})
+    _wheel_cache._torch_view(root, stored, "2.14.1+cu130")
+    view = root / "index" / "stable-cu13-torch2.10plus"
+    assert not list(root.glob("torch-*")) and view.is_dir(), list(root.iterdir())
+    ask = [root / "install.py", "--kernel-set", KERNEL_SET, "--dry-run"]
+
+    def answer(python, *more):
+        return run([python, *ask, *more], env=clean_env(), check=False)
+
+    took = answer(torch211_python)
+    assert took.returncode == 0 and stable["wheel"].name.replace("+", "%2B") in took.stdout, took
+    for python, more, why in (
+        (torch211_python, ["--binding", "torch"], "stable ABI, not --binding torch"),
+        (sys.executable, [], "CUDA 13.0 vs none"),
+        (torch291_python, [], "older than 2.10.0, the oldest this stable-ABI module runs on"),
+    ):
+        proc = answer(python, *more)
+        assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+        assert "install.py: no flash-attn wheel for torch" in proc.stderr and why in proc.stderr
 
 
 def test_a_torch_older_than_the_floor_is_refused_before_anything_is_fetched(

@@ -14,7 +14,15 @@ import os
 from pathlib import Path
 
 import pytest
-from conftest import REPO, SHARED_SDISTS, assert_one_error_nothing_left, clean_env, run
+from conftest import (
+    CAN_MOUNT,
+    REPO,
+    SHARED_SDISTS,
+    assert_one_error_nothing_left,
+    clean_env,
+    on_small_disk,
+    run,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.cuda_torch]
 
@@ -64,7 +72,8 @@ def _rows_listed() -> set[str]:
 
 
 def test_every_cuda_torch_row_of_the_list_runs_here():
-    assert _rows_listed() == {*CUDA_ROWS, "K24-head-dims-twice"}
+    accepted = {"K24-head-dims-twice", "SA09-stable-tu-parts-2", "E01-tmpdir-50-mb-real-sdist"}
+    assert _rows_listed() == {*CUDA_ROWS, *accepted}
 
 
 def _run(python: Path, tmp: Path, command: str, settings: list[str], env: dict):
@@ -120,3 +129,28 @@ def test_k24_a_head_dim_given_twice_is_the_build_of_it_once(torch211_python, tmp
         found = run(argv, cwd=REPO, env=clean_env(XDG_CACHE_HOME=str(tmp_path / "xdg")))
         keys.append(json.loads(found.stdout)["key"])
     assert keys[0] == keys[1] != keys[2]  # and the setting is read: another head dim differs
+
+
+def test_sa09_the_stable_line_with_tu_parts_prepares_its_abi3_wheel(torch211_python, tmp_path):
+    """SA09: `-C torch-abi=stable -C tu-parts=2` accepted: the line's one cp310-abi3 wheel."""
+    settings = [*TAILORED, SA, "tu-parts=2"]
+    proc, _, scratch = _run(torch211_python, tmp_path, "prepare", settings, {})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    wheel = json.loads(proc.stdout)["wheel"]
+    assert "+cu13.torch2.10plus." in wheel and wheel.endswith("-cp310-abi3-linux_x86_64.whl")
+    assert list(scratch.iterdir()) == []
+
+
+def test_e01_a_50_mb_tmpdir_is_refused_before_the_build_naming_the_space(torch211_python, tmp_path):
+    """E01: TMPDIR on a 50 MB disk for the real sdist: refused before extracting, naming how much
+    the build needs there and the disk, nothing left."""
+    if not CAN_MOUNT:
+        pytest.skip("needs root and a mount namespace (unshare -m) for a real small disk")
+    out = tmp_path / "out"
+    out.mkdir()
+    config = {"sdist-dir": str(SHARED_SDISTS), "wheel-cache": "false"}
+    config.update(s.split("=", 1) for s in TAILORED)
+    code = f"import fa_backend; fa_backend.build_wheel({str(out)!r}, {config!r})"
+    proc = on_small_disk(tmp_path, [torch211_python, "-c", code], "size=50m", **clean_env())
+    text = assert_one_error_nothing_left(proc, out)
+    assert "not enough disk space: the build needs" in text and str(tmp_path / "disk") in text, text

@@ -72,6 +72,12 @@ ROWS = [
         "holds files fa-shim did not write or that changed since its last prepare there",
     ),
     ("Q03-two-prepares", "two `prepare` runs into one new `--build-dir` at once", ""),
+    ("Q04-two-prepares-a-second-apart", "the same, the second 1.5 s after the first", ""),
+    (
+        "Q05-two-re-prepares",
+        "two `prepare` runs into a prepared `--build-dir`, the second 2.5 s after the first",
+        "",
+    ),
     (
         "killed-re-prepare",
         "a re-prepare killed with SIGKILL mid-way, then `prepare` again into that directory",
@@ -577,6 +583,12 @@ ROWS = [
         "`FA_SHIM_TORCH_ABI=stable doctor` under torch 2.9.1 with no CUDA 12 toolkit",
         "",
     ),
+    ("SA09-stable-tu-parts-2", "`-C torch-abi=stable -C tu-parts=2`", ""),
+    (
+        "E01-tmpdir-50-mb-real-sdist",
+        "TMPDIR on a 50 MB tmpfs, the real sdist",
+        "not enough disk space: the build needs",
+    ),
     (
         "SA08-stable-the-2.8.3-file",
         "`-C torch-abi=stable -C sdist=` the 2.8.3 file",
@@ -650,6 +662,15 @@ ROWS = [
     ("OC12-cache-check-truncated-object", "`cache check` of a truncated object", "FAILED"),
     ("OC13-a-killed-writers-part", "a killed writer's `.<key>.part-*`, hours old", "FAILED"),
     ("X06-backend-killed-then-rebuilt", "SIGKILL of the backend mid-build, then the build", ""),
+    ("SA10-stable-into-a-team-cache", "the stable build into a team cache", ""),
+    ("SA11-install-py-cpu-torch-stable-only", "install.py, CPU torch, a stable-only cache", ""),
+    ("SA12-install-py-torch-2.9-stable-only", "install.py, torch 2.9.1, a stable-only cache", ""),
+    (
+        "SA13-install-py-binding-torch-stable-only",
+        "install.py --binding torch, a stable-only cache",
+        "",
+    ),
+    ("SA14-install-py-torch-2.11-stable-only", "install.py, torch 2.11, a stable-only cache", ""),
     ("TC15-truncated-cuda-torch-view", "a CUDA torch's view cut short, then a build", ""),
     (
         "MX09-prebuild-an-env-without-packaging",
@@ -756,8 +777,11 @@ def _set_up(row: str, case: Case, tmp_path: Path) -> None:
         with (tree / "setup.py").open("a") as f:
             f.write("# my change\n")
         case.user += [tree / "my-edit.txt", tree / "setup.py"]
-    elif row == "Q03-two-prepares":
+    elif row.startswith(("Q03", "Q04", "Q05")):
         case.prepare(*case.settings)
+        if row.startswith("Q05"):  # a tree prepared before
+            first = case.run()
+            assert first.returncode == 0, first.stderr
     elif row == "killed-re-prepare":
         case.prepare(*case.settings)
         _killed(case)
@@ -899,19 +923,22 @@ def _killed(case: Case) -> None:
     assert not (case.out / RECORD).exists()  # no half tree marked as prepared
 
 
-def _two_at_once(case: Case) -> None:
-    """Both prepares succeed, one after the other (the lock), into one whole tree."""
-    procs = [
-        subprocess.Popen(
-            [str(a) for a in case.argv],
-            cwd=case.cwd,
-            env=case.env,
-            text=True,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
+def _two_at_once(case: Case, delay: float = 0.0) -> None:
+    """Both prepares succeed, one after the other (the lock), into one whole tree; the second
+    starts `delay` seconds after the first."""
+    procs = []
+    for _ in range(2):
+        procs.append(
+            subprocess.Popen(
+                [str(a) for a in case.argv],
+                cwd=case.cwd,
+                env=case.env,
+                text=True,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+            )
         )
-        for _ in range(2)
-    ]
+        time.sleep(delay)
     outputs = [p.communicate(timeout=600) for p in procs]
     for proc, (_, err) in zip(procs, outputs, strict=True):
         assert proc.returncode == 0, err
@@ -1513,6 +1540,7 @@ ANSWERED_ELSEWHERE = {
     "X06": "integration/test_build_speed.py",
     "TC15": "unit/fleet/test_wheel_cache.py",
     "MX09": "integration/test_settings_cli.py",
+    **{f"SA{n}": "e2e/test_fa2_stable_abi.py" for n in range(10, 15)},
 }
 PROCESS_ROWS = [r[0] for r in ROWS if r[0].split("-")[0] in (*SIGNALS, *MOUNTED)]
 
@@ -1680,7 +1708,7 @@ def _signalled(tmp_path: Path, sdists: Path, env: dict, sig: int) -> subprocess.
 
 # the rows tests/e2e/test_hostile_cuda_torch.py runs
 CUDA_TORCH = ("K08", "K28", "K24", "T03", "T04", "T08", "T09", "T10", "D05")
-CUDA_TORCH += ("SA03", "SA04", "SA05", "SA08")  # the stable line's, two of them under torch 2.9.1
+CUDA_TORCH += ("SA03", "SA04", "SA05", "SA08", "SA09", "E01")  # SA03-05 under torch 2.9.1
 ELSEWHERE = (*IN_PROCESS, *PROCESS_ROWS)
 ELSEWHERE += tuple(r[0] for r in ROWS if r[0].split("-")[0] in (*ON_A_DISK, *ANSWERED_ELSEWHERE))
 
@@ -1708,7 +1736,7 @@ def test_a_hostile_input_gets_one_true_error_and_leaves_nothing(row, tmp_path, c
     before_out = _digests(case.out, skip=LOCK) if case.out.exists() else {}
     before_mine = [p.name for p in case.mine.iterdir()] if hasattr(case, "mine") else []
     if not expected:
-        _two_at_once(case)
+        _two_at_once(case, {"Q04": 1.5, "Q05": 2.5}.get(row.split("-")[0], 0.0))
     else:
         proc = case.run()
         text = proc.stdout + proc.stderr
