@@ -16,12 +16,15 @@ from pathlib import Path
 import pytest
 from conftest import (
     CAN_MOUNT,
+    PY,
     REPO,
     SHARED_SDISTS,
     assert_one_error_nothing_left,
     clean_env,
     on_small_disk,
+    pip_wheel_cmd,
     run,
+    sample_settings,
 )
 
 pytestmark = [pytest.mark.slow, pytest.mark.cuda_torch]
@@ -73,6 +76,7 @@ def _rows_listed() -> set[str]:
 
 def test_every_cuda_torch_row_of_the_list_runs_here():
     accepted = {"K24-head-dims-twice", "SA09-stable-tu-parts-2", "E01-tmpdir-50-mb-real-sdist"}
+    accepted.add("TC13-another-torchs-index-url")
     assert _rows_listed() == {*CUDA_ROWS, *accepted}
 
 
@@ -154,3 +158,25 @@ def test_e01_a_50_mb_tmpdir_is_refused_before_the_build_naming_the_space(torch21
     proc = on_small_disk(tmp_path, [torch211_python, "-c", code], "size=50m", **clean_env())
     text = assert_one_error_nothing_left(proc, out)
     assert "not enough disk space: the build needs" in text and str(tmp_path / "disk") in text, text
+
+
+def test_tc13_another_torchs_index_installs_and_the_guard_stops_the_import(
+    torch211_python, sample_sdist_dir, tmp_path
+):
+    """TC13: the guide's pip line given another torch's index URL (a CPU torch's, under torch
+    2.11) installs that wheel, as pip is asked to (the URL names the torch: fleet.md); the
+    import guard then stops the import, naming both torches."""
+    wc, target = tmp_path / "wc", tmp_path / "target"
+    env = clean_env(XDG_CACHE_HOME=str(tmp_path / "xdg"), PIP_NO_CACHE_DIR="1")
+    run(pip_wheel_cmd(PY, tmp_path / "out", *sample_settings(sample_sdist_dir),
+                      "-C", f"wheel-cache-dir={wc}"), env=env)  # fmt: skip
+    (index,) = (wc / "index").glob("torch-*+cpu")
+    env["PIP_CONFIG_FILE"] = os.devnull  # this box's extra indexes and find-links: not the line's
+    run([torch211_python, "-m", "pip", "install", "-q", "--no-deps", "--target", target,
+         "--index-url", index.as_uri(), "flash-attn"], env=env)  # fmt: skip
+    imported = run(
+        [torch211_python, "-c", "import flash_attn"],
+        cwd=tmp_path, env=clean_env(PYTHONPATH=str(target)), check=False,
+    )  # fmt: skip
+    assert imported.returncode == 1 and "built for a different torch" in imported.stderr
+    assert "2.13.0+cpu vs 2.11.0+cu130" in imported.stderr, imported.stderr

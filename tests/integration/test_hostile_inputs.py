@@ -71,6 +71,18 @@ ROWS = [
         "setup.py",
         "holds files fa-shim did not write or that changed since its last prepare there",
     ),
+    (
+        "X02-ctrl-c-while-upstream-compiles",
+        "Ctrl-C while upstream's build compiles (later than X01's compiler probe)",
+        "interrupted",
+    ),
+    ("X08-ctrl-c-of-pip", "Ctrl-C of `pip wheel`'s process group", "Operation cancelled by user"),
+    ("Q01-two-builds-one-outdir", "two builds at once into one output directory, no cache", ""),
+    (
+        "Q02-two-builds-one-outdir-shared-cache",
+        "two builds at once into one output directory, one shared wheel cache",
+        "",
+    ),
     ("Q03-two-prepares", "two `prepare` runs into one new `--build-dir` at once", ""),
     ("Q04-two-prepares-a-second-apart", "the same, the second 1.5 s after the first", ""),
     (
@@ -213,6 +225,12 @@ ROWS = [
         "O04-outdir-full",
         "the wheel hook's output directory on a full 64 KiB disk, a wheel-cache hit",
         "not enough disk space",
+    ),
+    (
+        "O05-outdir-small-holding-the-wheels-name",
+        "the wheel hook's output directory on a 120 KiB disk already holding a file of the "
+        "wheel's name, a wheel-cache hit",
+        "",
     ),
     ("E03-tmpdir-300-kb", "TMPDIR on a 300 KB disk", "no space left on"),
     ("E04-cache-read-only", "XDG_CACHE_HOME on a read-only mount", "fa-shim's cache directory"),
@@ -584,6 +602,11 @@ ROWS = [
         "",
     ),
     ("SA09-stable-tu-parts-2", "`-C torch-abi=stable -C tu-parts=2`", ""),
+    (
+        "TC13-another-torchs-index-url",
+        "the guide's pip line with another torch's index URL, then `import flash_attn`",
+        "",
+    ),
     (
         "E01-tmpdir-50-mb-real-sdist",
         "TMPDIR on a 50 MB tmpfs, the real sdist",
@@ -1532,7 +1555,9 @@ def test_a_row_answered_in_process(row, tmp_path, monkeypatch, capfd, sample_sdi
 # namespace of its own, for root): one fresh process each, its exit status and stderr.
 SIGNALS = {"X01": signal.SIGINT, "X03": signal.SIGTERM, "X04": signal.SIGHUP, "X05": signal.SIGINT}
 MOUNTED = ("B03", "O03", "O04", "E03", "E04", "S13")
-ON_A_DISK = ("W01", "E02", "O01", "O02")  # test_a_row_on_a_real_disk
+ON_A_DISK = ("W01", "E02", "O01", "O02", "O05")  # test_a_row_on_a_real_disk
+TWO_BUILDS = ("Q01", "Q02")  # test_two_builds_at_once_into_one_directory
+LATER_SIGNALS = ("X02", "X08")  # test_a_signal_later_in_the_build
 # rows whose answer a test of another module checks, each naming its row in a comment or docstring
 ANSWERED_ELSEWHERE = {
     **{f"OC{n:02d}": "integration/test_object_cache.py" for n in range(1, 13)},
@@ -1619,10 +1644,12 @@ def test_a_row_of_the_process(row, tmp_path, request):
 
 
 @pytest.mark.parametrize("row", [r[0] for r in ROWS if r[0][:3] in ON_A_DISK])
-def test_a_row_on_a_real_disk(row, tmp_path):
+def test_a_row_on_a_real_disk(row, tmp_path, request):
     """The build's own outputs on a disk it cannot fill (W01: the wheel cache read-only, E02: a
     2 MB TMPDIR): the wheel, and W01's one warning naming that cache; pip's -w directory
-    read-only or full (O01, O02): pip's error, and nothing of fa-shim's there or under TMPDIR."""
+    read-only or full (O01, O02): pip's error, and nothing of fa-shim's there or under TMPDIR;
+    the hook's own output directory too small beside a file of the wheel's name (O05): one
+    error saying where the wheel is, that file as it was."""
     if not CAN_MOUNT:
         pytest.skip("needs root and a mount namespace (unshare -m) for a real small disk")
     prefix = row.split("-")[0]
@@ -1636,7 +1663,18 @@ def test_a_row_on_a_real_disk(row, tmp_path):
     env["PIP_NO_CACHE_DIR"] = "1"
     config = {"flash-attn-version": SAMPLE_VERSION, "allow-unknown-version": "true"}
     config["sdist-dir"] = str(sdists)
-    if prefix == "W01":
+    if prefix == "O05":  # a hit; the old file fills most of the disk, and must stay as it was
+        run(["cp", "-a", request.getfixturevalue("team_cache"), wc / "t"])
+        config.update({"sdist-dir": str(request.getfixturevalue("sample_sdist_dir"))})
+        config["wheel-cache-dir"] = str(wc / "t")
+        (name,) = {p.name for p in (wc / "t").glob("*/flash_attn-*.whl")}
+        old = out / name
+        shell = (
+            f"mount -t tmpfs -o size=120k tmpfs {out} && head -c 90000 /dev/urandom > {old} && "
+            f'sha256sum {old} && "$@"; status=$?; sha256sum {old}; ls -A {out}; exit $status'
+        )
+        command = ["unshare", "-m", "sh", "-c", shell, "sh", *hook("build_wheel", out, config)]
+    elif prefix == "W01":
         config["wheel-cache-dir"] = str(wc)
         command = [*mounted(wc, "ro"), *hook("build_wheel", out, config)]
     elif prefix == "E02":
@@ -1653,6 +1691,13 @@ def test_a_row_on_a_real_disk(row, tmp_path):
             [str(c) for c in command], cwd=REPO, env=env, capture_output=True, text=True
         )
     text = proc.stdout + proc.stderr
+    if prefix == "O05":  # one error; the user's file byte for byte, and nothing beside it
+        assert proc.returncode == 1 and text.count("fa-shim: error:") == 1, text
+        assert "Traceback" not in text and "the wheel is in the wheel cache" in text, text
+        before, after, listing = proc.stdout.splitlines()
+        assert before == after and listing == name, proc.stdout
+        assert list(scratch.iterdir()) == []
+        return
     assert "Traceback" not in text and "fa-shim: error:" not in text, text
     if prefix in ("W01", "E02"):
         assert proc.returncode == 0 and len(list(out.glob("*.whl"))) == 1, text
@@ -1669,17 +1714,89 @@ def test_a_row_on_a_real_disk(row, tmp_path):
     assert list(scratch.iterdir()) == []  # leftovers: none
 
 
-def _signalled(tmp_path: Path, sdists: Path, env: dict, sig: int) -> subprocess.CompletedProcess:
-    """A prepare whose compiler probe hangs, sent `sig` as a terminal sends it: to its group."""
+@pytest.mark.parametrize("row", [r[0] for r in ROWS if r[0][:3] in TWO_BUILDS])
+def test_two_builds_at_once_into_one_directory(row, tmp_path):
+    """Q01: two builds of the sample at once into one output directory, no cache: both succeed
+    and one whole wheel is there; Q02: the same with one shared wheel cache: the second waits
+    for the first's lock and is served its wheel (one entry)."""
+    sdists = _sample_sdists(tmp_path)
+    out, scratch, wc = tmp_path / "out", tmp_path / "tmp", tmp_path / "wc"
+    out.mkdir()
+    scratch.mkdir()
+    env = clean_env(
+        TMPDIR=str(scratch), FA_SHIM_COMPILER_CACHE="none", XDG_CACHE_HOME=str(tmp_path / "c")
+    )
+    config = {"flash-attn-version": SAMPLE_VERSION, "allow-unknown-version": "true"}
+    config["sdist-dir"] = str(sdists)
+    if row.startswith("Q01"):
+        config["wheel-cache"] = "false"
+    else:
+        config["wheel-cache-dir"] = str(wc)
+    procs = [
+        subprocess.Popen(
+            hook("build_wheel", out, config), cwd=REPO, env=env, text=True,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        )
+        for _ in range(2)
+    ]  # fmt: skip
+    errs = [p.communicate(timeout=600)[1] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], errs
+    assert not any("Traceback" in e for e in errs), errs
+    (wheel,) = out.iterdir()  # one wheel, no temporary beside it
+    with zipfile.ZipFile(wheel) as zf:
+        assert zf.testzip() is None
+    if row.startswith("Q02"):
+        assert len(list(wc.glob("*/entry.json"))) == 1
+        assert any("wheel cache hit" in e for e in errs), errs
+    assert list(scratch.iterdir()) == []  # leftovers: none
+
+
+@pytest.mark.parametrize("row", [r[0] for r in ROWS if r[0][:3] in ("X02", "X08")])
+def test_a_signal_later_in_the_build(row, tmp_path):
+    """X02: Ctrl-C (SIGINT to the group) while upstream's build compiles, later than X01's
+    compiler probe: status 130, one error, nothing published or left, no compile outliving it.
+    X08: the same to `pip wheel`'s group: pip's own "Operation cancelled by user", and nothing
+    of fa-shim's left."""
+    sdists = _sample_sdists(tmp_path)
+    out, scratch = tmp_path / "out", tmp_path / "tmp"
+    out.mkdir()
+    scratch.mkdir()
+    env = clean_env(
+        TMPDIR=str(scratch), FA_SHIM_COMPILER_CACHE="none", XDG_CACHE_HOME=str(tmp_path / "c")
+    )
+    env["PIP_NO_CACHE_DIR"] = "1"
+    if row.startswith("X02"):
+        config = {"flash-attn-version": SAMPLE_VERSION, "allow-unknown-version": "true"}
+        config.update({"sdist-dir": str(sdists), "wheel-cache": "false"})
+        argv = hook("build_wheel", out, config)
+    else:
+        argv = pip_wheel_cmd(PY, out, *sample_settings(sdists), project=copy_repo(tmp_path / "fa"))
+    proc = _signalled(tmp_path, sdists, env, signal.SIGINT, argv, '*" -c "*flash_api.cpp*')
+    if row.startswith("X02"):
+        assert proc.returncode == 130 and proc.stderr.count("fa-shim: error:") == 1, proc.stderr
+        assert "interrupted" in proc.stderr, proc.stderr
+    else:
+        assert proc.returncode != 0 and "Operation cancelled by user" in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr, proc.stderr
+    assert list(out.iterdir()) == [] and list(scratch.iterdir()) == []
+
+
+def _signalled(
+    tmp_path: Path, sdists: Path, env: dict, sig: int, argv=None, when: str = '*" -E "*'
+) -> subprocess.CompletedProcess:
+    """A prepare (or `argv`) whose compiler hangs where its arguments match `when` (the probe's
+    -E by default), sent `sig` as a terminal sends it: to its group."""
     started, hang = tmp_path / "probe-started", tmp_path / "hang-c++"
     hang.write_text(
-        f'#!/bin/sh\ncase "$*" in *" -E "*) echo $$ > {started}; exec sleep 600;; esac\n'
+        f'#!/bin/sh\ncase "$*" in {when}) echo $$ > {started}; exec sleep 600;; esac\n'
         'exec g++ "$@"\n'
     )
     hang.chmod(0o755)
-    argv = [PY, "-m", "fa_backend", "prepare", "--build-dir", tmp_path / "out"]
+    if argv is None:
+        argv = [PY, "-m", "fa_backend", "prepare", "--build-dir", tmp_path / "out"]
+        argv += sample_settings(sdists)
     proc = subprocess.Popen(
-        [str(a) for a in [*argv, *sample_settings(sdists)]],
+        [str(a) for a in argv],
         cwd=REPO,
         env={**env, "CXX": str(hang)},
         stdout=subprocess.PIPE,
@@ -1697,20 +1814,26 @@ def _signalled(tmp_path: Path, sdists: Path, env: dict, sig: int) -> subprocess.
     os.killpg(proc.pid, sig)
     stdout, stderr = proc.communicate(timeout=180)  # a loaded CI box
     probe = int(started.read_text().strip())
-    try:  # the probe's own session ends with the run (core/_subprocess)
-        os.kill(probe, 0)
+    try:  # the compile's session ends with the run; dead but not yet reaped (a zombie) is gone
+        state = Path(f"/proc/{probe}/stat").read_bytes().rsplit(b")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        state = b"X"
+    if state not in (b"Z", b"X"):
         os.kill(probe, signal.SIGKILL)
-        raise AssertionError(f"the probe (pid {probe}) outlived its run")
-    except ProcessLookupError:
-        pass
+        raise AssertionError(f"the hanging compile (pid {probe}, state {state}) outlived its run")
     return subprocess.CompletedProcess(argv, proc.returncode, stdout, stderr)
 
 
 # the rows tests/e2e/test_hostile_cuda_torch.py runs
 CUDA_TORCH = ("K08", "K28", "K24", "T03", "T04", "T08", "T09", "T10", "D05")
 CUDA_TORCH += ("SA03", "SA04", "SA05", "SA08", "SA09", "E01")  # SA03-05 under torch 2.9.1
+CUDA_TORCH += ("TC13",)
 ELSEWHERE = (*IN_PROCESS, *PROCESS_ROWS)
-ELSEWHERE += tuple(r[0] for r in ROWS if r[0].split("-")[0] in (*ON_A_DISK, *ANSWERED_ELSEWHERE))
+ELSEWHERE += tuple(
+    r[0]
+    for r in ROWS
+    if r[0].split("-")[0] in (*ON_A_DISK, *TWO_BUILDS, *LATER_SIGNALS, *ANSWERED_ELSEWHERE)
+)
 
 
 def test_each_row_answered_elsewhere_is_listed_and_named_by_its_test():
