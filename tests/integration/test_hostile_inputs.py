@@ -52,6 +52,7 @@ from conftest import (
 from fa_backend.core import _hostlock
 from fa_backend.core._errors import FaShimError
 from fa_backend.core._ownership import LOCK, RECORD
+from fa_backend.resources import process_session
 
 # (id, what the user gives, what fa-shim answers: the start of its error, or "" for a success)
 ROWS = [
@@ -1813,6 +1814,13 @@ def _signalled(
     assert started.exists(), "the prepare never reached its compiler probe"
     os.killpg(proc.pid, sig)
     stdout, stderr = proc.communicate(timeout=180)  # a loaded CI box
+    # pip does not wait for its backend after Ctrl-C: the backend may still be cleaning up
+    deadline = time.monotonic() + 60
+    while (left := process_session.members(proc.pid)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    for pid in left:
+        os.kill(pid, signal.SIGKILL)
+    assert not left, f"processes {left} of the signalled run outlived it by a minute"
     probe = int(started.read_text().strip())
     try:  # the compile's session ends with the run; dead but not yet reaped (a zombie) is gone
         state = Path(f"/proc/{probe}/stat").read_bytes().rsplit(b")", 1)[1].split()[0]
