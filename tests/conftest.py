@@ -364,17 +364,24 @@ def _torch_venv(tmp_path_factory, name: str, packages: list[str], base=sys.execu
     return uv_venv(path, [*packages, *BUILD_TOOLS], base)
 
 
-def uv_venv(path: Path, packages: list[str], base=sys.executable) -> Path:
+# pip's find-links (this machine's local torch builds) as uv's options
+LOCAL_LINKS = [a for d in os.environ.get("PIP_FIND_LINKS", "").split() for a in ("--find-links", d)]
+
+
+def uv_venv(
+    path: Path, packages: list[str], base=sys.executable, *, local: bool = True, deps: bool = True
+) -> Path:
     """A venv of `base` (this Python) with `packages` and the pip `python -m venv` would bring,
     laid out by uv from its cache: the multi-GB torch and its CUDA libraries in seconds (pip
-    copies them, 1-3 minutes a venv). pip's find-links (this machine's local torch builds) are
-    uv's too."""
+    copies them, 1-3 minutes a venv). LOCAL_LINKS are uv's too, unless not `local` (PyPI's
+    torch of a release built here too); without `deps`, the packages' files alone (a torch that
+    no test imports: its metadata is what is read)."""
     env = {**os.environ, "UV_CACHE_DIR": str(UV_CACHE)}
-    links = [a for d in os.environ.get("PIP_FIND_LINKS", "").split() for a in ("--find-links", d)]
+    options = [*(LOCAL_LINKS if local else []), *([] if deps else ["--no-deps"])]
     run(["uv", "venv", "-q", "--python", base, path], env=env)
     python = path / "bin" / "python"
     pip = f"pip=={ensurepip.version()}"
-    run(["uv", "pip", "install", "-q", "--python", python, *links, pip, *packages], env=env)
+    run(["uv", "pip", "install", "-q", "--python", python, *options, pip, *packages], env=env)
     return python
 
 

@@ -10,7 +10,8 @@ The cache holds the sample built against two torches under two Pythons: this mac
 torch 2.13 and the session's CUDA 13.0 torch 2.11, both under this Python, and torch 2.11 under
 a second Python (conftest.SECOND_MINOR). pip and uv install for real into a venv with torch 2.13
 inside it (uv looks at nothing outside the venv), and resolve (--dry-run) in the torch 2.11
-venvs, which no test installs into."""
+venvs, which no test installs into. PyPI's CUDA torch 2.13.0 (issue 55's N5), pointed at the
+CPU torch's directory, gets the resolver's error."""
 
 from __future__ import annotations
 
@@ -292,6 +293,67 @@ def test_in_another_torchs_venv_both_resolve_its_own_wheel(team_cache, torch211_
     assert [(n, Version(v)) for n, v in would] == [
         ("flash-attn", Version(f"{SAMPLE_VERSION}+{T211_LABEL}"))
     ], uv.stderr
+
+
+@pytest.fixture(scope="module")
+def cuda213(tmp_path_factory) -> dict[str, Path]:
+    """Issue 55's N5: PyPI's CUDA torch 2.13.0, the release of this machine's CPU torch, in a
+    venv with pip 23.2 and in one with the newest pip; its files only (no test imports it: the
+    resolvers read its metadata)."""
+    tmp = tmp_path_factory.mktemp("cu213")
+    venvs = {}
+    for pip in ("pip 23.2", "pip"):
+        python = uv_venv(tmp / pip.replace(" ", ""), ["torch==2.13.0"], local=False, deps=False)
+        if pip == "pip":
+            run(["uv", "pip", "install", "-q", "--python", python, "-U", "pip"])
+        venvs[pip] = python
+    code = "import importlib.metadata as m; print(m.requires('torch'))"
+    assert "nvidia-" in run([python, "-c", code]).stdout  # PyPI's CUDA build, not the local +cpu
+    return venvs
+
+
+@pytest.mark.parametrize("frontend", ["pip 23.2", "pip", "uv"])
+def test_a_cuda_torch_pointed_at_the_cpu_torchs_directory_gets_one_resolver_error(
+    team_cache, cuda213, uv_cache, frontend
+):
+    """N5: the guide's line typed with the CPU torch's directory (torch-2.13.0+cpu/) in the venv
+    of PyPI's CUDA torch 2.13.0, on PyPI alone (no config: this machine's find-links serve the
+    CPU torch): the resolver's error on the CPU wheel's torch==2.13.0+cpu, nothing installed,
+    torch untouched. With an index that serves the CPU torch (these find-links, as
+    download.pytorch.org/whl/cpu would), the frontend swaps torch for it: the guide's limit."""
+    python = cuda213["pip" if frontend == "pip" else "pip 23.2"]
+    cpu = team_cache / "torch-2.13.0+cpu"  # this machine's torch's, built by team_cache
+    assert cpu.is_dir(), sorted(p.name for p in team_cache.iterdir())
+    line = teammate_line("uv" if frontend == "uv" else "pip")
+    line = re.sub(r'"\S*torch-\$\(.*\)"', str(cpu), line)
+    assert str(cpu) in line, line
+    env = venv_env(python, uv_cache)
+    env = {k: v for k, v in env.items() if not k.startswith("PIP_")}
+    env["PIP_CONFIG_FILE"] = os.devnull  # pip reads no config file: PyPI only
+    before = run(["uv", "pip", "freeze", "--python", python], env=env).stdout
+    proc = run(["bash", "-c", line], env=env, check=False)
+    out = " ".join((proc.stdout + proc.stderr).split())
+    assert proc.returncode != 0 and "torch==2.13.0+cpu" in out, out
+    assert "Traceback" not in out and "setup.py" not in out, out
+    if frontend == "uv":
+        assert "there is no version of torch==2.13.0+cpu" in out, out
+    else:
+        assert "No matching distribution found for torch==2.13.0+cpu" in out, out
+    assert run(["uv", "pip", "freeze", "--python", python], env=env).stdout == before
+
+    links = os.environ.get("PIP_FIND_LINKS", "").split()
+    assert links, "this machine's find-links (its CPU torch) are gone"
+    served = " ".join([line, *(f"--find-links {d}" for d in links), "--dry-run"])
+    if frontend == "uv":
+        swap = run(["bash", "-c", served], env=env).stderr
+        assert re.search(r"^ - torch==2\.13\.0$", swap, re.M), swap
+        assert re.search(r"^ \+ torch==2\.13\.0\+cpu$", swap, re.M), swap
+    else:
+        report = run(["bash", "-c", served + " -q --report -"], env=env).stdout
+        planned = {
+            i["metadata"]["name"]: i["metadata"]["version"] for i in json.loads(report)["install"]
+        }
+        assert planned["torch"] == "2.13.0+cpu", planned
 
 
 def guide_block(start: str, fence: str = "```toml") -> str:
