@@ -23,7 +23,6 @@ from ..core._digest import sha256_of
 from ..core._errors import FaShimError
 from ..fleet import _entries, _objects, _variants
 from ..resources.runtime_guard import PROVENANCE
-from ..verify import _elf
 from ..wheel import _wheelfile
 
 OK, FAILED = "ok", "FAILED"
@@ -170,51 +169,23 @@ def _audited(line: dict) -> Row | None:
 def _rebuilt(row: Row, wheel: Path, had: str, fresh: Path) -> Row:
     """The entry's wheel (sha256 `had`) against the rebuild's: the same bytes, or the same but
     for the objects its provenance says the object cache gave (the rebuild compiles each, and
-    each is compared on its own row), or for the debug sections of its ELF files."""
+    each is compared on its own row)."""
     got, differ = sha256_of(fresh), _differing(wheel, fresh)
     prov, again = _provenance(wheel), _provenance(fresh)
     reused = len(prov.pop("reused_objects", None) or [])
     again.pop("reused_objects", None)  # the rebuild compiled every kernel
-    debug = _debug_only(wheel, fresh, differ)
-    rest = [n for n in differ if n not in debug]
-    note = (
-        f"; the debug info of {', '.join(debug)} differs (torch's headers as installed: "
-        "docs/reproducibility.md)"
-        if debug
-        else ""
-    )
+    only_provenance = [n.endswith(f".dist-info/{PROVENANCE}") for n in differ] == [True]
     if got == had:
         row.result, row.reason = OK, f"rebuilt byte for byte (sha256 {got})"
-    elif not rest:
-        row.result, row.reason = OK, f"rebuilt to the same loaded code and data{note}"
-    elif (
-        reused
-        and [n.endswith(f".dist-info/{PROVENANCE}") for n in rest] == [True]
-        and (prov == again)
-    ):
+    elif reused and only_provenance and prov == again:
         row.result = OK
-        row.reason = (
-            f"rebuilt byte for byte but the provenance's {reused} reused kernel objects{note}"
-        )
+        row.reason = f"rebuilt byte for byte but the provenance's {reused} reused kernel objects"
     else:
         row.reason = (
             f"not what its fingerprint builds: the rebuild's sha256 is {got}, the entry's "
-            f"{had}; members that differ: {', '.join(rest[:8]) or 'none (the zip itself)'}"
+            f"{had}; members that differ: {', '.join(differ[:8]) or 'none (the zip itself)'}"
         )
     return row
-
-
-def _debug_only(a: Path, b: Path, members: list[str]) -> list[str]:
-    """The members of both wheels that are ELF files whose loaded parts are the same."""
-    with zipfile.ZipFile(a) as za, zipfile.ZipFile(b) as zb:
-        names = set(za.namelist()) & set(zb.namelist())
-        return [
-            n
-            for n in members
-            if n in names
-            and (digest := _elf.loaded_digest(za.read(n))) is not None
-            and digest == _elf.loaded_digest(zb.read(n))
-        ]
 
 
 def _provenance(wheel: Path) -> dict:

@@ -17,6 +17,10 @@ from ..toolchain import _compilers
 from ..toolchain._torch import TorchInfo
 
 FIXED = "/fa-shim"
+# Python's CFLAGS carry -g, but the host compiler's debug info is not the sources' alone: GCC
+# takes two identical `#pragma once` headers of one mtime second for one, so the times the
+# installer gave torch's headers decided it (docs/reproducibility.md); the code is the same
+NO_DEBUG_INFO = "-g0"
 
 
 def _variants(path: str | os.PathLike | None) -> list[str]:
@@ -77,6 +81,7 @@ def compile_flags(plan, tools, source_root: Path) -> dict[str, list[str]]:
     made = flags(prefix_maps(source_root, plan.torch, cuda_home), banner)
     if plan.flavour.torch_free_kernels(plan):  # maps naming a venv would make each one's differ
         made["nvcc"] = flags(prefix_maps(source_root, None, cuda_home), banner)["nvcc"]
+    made["cxx"].append(NO_DEBUG_INFO)
     return made
 
 

@@ -179,8 +179,8 @@ def _inject(ext):
             f"-std=c++{max(stds)}",
             f"-D_GLIBCXX_USE_CXX11_ABI={SPEC['abi']}",
         ]
-        # prefix maps (fa-shim's _reproducible) before the ABI define, which must stay last;
-        # they name this build's directories, so the provenance does not list them
+        # prefix maps and -g0 for cxx (fa-shim's _reproducible) before the ABI define, which
+        # must stay last; the maps name this build's directories: the provenance lists neither
         mapped = list((SPEC.get("prefix_flags") or {}).get(key, []))
         args[key] = [f for f in flags if _std_number(f) is None] + mapped + added
         injected[key] = added

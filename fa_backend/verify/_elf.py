@@ -189,34 +189,3 @@ class TorchExports:
             ):
                 return lib
         return None
-
-
-def loaded_digest(data: bytes) -> str | None:
-    """The sha256 of what the dynamic linker maps of an ELF file (its segments and allocated
-    sections, the build ID aside: a hash of the whole file), None for other bytes. Two builds of
-    one source can differ in their debug sections alone: GCC takes two headers of one size,
-    content and mtime second for one under `#pragma once`, so torch's headers as pip wrote them
-    decide what a compile's debug info names (docs/reproducibility.md)."""
-    import hashlib
-    import io
-
-    from elftools.common.exceptions import ELFError
-    from elftools.elf.elffile import ELFFile
-
-    if not data.startswith(b"\x7fELF"):
-        return None
-    digest = hashlib.sha256()
-    try:
-        elf = ELFFile(io.BytesIO(data))
-        for segment in elf.iter_segments():
-            digest.update(repr(sorted(segment.header.items())).encode())
-        for section in elf.iter_sections():
-            if not section["sh_flags"] & 0x2 or section.name == ".note.gnu.build-id":  # SHF_ALLOC
-                continue
-            header = (section.name, section["sh_type"], section["sh_addr"], section["sh_size"])
-            digest.update(repr(header).encode())
-            if section["sh_type"] != "SHT_NOBITS":
-                digest.update(section.data())
-    except (ELFError, struct.error):
-        return None
-    return digest.hexdigest()

@@ -25,6 +25,7 @@ Without a GPU no kernel can run, but the module's functions can be entered:
 
 from __future__ import annotations
 
+import glob
 import json
 import re
 import textwrap
@@ -163,6 +164,17 @@ def test_only_the_kernel_sets_kernels_are_in_the_module(installed):
     for name in launchers:
         assert "Li32E" in name and "bfloat16" in name, name
         assert "run_mha_bwd_I" not in name, name
+
+
+def test_the_module_has_no_debug_info(installed):
+    """-g0 after Python's -g (pipeline/_reproducible.py): the debug info of flash_api.cpp was
+    decided by the mtimes pip gave torch's headers, so it is not compiled."""
+    from elftools.elf.elffile import ELFFile
+
+    (path,) = glob.glob(str(installed.site) + "/flash_attn_2_cuda*.so")
+    with open(path, "rb") as f:
+        sections = [s.name for s in ELFFile(f).iter_sections()]
+    assert ".nv_fatbin" in sections and not [n for n in sections if n.startswith(".debug")]
 
 
 # --------------------------------------------------------------------------- the installed package
