@@ -263,7 +263,7 @@ def test_a_deleted_wheel_is_named_where_its_torchs_index_still_links_it(cache, t
 
 
 def test_a_full_cache_disk_leaves_no_half_entry(sample_sdist_dir, tmp_path):
-    """ENOSPC while the entry is written (a 64 KiB disk: fingerprint.json fits, the wheel does
+    """ENOSPC while the entry is written (a 20 KiB disk: fingerprint.json fits, the wheel does
     not): the wheel is still delivered, and the cache holds no fingerprint.json on its own."""
     if os.geteuid() != 0 or not shutil.which("unshare"):
         pytest.skip("needs root and a mount namespace (unshare -m) for a real small disk")
@@ -272,7 +272,7 @@ def test_a_full_cache_disk_leaves_no_half_entry(sample_sdist_dir, tmp_path):
     cmd = pip_wheel_cmd(PY, tmp_path / "out", "-v", *sample_settings(sample_sdist_dir), *SETTINGS)
     cmd += ["-C", f"wheel-cache-dir={cache}"]
     quoted = " ".join(f"'{c}'" for c in cmd)
-    script = f"mount -t tmpfs -o size=64k tmpfs {cache} && {quoted} && echo LISTING && find {cache}"
+    script = f"mount -t tmpfs -o size=20k tmpfs {cache} && {quoted} && echo LISTING && find {cache}"
     proc = subprocess.run(
         ["unshare", "-m", "sh", "-c", script], env=_env(tmp_path), capture_output=True, text=True
     )

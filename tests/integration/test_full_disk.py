@@ -50,7 +50,7 @@ def test_extracting_onto_a_full_disk_names_the_disk_not_the_archive(tmp_path, sa
 
 def test_a_compile_that_fills_the_disk_is_no_space_not_a_compiler_error(tmp_path, sample_sdist_dir):
     out = tmp_path / "out"
-    proc = on_small_disk(tmp_path, hook("build_wheel", out, sample(sample_sdist_dir)), "size=256k")
+    proc = on_small_disk(tmp_path, hook("build_wheel", out, sample(sample_sdist_dir)), "size=128k")
     text = assert_one_error_nothing_left(proc, out)
     assert f"no space left on {tmp_path / 'disk'}" in text and "while compiling" in text
     assert "the upstream build failed" not in text
