@@ -9,19 +9,24 @@ wheel. Each arch set's build stays reachable, from its own directory and index (
 issue 55's K3), and uv takes the sm_90 variant of a tailored set from that set's index too.
 `cache check` reads the variants.json against the wheels. The installs go into a venv
 without torch (`--no-deps`): which file uv or pip chose is what is looked at, in the installed
-distribution (a variant's .dist-info holds its variant.json)."""
+distribution (a variant's .dist-info holds its variant.json). Then the case matrix (issue 55):
+the same two builds under torch 2.11 of the second Python and under torch 2.14.1 join that
+cache, and each frontend (uv with and without the flag, pip 23.2, the current pip) in a venv of
+each Python, from each torch's directory, on an H100 and on an L4, takes its wheel: a test
+each."""
 
 from __future__ import annotations
 
 import json
 import os
 import re
+import shutil
 import sys
 import zipfile
 from pathlib import Path
 
 import pytest
-from conftest import REPO, pack_sample, pip_wheel_cmd, run, sample_settings
+from conftest import REPO, SECOND_MINOR, pack_sample, pip_wheel_cmd, run, sample_settings
 
 pytestmark = pytest.mark.slow
 
@@ -110,17 +115,19 @@ def uv0139(tmp_path_factory) -> str:
 
 @pytest.fixture
 def teammate(tmp_path, uv_cache, uv0139):
-    """Run a line in a venv of this Python, made on its name's first use (no torch: the lines
-    take --no-deps), with a GPU's overrides; what the venv then holds: a variant's labels,
-    "plain" or "none"."""
+    """Run a line in a venv of this Python (or `base`), made on its name's first use (no
+    torch: the lines take --no-deps), with a GPU's overrides; what the venv then holds: a
+    variant's labels, "plain" or "none"."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("FA_SHIM_", "UV_", "NV_"))}
     env |= {"UV_CACHE_DIR": str(uv_cache), "PIP_CONSTRAINT": "/dev/null"}
     made = iter(range(100))
 
-    def install(*cmd: str, gpu: dict[str, str] | None = None, venv: str | None = None) -> str:
+    def install(
+        *cmd: str, gpu: dict[str, str] | None = None, venv: str | None = None, base=sys.executable
+    ) -> str:
         path = tmp_path / (venv or f"v{next(made)}")
         if not path.is_dir():
-            run([uv0139, "venv", "-q", "--python", sys.executable, path], env=env)
+            run([uv0139, "venv", "-q", "--python", base, path], env=env)
         python = path / "bin" / "python"
         run(
             [uv0139 if a == "uv" else a.replace("{python}", str(python)) for a in cmd],
@@ -225,3 +232,81 @@ def test_uv_takes_the_variant_from_a_tailored_sets_index(tailored_cache, teammat
     proc = run([sys.executable, "-m", "fa_backend", "cache", "check", tailored_cache], cwd=REPO)
     found = rf"ok +{re.escape(VIEW)}/{re.escape(TAILORED)}/\S+-variants\.json  2 variant wheel"
     assert re.search(found, proc.stdout), proc.stdout
+
+
+# The case matrix: each frontend, each of two Pythons and two torches, a GPU of each arch set.
+CELLS = {
+    f"py{sys.version_info[0]}{sys.version_info[1]}-torch2.11": ("torch211_python", VIEW),
+    f"py{SECOND_MINOR.replace('.', '')}-torch2.11": ("torch211_second_python", VIEW),
+    f"py{sys.version_info[0]}{sys.version_info[1]}-torch2.14.1": (
+        "torch2141_python",
+        "torch-2.14.1+cu130",
+    ),
+}
+FRONTENDS = {  # what each takes on an H100 (9.0) and on an L4 (8.9)
+    "uv-variants": ("sm90", "sm80"),
+    "uv": ("plain:80", "plain:80"),
+    "pip-23.2": ("plain:80", "plain:80"),
+    "pip": ("plain:80", "plain:80"),
+}
+
+
+@pytest.fixture(scope="module")
+def matrix_cache(tmp_path_factory, variant_cache, torch211_second_python, torch2141_python):
+    """variant_cache's torch 2.11 builds of this Python, and the sample built for sm_80, then
+    sm_90, under torch 2.11 of the second Python and torch 2.14.1 of this one, into one cache:
+    torch 2.11's directory holds both Pythons' plain wheels and variants."""
+    tmp = tmp_path_factory.mktemp("matrix")
+    root = shutil.copytree(variant_cache, tmp / "fa", symlinks=True)
+    pack_sample(tmp / "sdists", cuda=True)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FA_SHIM_")}
+    env["XDG_CACHE_HOME"] = str(tmp / "xdg")
+    for python in (torch211_second_python, torch2141_python):
+        for archs in ("80", "90"):
+            run(
+                pip_wheel_cmd(
+                    python, tmp / "out", *sample_settings(tmp / "sdists"),
+                    "-C", f"cuda-archs={archs}", "-C", f"wheel-cache-dir={root}",
+                    "-C", "wheel-variants=true",
+                ),
+                env=env,
+            )  # fmt: skip
+    proc = run([sys.executable, "-m", "fa_backend", "cache", "check", root], cwd=REPO, check=False)
+    assert proc.returncode == 0 and "FAILED" not in proc.stdout, proc.stdout + proc.stderr
+    return root
+
+
+@pytest.mark.parametrize("gpu", ["h100", "l4"])
+@pytest.mark.parametrize("frontend", list(FRONTENDS))
+@pytest.mark.parametrize("cell", list(CELLS))
+def test_each_case_takes_the_wheel_of_its_python_torch_and_gpu(
+    request, matrix_cache, teammate, tmp_path, cell, frontend, gpu
+):
+    """From the torch's directory of the team cache, into a venv of the cell's Python: uv with
+    the preview flag takes the variant for the GPU (sm_90 on an H100, sm_80 on an L4), uv
+    without it, pip 23.2 and the current pip the plain wheel; each the wheel of that Python and
+    torch (its tags, its provenance's torch)."""
+    python_fixture, view = CELLS[cell]
+    torch_python = request.getfixturevalue(python_fixture)
+    base = run([torch_python, "-c", "import sys; print(sys._base_executable)"]).stdout.strip()
+    links = ("--no-index", "--find-links", str(matrix_cache / view), "flash-attn")
+    gpus = {"h100": {SM: "9.0", DRIVER: "13.0"}, "l4": {SM: "8.9", DRIVER: "13.0"}}
+    venv = f"{cell}-{frontend}-{gpu}"
+    if frontend.startswith("uv"):
+        flag = PREVIEW if frontend == "uv-variants" else ()
+        cmd = ("uv", "pip", "install", "-q", "--python", "{python}", "--no-deps", *flag, *links)
+    else:
+        pip = "pip==23.2.1" if frontend == "pip-23.2" else "pip"
+        teammate("uv", "pip", "install", "-q", "--python", "{python}", pip, venv=venv, base=base)
+        cmd = ("{python}", "-m", "pip", "install", "-q", "--no-deps", *links)
+    got = teammate(*cmd, gpu=gpus[gpu], venv=venv, base=base)
+    assert got == FRONTENDS[frontend][gpu == "l4"], (cell, frontend, gpu)
+    tag = run([base, "-c", "import sys; print(f'cp{sys.version_info[0]}{sys.version_info[1]}')"])
+    code = (
+        "import importlib.metadata as m, json; d = m.distribution('flash-attn'); "
+        "print(json.loads(d.read_text('fa_shim_provenance.json'))['torch']['version'], "
+        "d.read_text('WHEEL'))"
+    )
+    shown = run([tmp_path / venv / "bin" / "python", "-c", code]).stdout
+    assert shown.split()[0] == view.removeprefix("torch-"), shown
+    assert f"Tag: {tag.stdout.strip()}-{tag.stdout.strip()}-linux_x86_64" in shown, shown
