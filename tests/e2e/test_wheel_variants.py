@@ -51,22 +51,28 @@ print(got + ('' if prov['kernel_set_name'] == 'full' else '+' + prov['kernel_set
 
 @pytest.fixture(scope="module")
 def variant_cache(tmp_path_factory, torch211_python) -> Path:
-    """The sample built for sm_80, then for sm_90, into one cache with variants on (one fa-shim
-    cache for both: the second build's flash_api.cpp is a compiler-cache hit)."""
+    """The sample built for sm_80, then for sm_90, under torch 2.11 into one cache."""
     tmp = tmp_path_factory.mktemp("variants")
+    return _built_for_two_archs(tmp, tmp / "fa", torch211_python)
+
+
+def _built_for_two_archs(tmp: Path, root: Path, *pythons: Path) -> Path:
+    """The sample with its CUDA file built by each interpreter for sm_80, then for sm_90, into
+    the cache `root` with variants on (one fa-shim cache: flash_api.cpp's second compile of a
+    torch is a compiler-cache hit)."""
     pack_sample(tmp / "sdists", cuda=True)
     env = {k: v for k, v in os.environ.items() if not k.startswith("FA_SHIM_")}
     env["XDG_CACHE_HOME"] = str(tmp / "xdg")
-    root = tmp / "fa"
-    for archs in ("80", "90"):
-        run(
-            pip_wheel_cmd(
-                torch211_python, tmp / "out", *sample_settings(tmp / "sdists"),
-                "-C", f"cuda-archs={archs}", "-C", f"wheel-cache-dir={root}",
-                "-C", "wheel-variants=true",
-            ),
-            env=env,
-        )  # fmt: skip
+    for python in pythons:
+        for archs in ("80", "90"):
+            run(
+                pip_wheel_cmd(
+                    python, tmp / "out", *sample_settings(tmp / "sdists"),
+                    "-C", f"cuda-archs={archs}", "-C", f"wheel-cache-dir={root}",
+                    "-C", "wheel-variants=true",
+                ),
+                env=env,
+            )  # fmt: skip
     return root
 
 
@@ -258,19 +264,7 @@ def matrix_cache(tmp_path_factory, variant_cache, torch211_second_python, torch2
     torch 2.11's directory holds both Pythons' plain wheels and variants."""
     tmp = tmp_path_factory.mktemp("matrix")
     root = shutil.copytree(variant_cache, tmp / "fa", symlinks=True)
-    pack_sample(tmp / "sdists", cuda=True)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FA_SHIM_")}
-    env["XDG_CACHE_HOME"] = str(tmp / "xdg")
-    for python in (torch211_second_python, torch2141_python):
-        for archs in ("80", "90"):
-            run(
-                pip_wheel_cmd(
-                    python, tmp / "out", *sample_settings(tmp / "sdists"),
-                    "-C", f"cuda-archs={archs}", "-C", f"wheel-cache-dir={root}",
-                    "-C", "wheel-variants=true",
-                ),
-                env=env,
-            )  # fmt: skip
+    _built_for_two_archs(tmp, root, torch211_second_python, torch2141_python)
     proc = run([sys.executable, "-m", "fa_backend", "cache", "check", root], cwd=REPO, check=False)
     assert proc.returncode == 0 and "FAILED" not in proc.stdout, proc.stdout + proc.stderr
     return root
