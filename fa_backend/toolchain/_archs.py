@@ -75,7 +75,7 @@ def _arch_number(arch: str) -> int:
     return int(re.match(r"\d+", arch).group())  # type: ignore[union-attr]
 
 
-def _base(arch: str) -> str:
+def base_arch(arch: str) -> str:
     return str(_arch_number(arch))
 
 
@@ -135,7 +135,7 @@ def select_archs(
 ) -> Selection:
     """Pick the architectures: setting > visible GPUs > TORCH_CUDA_ARCH_LIST > torch > upstream.
     A setting is literal (what cannot be built is an error); derived lists are filtered."""
-    supported = {_base(a) for a in nvcc_supported}
+    supported = {base_arch(a) for a in nvcc_supported}
     if setting:
         candidates, source, strict = list(setting), setting_source, True
     elif gpu_caps:
@@ -152,7 +152,9 @@ def select_archs(
     too_old = [a for a in candidates if _arch_number(a) < MIN_ARCH]
     # an explicit arch must be one this nvcc names (98 typed for 89 is no GPU at all); derived
     # ones may run lower code of their major (a 10.3 GPU on an nvcc that predates sm_103)
-    builds = (lambda a: _base(a) in supported) if strict else (lambda a: _compatible(a, supported))
+    builds = (
+        (lambda a: base_arch(a) in supported) if strict else (lambda a: _compatible(a, supported))
+    )
     no_nvcc = [a for a in candidates if a not in too_old and not builds(a)]
     if strict and (too_old or no_nvcc):
         problems = []
@@ -188,7 +190,7 @@ def upstream_targets(archs: Sequence[str], mech: Mechanism) -> tuple[list[str], 
     """(targets, notes): each arch as upstream knows it, else the highest known one below it."""
     targets, notes, impossible = [], [], []
     for arch in archs:
-        base = _base(arch)
+        base = base_arch(arch)
         if base in mech.known:
             targets.append(base)
             if base != arch:

@@ -10,10 +10,8 @@ import math
 import re
 from collections.abc import Callable, Sequence
 
-from ...resources import VENDORED
-from ...schedule import _schedule
-from ...toolchain import _jobs
-from .. import _release_files
+from .. import api
+from ..api import VENDORED
 from . import _kernels, _releases, _tu_parts
 
 # (kind, head dim, causal) -> seconds for one arch (run3's full-tus.jsonl, fp16/bf16 mean)
@@ -77,7 +75,7 @@ def source_seconds(name: str, disabled: int = 0) -> float:
     return part + max(0.0, whole - part) * share
 
 
-def model(disabled: int) -> _schedule.Cost:
+def model(disabled: int) -> api.Cost:
     """The cost of each source of a set built with `disabled` DISABLE switches."""
     return lambda name: source_seconds(name, disabled)
 
@@ -86,13 +84,13 @@ def memory_model(version: str, pinned: bool) -> Callable[[str], int] | None:
     """Each source's peak bytes (one arch) from the release's units.json (or its unit-table's); a
     part as its whole source (it never holds more), else toolchain/_jobs' figure. None: no table."""
     shared = _releases.release(version).unit_table if pinned else None
-    table = _release_files.load_units(VENDORED / (shared or version)) if pinned else None
+    table = api.load_units(VENDORED / (shared or version)) if pinned else None
     if table is None:
         return None
 
     def peak(name: str) -> int:
         found = table.peak_bytes(name, _tu_parts.source_of(name))
-        return found or _jobs.JOB_BYTES_ONE_ARCH
+        return found or api.JOB_BYTES_ONE_ARCH
 
     return peak
 
@@ -119,12 +117,12 @@ def best_parts(
     rule = _tu_parts.choose(setting, jobs, kernels, patched)
     if setting is not None or not patched or not kernels:
         return rule
-    machine = _schedule.Machine(jobs, 1, cores, 1)
+    machine = api.Machine(jobs, 1, cores, 1)
     cost = model(disabled)
 
     def predicted(parts: int) -> float:
         names = [*_tu_parts.split_names(sorted(kernels), parts), "flash_api.cpp"]
-        return _schedule.predict(names, machine, cost)
+        return api.predict(names, machine, cost)
 
     times = {n: predicted(n) for n in range(1, _tu_parts.MAX_PARTS + 1)}
     best = min(times, key=lambda n: (times[n], n))
@@ -170,7 +168,7 @@ def best_split(
 
     def predicted(n: int, count: int) -> float:  # the `count` longest in n parts
         cut = [t for times in part_seconds[n][:count] for t in times]
-        return _schedule.makespan(others + whole[count:] + cut, jobs)
+        return api.makespan(others + whole[count:] + cut, jobs)
 
     best = (math.inf, 0, 0, 0)
     for n in range(2, _tu_parts.MAX_PARTS + 1):
@@ -181,9 +179,7 @@ def best_split(
                 break  # each source cut adds work: no later count ends sooner
             best = min(best, (predicted(n, count), count * n, n, count))
     best_seconds, _, n, count = best
-    chosen = (
-        predicted(parts, len(ranked)) if parts > 1 else _schedule.makespan(seconds.values(), jobs)
-    )
+    chosen = predicted(parts, len(ranked)) if parts > 1 else api.makespan(seconds.values(), jobs)
     if best_seconds * NEAR_TIE >= chosen:
         return parts, 0
     return n, len(ranked) - count
@@ -200,7 +196,7 @@ def planned_sources(source, tu_parts: int, whole: int = 0) -> list[str] | None:
 
 
 def faster_options(
-    plan, tools, sources: Sequence[str], machine: _schedule.Machine
+    plan, tools, sources: Sequence[str], machine: api.Machine
 ) -> list[tuple[float, str]]:
     """Up to three settings that shorten a long build, fastest first, each with its seconds."""
     source = plan.source
@@ -210,11 +206,11 @@ def faster_options(
     if tools.archs and len(tools.archs.targets) > 1:
         one = "90" if "90" in tools.archs.targets else tools.archs.targets[-1]
         s = plan.settings  # a one-architecture build: its jobs and threads sized again
-        jobs, threads = _jobs.plan_jobs(
-            machine.cores, _jobs.available_memory(), 1, s.max_jobs, s.nvcc_threads, len(sources)
+        jobs, threads = api.plan_jobs(
+            machine.cores, api.available_memory(), 1, s.max_jobs, s.nvcc_threads, len(sources)
         )
-        one_arch = _schedule.Machine(jobs, threads, machine.cores, 1)
-        seconds = _schedule.predict(sources, one_arch, cost)
+        one_arch = api.Machine(jobs, threads, machine.cores, 1)
+        seconds = api.predict(sources, one_arch, cost)
         why = "only the GPU you run on: 80 A100/RTX 30-40, 90 H100"
         options.append((seconds, f"-C cuda-archs={one} ({why})"))
     release = source.release
@@ -233,9 +229,9 @@ def faster_options(
                 release.tu_parts,
                 len(alt.tailoring.disabled),
             )
-            seconds = _schedule.predict(planned_sources(alt, parts, whole), machine, cost)
+            seconds = api.predict(planned_sources(alt, parts, whole), machine, cost)
             options.append((seconds, INFERENCE_OPTIONS))
         if disabled < N_SWITCHES:
-            seconds = _schedule.predict(sources, machine, model(N_SWITCHES))
+            seconds = api.predict(sources, machine, model(N_SWITCHES))
             options.append((seconds, f"-C disable={ALL_SWITCHES}"))
     return sorted(options)[:3]

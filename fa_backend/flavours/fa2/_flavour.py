@@ -10,15 +10,8 @@ from pathlib import Path
 
 from packaging.version import Version
 
-from ...core import _log
-from ...core._errors import FaShimError
-from ...sources import _patches
-from ...toolchain import _archs, _jobs, _space
-from ...wheel import _metadata
-from ...wheel._metadata import Names
-from ...wheel._sdist_self import SdistSpec
-from .._interface import Costs, Flavour, Plan, Sizing, Tools
-from .._vocabulary import did_you_mean
+from .. import api
+from ..api import Costs, FaShimError, Flavour, Names, Plan, SdistSpec, Sizing, Tools, did_you_mean
 from . import _costs, _kernels, _releases, _sdist, _settings, _tu_parts
 
 TORCH_ABIS = ("torch", "stable")
@@ -105,18 +98,16 @@ class Fa2(Flavour):
         tailoring = _kernels.tailoring(settings, sdist.version)
         floor = line.torch_target if line else None
         # a stable-ABI module claims no one torch release: its CUDA major and floor instead
-        bound = _metadata.stable_abi_label(torch.cuda, floor) if line else torch.label
-        version = _metadata.full_version(sdist.version, bound + tailoring.label)
-        pkg_info = _metadata.read_pkg_info(sdist.path)
+        bound = api.stable_abi_label(torch.cuda, floor) if line else torch.label
+        version = api.full_version(sdist.version, bound + tailoring.label)
+        pkg_info = api.read_pkg_info(sdist.path)
         _sdist.check_version(sdist, pkg_info)
-        metadata = _metadata.core_metadata(
-            pkg_info, version, _metadata.torch_requirement(torch.version, floor)
-        )
+        metadata = api.core_metadata(pkg_info, version, api.torch_requirement(torch.version, floor))
         names = self.names
         if line:
-            patches += tuple(_patches.read(line.patches))
+            patches += tuple(api.read_patches(line.patches))
             names = dataclasses.replace(names, abi3=True)
-        tag = _metadata.wheel_tag(names, torch.limited_api if line else None)
+        tag = api.wheel_tag(names, torch.limited_api if line else None)
         source = Fa2Source(sdist, tailoring)
         return Plan(settings, torch, self, source, patches, version, tag, metadata, floor)
 
@@ -155,16 +146,16 @@ class Fa2(Flavour):
         memo = plan.settings.resolved_cache_dir / "sdist-facts"
         return _sdist.has_cuda_sources(plan.source.sdist, memo)
 
-    def archs(self, settings, torch, nvcc: Path) -> _archs.ArchChoice:
+    def archs(self, settings, torch, nvcc: Path) -> api.ArchChoice:
         mechanism = _releases.release(settings.flash_attn_version).archs
-        return _archs.resolve(settings, torch, nvcc, mechanism, os.environ)
+        return api.resolve_archs(settings, torch, nvcc, mechanism, os.environ)
 
     def sizing(self, plan: Plan, archs, cores: int, memory: int) -> Sizing:
         s, source = plan.settings, plan.source
         n_archs = len(archs.targets) if archs else 1
         kernels = source.kernels
         # idle job slots become parts of the kernel sources, and the parts more jobs
-        idle = _jobs.plan_jobs(cores, memory, n_archs, s.max_jobs, s.nvcc_threads)[0]
+        idle = api.plan_jobs(cores, memory, n_archs, s.max_jobs, s.nvcc_threads)[0]
         disabled = len(source.tailoring.disabled)
         parts, whole = _costs.best_split(
             s.tu_parts, idle, cores, kernels, source.release.tu_parts, disabled
@@ -172,12 +163,10 @@ class Fa2(Flavour):
         # the kernel TUs and flash_api.cpp, all compiled at once when cores and memory allow
         cut = _costs.cut_sources(kernels, whole) if kernels else None
         n_sources = len(_tu_parts.split_names(kernels, parts, cut)) + 1 if kernels else None
-        jobs, threads = _jobs.plan_jobs(
-            cores, memory, n_archs, s.max_jobs, s.nvcc_threads, n_sources
-        )
+        jobs, threads = api.plan_jobs(cores, memory, n_archs, s.max_jobs, s.nvcc_threads, n_sources)
         shape = {PARTS: parts, WHOLE: whole}
         if parts > 1:
-            _log.info(f"compiling {self.shape_note(shape)} (-C tu-parts)")
+            api.info(f"compiling {self.shape_note(shape)} (-C tu-parts)")
         return Sizing(jobs, threads, shape)
 
     def _split(self, plan: Plan, tools: Tools) -> tuple[int, frozenset[str] | None]:
@@ -190,7 +179,7 @@ class Fa2(Flavour):
     def lay_out(self, plan: Plan, tools: Tools, dest: Path) -> Path:
         sdist = plan.source.sdist
         source = _sdist.extract(sdist, dest)
-        _patches.apply_all(list(plan.patches), source)
+        api.apply_patches(list(plan.patches), source)
         _tu_parts.write(source / _tu_parts.KERNEL_DIR, *self._split(plan, tools))
         return source
 
@@ -214,7 +203,7 @@ class Fa2(Flavour):
 
     def check(self, plan: Plan, tools: Tools, commands: Sequence) -> None:
         if tools.archs:
-            _archs.check_gencodes(commands, tools.archs.targets)
+            api.check_gencodes(commands, tools.archs.targets)
         _kernels.check_sources(commands, plan.source.tailoring, plan.source.sdist.version)
 
     def planned_sources(self, plan: Plan, tools: Tools) -> list[str] | None:
@@ -235,8 +224,8 @@ class Fa2(Flavour):
         if source.release.kernels:
             kernels = len(source.kernels)
         else:
-            kernels = _space.FULL_KERNELS if source.sdist.pinned else None
-        return _space.compile_needs(kernels, archs, source.sdist.path.stat().st_size)
+            kernels = api.FULL_KERNELS if source.sdist.pinned else None
+        return api.compile_needs(kernels, archs, source.sdist.path.stat().st_size)
 
     def shape_note(self, shape) -> str | None:
         parts, whole = shape.get(PARTS, 1), shape.get(WHOLE, 0)
@@ -251,7 +240,7 @@ class Fa2(Flavour):
         return SdistSpec(version, {"flash-attn-version": version}, files)
 
     def unsupported_gpu(self, sm: int) -> tuple[str, str] | None:
-        if sm < _archs.MIN_ARCH:
+        if sm < api.MIN_ARCH:
             return (
                 "flash-attn 2 needs 8.0 (Ampere) or newer",
                 "run on an Ampere, Ada, Hopper or Blackwell GPU.",

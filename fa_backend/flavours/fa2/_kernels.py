@@ -7,13 +7,12 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING
 
-from ...core._errors import FaShimError
-from ...toolchain._compile_commands import Command
-from .. import _vocabulary
+from .. import api
+from ..api import Command, FaShimError
 from . import _releases, _tu_parts
 
 if TYPE_CHECKING:
-    from ...settings._settings import Settings
+    from ..api import Settings
 
 _SWITCH_ALIASES = {"uneven-k": "uneven_k", "unevenk": "uneven_k", "softcapping": "softcap"}
 
@@ -69,11 +68,11 @@ def tailoring(settings: Settings, version: str) -> Tailoring:
             )
         return FULL
     # each chooser returns some of the known names for some asked, none for none: all of them
-    head_dims = _vocabulary.head_dims(settings.head_dims, space.head_dims) or space.head_dims
-    aliases = _vocabulary.DTYPE_ALIASES
-    dtypes = _vocabulary.choose(settings.dtypes, space.dtypes, aliases, "dtypes", "bf16")
+    head_dims = api.head_dims(settings.head_dims, space.head_dims) or space.head_dims
+    aliases = api.DTYPE_ALIASES
+    dtypes = api.choose_values(settings.dtypes, space.dtypes, aliases, "dtypes", "bf16")
     dtypes = dtypes or space.dtypes
-    disabled = _vocabulary.choose(
+    disabled = api.choose_values(
         settings.disable, space.switches, _SWITCH_ALIASES, "disable", "dropout"
     )
     backward = not settings.forward_only

@@ -13,12 +13,19 @@ from pathlib import Path
 from packaging.utils import InvalidSdistFilename, canonicalize_name, parse_sdist_filename
 from packaging.version import Version
 
-from ...core._errors import FaShimError
-from ...resources import VENDORED
-from ...sources import _patches
-from ...sources._patches import Patch
-from ...toolchain._archs import Mechanism
-from .._release_files import PATCH_DIR, RELEASE_FILE, is_version, key_hint, patch_files, read_toml
+from .. import api
+from ..api import (
+    PATCH_DIR,
+    RELEASE_FILE,
+    VENDORED,
+    FaShimError,
+    Mechanism,
+    Patch,
+    is_version,
+    key_hint,
+    patch_files,
+    read_toml,
+)
 from ._tu_parts import PATCH as TU_PARTS_PATCH
 
 GUIDE = "see docs/upstream-versions.md#adding-a-release"
@@ -192,7 +199,7 @@ def _load(directory: Path) -> Release:
         TU_PARTS_PATCH if tu_parts else None: "tu-parts = true",
     }
     needed.pop(None, None)
-    problems += _check_patches({_patches.topic(p) for p in patches}, needed)
+    problems += _check_patches({api.patch_topic(p) for p in patches}, needed)
     stable, wrong = _stable_line(data.get("stable"), directory, {p.name for p in patches})
     problems += wrong
     table = data.get("unit-table")
@@ -273,4 +280,4 @@ def _check_patches(present: set[str], needed: dict[str, str]) -> list[str]:
 
 def patches(version: str) -> list[Patch]:
     """The vendored patches of a version, in the order they apply (none for an unknown one)."""
-    return _patches.read(release(version).patches)
+    return api.read_patches(release(version).patches)

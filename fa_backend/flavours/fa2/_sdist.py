@@ -16,13 +16,16 @@ from pathlib import Path
 
 from packaging.version import Version
 
-from ...core import _atomic, _log
-from ...core._digest import sha256_of
-from ...core._errors import FaShimError, NotLocal
-from ...resources import PROJECT
-from ...settings._settings import Settings, given_to_the_build, read_pyproject_table
-from ...sources import _archives
-from ...toolchain import _space
+from .. import api
+from ..api import (
+    PROJECT,
+    FaShimError,
+    NotLocal,
+    Settings,
+    given_to_the_build,
+    read_pyproject_table,
+    sha256_of,
+)
 from . import _releases
 
 
@@ -55,7 +58,7 @@ def of_the_given_sdist(settings: Settings) -> Settings:
     found = [v for v in _releases.known() if _releases.release(v).sha256 == digest]
     if not found or found[0] == settings.flash_attn_version:
         return settings
-    _log.info(
+    api.info(
         f"{path.name} is flash-attn {found[0]} (its sha256): building it, not the default "
         f"{settings.flash_attn_version} (-C flash-attn-version picks the release)"
     )
@@ -110,9 +113,7 @@ def locate(settings: Settings) -> Sdist:
             fix="pass -C sdist=FILE or -C sdist-dir=DIR, or allow downloading.",
         )
     else:
-        from ...sources import _index  # the network's modules: not a build whose sdist is here
-
-        path = _index.download(version, cache, release.sha256)
+        path = api.download_sdist(version, cache, release.sha256)
         origin = "package index"
     assert path is not None
     try:
@@ -120,7 +121,7 @@ def locate(settings: Settings) -> Sdist:
     except OSError as exc:  # e.g. another user's file, 0600, in a shared sdist-dir
         raise _unreadable(path, origin, exc) from None
     if not release.pinned:
-        _log.warn(
+        api.warn(
             f"flash-attn {version} is not pinned by fa-shim: building the unverified "
             f"sdist {path} (sha256 {digest}) without vendored patches."
         )
@@ -146,7 +147,7 @@ def locate(settings: Settings) -> Sdist:
                 "aside first), or name another copy with -C sdist=FILE."
             ),
         )
-    _log.info(
+    api.info(
         f"using {path} (from {origin}, sha256 {digest[:12]}…"
         f"{' verified' if release.pinned else ' UNVERIFIED'})"
     )
@@ -187,11 +188,11 @@ def _not_built(parts: tuple[str, ...]) -> bool:
 def extract(sdist: Sdist, dest: Path) -> Path:
     """Unpack safely into dest, which this makes (a failure removes it); the source root."""
     try:
-        room = functools.partial(_space.before_extract, dest)
-        _archives.extract(sdist.path, dest, "extracting the sdist", _not_built, room)
-    except _archives.UnsafeMember as exc:
-        raise _archives.unsafe_error(sdist.path, exc, _replace_fix(sdist)) from None
-    except _archives.BROKEN as exc:  # BadGzipFile is an OSError: the archive, not the disk
+        room = functools.partial(api.before_extract, dest)
+        api.extract_archive(sdist.path, dest, "extracting the sdist", _not_built, room)
+    except api.UnsafeMember as exc:
+        raise api.unsafe_error(sdist.path, exc, _replace_fix(sdist)) from None
+    except api.BROKEN_ARCHIVE as exc:  # BadGzipFile is an OSError: the archive, not the disk
         raise _corrupt(sdist, exc) from None
     roots = [p for p in dest.iterdir() if (p / "setup.py").is_file()]
     if len(roots) != 1:
@@ -246,18 +247,18 @@ def has_cuda_sources(sdist: Sdist, memo: Path | None = None) -> bool:
     found = _scan(sdist)
     if known:
         with contextlib.suppress(OSError):  # an unwritable cache only costs the next scan
-            _atomic.write(known, json.dumps({"cuda_sources": found}).encode())
+            api.atomic_write(known, json.dumps({"cuda_sources": found}).encode())
     return found
 
 
 def _scan(sdist: Sdist) -> bool:
     try:
         with tarfile.open(sdist.path, "r:gz") as tar:
-            members = _archives.checked(tar, sdist.path)
+            members = api.checked_members(tar, sdist.path)
             return any(m.name.endswith(".cu") and "/csrc/" in m.name for m, _ in members)
-    except _archives.UnsafeMember as exc:
-        raise _archives.unsafe_error(sdist.path, exc, _replace_fix(sdist)) from None
-    except _archives.BROKEN as exc:  # BadGzipFile is an OSError: the archive, not the disk
+    except api.UnsafeMember as exc:
+        raise api.unsafe_error(sdist.path, exc, _replace_fix(sdist)) from None
+    except api.BROKEN_ARCHIVE as exc:  # BadGzipFile is an OSError: the archive, not the disk
         raise _corrupt(sdist, exc) from None
     except OSError as exc:
         raise _unreadable(sdist.path, sdist.origin, exc) from None

@@ -3,7 +3,7 @@ upstream release, where its sdist is, and how its kernel sources are cut into pa
 
 from __future__ import annotations
 
-from ...settings._model import Setting
+from ..api import Setting
 
 OWN = (
     Setting(

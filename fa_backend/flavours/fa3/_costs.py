@@ -10,15 +10,14 @@ import re
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from ...core._errors import FaShimError
-from ...schedule import _schedule
-from .. import _release_files
+from .. import api
+from ..api import FaShimError
 from . import _groups, _kernels, _units
 from ._kernels import Fa3Tailoring
 from ._units import COMBINE, DIFF64, DIFF192, SCHEDULER
 
 if TYPE_CHECKING:
-    from .._interface import Plan
+    from ..api import Plan
 
 GIB = 1024**3
 # one core, every feature compiled (16 jobs on 16 cores)
@@ -104,7 +103,7 @@ def cost_model(tailoring: Fa3Tailoring) -> Callable[[str], float]:
 
 def memory_model(
     tailoring: Fa3Tailoring,
-    table: _release_files.UnitTable | None = None,
+    table: api.UnitTable | None = None,
     units: Sequence[str] = (),
 ) -> Callable[[str], int]:
     """Each unit's peak: its line's units.json figure (full-set builds: switches turned off hold
@@ -136,7 +135,7 @@ TRAINING_OPTIONS = (
 
 
 def faster_options(
-    plan: Plan, sources: Sequence[str], machine: _schedule.Machine
+    plan: Plan, sources: Sequence[str], machine: api.Machine
 ) -> list[tuple[float, str]]:
     """The tailored training set with its predicted seconds, for a set larger than it."""
     settings = dataclasses.replace(plan.settings, **TRAINING_SET)
@@ -148,5 +147,5 @@ def faster_options(
     units = _units.planned(plan.source.release, tailored)
     if len(units) >= len(sources):
         return []
-    seconds = _schedule.predict(units, machine, cost_model(tailored))
+    seconds = api.predict(units, machine, cost_model(tailored))
     return [(seconds, f"{TRAINING_OPTIONS} (docs/guides/flash-attn-3.md#tailored-sets)")]

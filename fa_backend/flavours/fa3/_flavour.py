@@ -10,18 +10,20 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 
-from ...core import _log
-from ...core._errors import FaShimError
-from ...core._version import __version__
-from ...resources import CHECKOUT
-from ...sources import _patches
-from ...toolchain import _archs, _jobs, _space
-from ...toolchain._torch import TorchInfo
-from ...wheel import _metadata
-from ...wheel._metadata import Names
-from ...wheel._sdist_self import SdistSpec
-from .. import _release_files
-from .._interface import Costs, Flavour, Plan, Sizing, Tools
+from .. import api
+from ..api import (
+    CHECKOUT,
+    FA_SHIM_VERSION,
+    Costs,
+    FaShimError,
+    Flavour,
+    Names,
+    Plan,
+    SdistSpec,
+    Sizing,
+    Tools,
+    TorchInfo,
+)
 from . import _costs, _groups, _kernels, _releases, _settings, _sources, _trees, _units
 
 ARCH = "90a"  # hopper/setup.py compiles its *_sm90.cu sources for exactly this
@@ -108,7 +110,7 @@ class Fa3(Flavour):
                 f"{release.torch_target}, or build the torch-bound line for this torch: "
                 "-C fa3-release=auto (docs/guides/flash-attn-3.md#which-line).",
             )
-        _log.info(
+        api.info(
             f"FlashAttention-3 line {release.version} (flash-attention {release.ref}"
             + (f"; torch's stable ABI, torch >= {release.torch_target}" if release.stable else "")
             + f"), from fa3-release={settings.fa3_release}"
@@ -129,25 +131,23 @@ class Fa3(Flavour):
         upstream = _trees.upstream_version(_trees.read(sources.hopper, "hopper/__init__.py"))
         if not upstream:
             raise FaShimError(
-                f"hopper/__init__.py of {release.ref} has no __version__ fa-shim can read.",
+                f"hopper/__init__.py of {release.ref} has no FA_SHIM_VERSION fa-shim can read.",
                 fix="report this with the flash-attention version.",
             )
         stable = release.torch_target if release.stable else None
         # the source (every 2.8.x tag's hopper/ says 3.0.0b1), then torch: its CUDA major and
         # floor for a stable-ABI module, which claims no one torch release
-        bound = _metadata.stable_abi_label(torch.cuda, stable) if stable else torch.label
-        version = _metadata.full_version(
-            upstream, f"{release.source_label}.{bound}{tailoring.label}"
-        )
-        interpreter = _metadata.limited_api_tag(torch.limited_api)
+        bound = api.stable_abi_label(torch.cuda, stable) if stable else torch.label
+        version = api.full_version(upstream, f"{release.source_label}.{bound}{tailoring.label}")
+        interpreter = api.limited_api_tag(torch.limited_api)
         python = f"{interpreter[2]}.{interpreter[3:]}"
-        metadata = _metadata.core_metadata(
+        metadata = api.core_metadata(
             _trees.pkg_info(release, python),
             version,
-            _metadata.torch_requirement(torch.version, stable),
+            api.torch_requirement(torch.version, stable),
         )
-        patches = tuple(_patches.read(release.patches))
-        tag = _metadata.wheel_tag(self.names, torch.limited_api)
+        patches = tuple(api.read_patches(release.patches))
+        tag = api.wheel_tag(self.names, torch.limited_api)
         source = Fa3Source(release, sources, tailoring)
         return Plan(settings, torch, self, source, patches, version, tag, metadata, stable)
 
@@ -172,7 +172,7 @@ class Fa3(Flavour):
         t = plan.source.tailoring
         return {"label": t.label.lstrip(".") or "full", "switches": dict(t.env)}
 
-    def archs(self, settings, torch, nvcc: Path) -> _archs.ArchChoice:
+    def archs(self, settings, torch, nvcc: Path) -> api.ArchChoice:
         """sm_90a, and nothing else: FA3's kernels are Hopper's (wgmma, TMA)."""
         if settings.cuda_archs:
             wrong = [a for a in settings.cuda_archs if a not in ("90", "90a")]
@@ -185,7 +185,7 @@ class Fa3(Flavour):
                 )
             source = "setting cuda-archs"
         else:
-            gpus = _archs.capabilities()
+            gpus = api.capabilities()
             other = sorted({f"{major}{minor}" for major, minor in gpus} - {"90"})
             if other:
                 raise FaShimError(
@@ -195,28 +195,28 @@ class Fa3(Flavour):
                     "-C cuda-archs=90a to build for a Hopper elsewhere.",
                 )
             source = "the visible GPUs" if gpus else "FlashAttention-3 (Hopper only)"
-        if _archs._base(ARCH) not in {_archs._base(a) for a in _archs.nvcc_arch_list(nvcc)}:
+        if api.base_arch(ARCH) not in {api.base_arch(a) for a in api.nvcc_arch_list(nvcc)}:
             raise FaShimError(
                 f"{nvcc} cannot compile for sm_90a.",
                 fix="use CUDA 12.3 or newer (-C nvcc=...).",
             )
         # upstream's sm80 kernels stay out: the sm_90a build is what FA3 is for (design note)
         env = {_kernels.ENV_PREFIX + "SM80": "TRUE"}
-        return _archs.ArchChoice(_archs.Selection((ARCH,), source), (ARCH,), (), env)
+        return api.ArchChoice(api.Selection((ARCH,), source), (ARCH,), (), env)
 
     def sizing(self, plan: Plan, archs, cores: int, memory: int) -> Sizing:
         """FA2's plan of jobs, cut to what the set's heaviest unit fits in memory (v2.8.3's full
         set on 128 GiB: 5 hdimall units of 22 GiB), over the forward variants grouped as the
         model finds fastest (_groups)."""
         s = plan.settings
-        planned, threads = _jobs.plan_jobs(cores, memory, 1, s.max_jobs, s.nvcc_threads)
+        planned, threads = api.plan_jobs(cores, memory, 1, s.max_jobs, s.nvcc_threads)
         units = self._setup_units(plan)
         costs = self.costs(plan)
         peak = costs.peak_bytes
         group = s.fa3_group or _groups.best_size(units, costs.seconds, peak, planned, memory)
         layout = _groups.layout(units, group)
         if len(layout) < len(units):
-            _log.info(
+            api.info(
                 f"compiling up to {group} forward variants of a head dim in one unit, "
                 f"{len(layout)} units for setup.py's {len(units)} (-C fa3-group)"
             )
@@ -237,7 +237,7 @@ class Fa3(Flavour):
     def lay_out(self, plan: Plan, tools: Tools, dest: Path) -> Path:
         """The trees as a checkout has them, patched; returns the hopper/ directory."""
         hopper = _trees.lay_out(plan.source.sources.trees, dest)
-        _patches.apply_all(list(plan.patches), dest)
+        api.apply_patches(list(plan.patches), dest)
         _groups.write(hopper / _units.INSTANTIATIONS, self._layout(plan, tools))
         return hopper
 
@@ -247,11 +247,11 @@ class Fa3(Flavour):
         env = dict(plan.source.tailoring.env)
         for name, value in _NEUTRAL_ENV.items():
             if os.environ.get(name, value) != value:
-                _log.warn(f"ignoring {name}: fa-shim decides how the extension is built")
+                api.warn(f"ignoring {name}: fa-shim decides how the extension is built")
             env[name] = value
         extra = library_includes(plan.torch, tools.nvcc.cuda_home)
         if extra:
-            _log.info(f"CUDA library headers from torch's nvidia wheels: {', '.join(extra)}")
+            api.info(f"CUDA library headers from torch's nvidia wheels: {', '.join(extra)}")
             # after every -I of the build (host compiler only reads it): never shadows the toolkit
             current = os.environ.get("CPLUS_INCLUDE_PATH")
             env["CPLUS_INCLUDE_PATH"] = os.pathsep.join([*([current] if current else []), *extra])
@@ -277,7 +277,7 @@ class Fa3(Flavour):
         wrong = []
         for c in commands:
             if c.kind == "nvcc":
-                found = _archs.gencodes(c)
+                found = api.gencodes(c)
                 want = _GENCODES["kernel" if c.file.endswith("_sm90.cu") else "helper"]
                 if found != want:
                     shown = ", ".join(sorted(found)) or "none"
@@ -311,7 +311,7 @@ class Fa3(Flavour):
                 details="\n".join(wrong[:20]),
                 fix="report this with the log and the FlashAttention-3 line (fa3-release).",
             )
-        _log.info(
+        api.info(
             f"FlashAttention-3 set: {sum(bool(_KERNEL.search(c.file)) for c in commands)} kernel "
             f"units, {len(commands)} compile commands, sm_90a"
         )
@@ -322,7 +322,7 @@ class Fa3(Flavour):
 
     def costs(self, plan: Plan) -> Costs:
         directory = plan.source.release.directory
-        table = _release_files.load_units(directory) if directory else None
+        table = api.load_units(directory) if directory else None
         return Costs(
             _costs.cost_model(plan.source.tailoring),
             _costs.memory_model(plan.source.tailoring, table, self._setup_units(plan)),
@@ -332,7 +332,7 @@ class Fa3(Flavour):
     def disk_needs(self, plan: Plan, tools: Tools) -> tuple[int, int]:
         # objects sized as FA2's kernel units: FA3's are as heavy
         archs = len(tools.archs.targets) if tools.archs else 1
-        return _space.compile_needs(len(self.planned_sources(plan, tools)), archs, 0)
+        return api.compile_needs(len(self.planned_sources(plan, tools)), archs, 0)
 
     def shape_note(self, shape) -> str | None:
         group = shape.get(GROUP, 1)
@@ -341,7 +341,9 @@ class Fa3(Flavour):
     def sdist_contents(self, settings) -> SdistSpec:
         # fa-shim's version: the line `auto` builds depends on the torch
         pins = {"fa3-release": settings.fa3_release}
-        return SdistSpec(__version__, pins, ("LICENSE", _releases.FA3_DIR.relative_to(CHECKOUT)))
+        return SdistSpec(
+            FA_SHIM_VERSION, pins, ("LICENSE", _releases.FA3_DIR.relative_to(CHECKOUT))
+        )
 
     def unsupported_gpu(self, sm: int) -> tuple[str, str] | None:
         if sm != 90:

@@ -12,8 +12,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-from ...core import _atomic
-from ...schedule import _pools, _schedule
+from .. import api
 from ._units import DIFF64
 
 # Q/K head dim 64 with V 256 or 512: five of these variants in one unit ran past 1,618 s on the
@@ -88,9 +87,9 @@ def best_size(
     def end(size: int) -> float:
         names = list(layout(units, size))
         times = {n: seconds(n) for n in names}
-        pools = _pools.plan({n: peak(n) for n in names}, jobs, memory, times)
+        pools = api.plan_pools({n: peak(n) for n in names}, jobs, memory, times)
         order = sorted(times, key=lambda n: (-times[n], n))
-        return _schedule.simulate(order, times, pools.jobs, pools.pool_of, pools.depths)
+        return api.simulate(order, times, pools.jobs, pools.pool_of, pools.depths)
 
     ends = {size: end(size) for size in SIZES}
     return min(ends, key=lambda s: (round(ends[s]), s))
@@ -104,7 +103,7 @@ def write(instantiations: Path, grouped: Mapping[str, Sequence[str]]) -> None:
             "// (fa_backend/flavours/fa3/_groups.py); each file below as upstream has it.",
             *(f'#include "{member}"' for member in members),
         ]
-        _atomic.write(instantiations / name, ("\n".join(lines) + "\n").encode())
+        api.atomic_write(instantiations / name, ("\n".join(lines) + "\n").encode())
 
 
 def replacing(grouped: Mapping[str, Sequence[str]]) -> dict[str, list[str]]:

@@ -10,11 +10,11 @@ import dataclasses
 import re
 from typing import TYPE_CHECKING
 
-from ...core._errors import FaShimError
-from .. import _vocabulary
+from .. import api
+from ..api import FaShimError
 
 if TYPE_CHECKING:
-    from ...settings._settings import Settings
+    from ..api import Settings
 
 ENV_PREFIX = "FLASH_ATTENTION_DISABLE_"
 _SWITCH = re.compile(r"""os\.getenv\(\s*["']FLASH_ATTENTION_DISABLE_(\w+)["']""")
@@ -70,9 +70,9 @@ def tailoring(settings: Settings, known: tuple[str, ...]) -> Fa3Tailoring:
     """The set the settings ask for, as the environment of upstream's switches `known`."""
     head_dims = tuple(m.group(1) for s in known if (m := _HDIM.fullmatch(s)))
     # none asked: all of them
-    chosen = _vocabulary.head_dims(settings.head_dims, head_dims) or head_dims
-    aliases = _vocabulary.DTYPE_ALIASES
-    dtypes = _vocabulary.choose(settings.dtypes, DTYPES, aliases, "dtypes", "bf16") or DTYPES
+    chosen = api.head_dims(settings.head_dims, head_dims) or head_dims
+    aliases = api.DTYPE_ALIASES
+    dtypes = api.choose_values(settings.dtypes, DTYPES, aliases, "dtypes", "bf16") or DTYPES
     if "bf16" not in dtypes:
         raise FaShimError(
             f"dtypes has {', '.join(dtypes)} without bf16: FlashAttention-3 always compiles its "
@@ -88,7 +88,7 @@ def tailoring(settings: Settings, known: tuple[str, ...]) -> Fa3Tailoring:
             )
     features = tuple(s.lower() for s in known if not _owner(s))
     aliases = {v.strip().lower(): _flat(v) for v in settings.disable}
-    disabled = _vocabulary.choose(settings.disable, features, aliases, "disable", "fp8")
+    disabled = api.choose_values(settings.disable, features, aliases, "disable", "fp8")
     off = {f"HDIM{d}" for d in head_dims if d not in chosen} | {n.upper() for n in disabled}
     off |= {s for s in known if (m := _HDIMDIFF.fullmatch(s)) and m.group(1) not in chosen}
     if "fp16" not in dtypes:

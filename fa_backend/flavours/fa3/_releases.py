@@ -13,10 +13,17 @@ from pathlib import Path
 
 from packaging.version import Version
 
-from ...core._errors import FaShimError
-from ...resources import VENDORED
-from .._release_files import PATCH_DIR, RELEASE_FILE, is_version, key_hint, patch_files, read_toml
-from .._vocabulary import did_you_mean
+from ..api import (
+    PATCH_DIR,
+    RELEASE_FILE,
+    VENDORED,
+    FaShimError,
+    did_you_mean,
+    is_version,
+    key_hint,
+    patch_files,
+    read_toml,
+)
 
 FA3_DIR = VENDORED / "fa3"
 AUTO = "auto"

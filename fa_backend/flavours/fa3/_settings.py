@@ -3,7 +3,7 @@ line, where its two trees are, and how many forward variants share a compile uni
 
 from __future__ import annotations
 
-from ...settings._model import Setting
+from ..api import Setting
 
 OWN = (
     Setting(

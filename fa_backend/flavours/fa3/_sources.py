@@ -17,9 +17,8 @@ import urllib.request
 from pathlib import Path
 from typing import IO
 
-from ...core import _atomic, _failures, _log
-from ...core._errors import FaShimError, NotLocal
-from ...sources import _archives, _index
+from .. import api
+from ..api import FaShimError, NotLocal
 from ._releases import Fa3Release
 from ._trees import (
     BLOCK,
@@ -100,7 +99,7 @@ def _checked(path: Path, kind: Kind, release: Fa3Release, origin: str) -> Tree:
             f"{release.ref}'s: its content pin is {got}, {release.ref} pins {want}.",
             fix=fix,
         )
-    _log.info(f"using the {kind.name} tree {path} (from {origin}, pin {got[:12]}… verified)")
+    api.info(f"using the {kind.name} tree {path} (from {origin}, pin {got[:12]}… verified)")
     return Tree(kind, path, origin, got)
 
 
@@ -180,7 +179,7 @@ def locate(
 def _download_failed(release: Fa3Release, kind: Kind, url: str, reason: str) -> FaShimError:
     return FaShimError(
         f"downloading flash-attention {release.ref}'s {kind.name} tree from "
-        f"{_index.redact(url)} failed: {reason}; nothing of it was written to the cache.",
+        f"{api.redact(url)} failed: {reason}; nothing of it was written to the cache.",
         fix=f"check the network (a proxy goes in https_proxy), or {_give(release)}.",
     )
 
@@ -197,7 +196,7 @@ def _fetch(url: str, out: IO[bytes], release: Fa3Release, kind: Kind) -> int:
     request = urllib.request.Request(url, headers={"User-Agent": "fa-shim"})
     try:  # build_opener: proxies from the environment (https_proxy, no_proxy), as pip
         response = urllib.request.build_opener().open(request, timeout=TIMEOUT)
-    except _index.FETCH_ERRORS as exc:
+    except api.FETCH_ERRORS as exc:
         raise _download_failed(release, kind, url, _reason(exc)) from None
     size = 0
     with response:
@@ -205,7 +204,7 @@ def _fetch(url: str, out: IO[bytes], release: Fa3Release, kind: Kind) -> int:
         while True:
             try:
                 block = response.read(BLOCK)
-            except _index.FETCH_ERRORS as exc:
+            except api.FETCH_ERRORS as exc:
                 raise _download_failed(release, kind, url, _reason(exc)) from None
             if not block:
                 break
@@ -234,7 +233,7 @@ def _cut(archive: IO[bytes], out: IO[bytes], release: Fa3Release, kind: Kind) ->
     ):
         root = None
         for member in src:
-            parts = _archives.member_parts(member, root)  # UnsafeMember: _download words it
+            parts = api.member_parts(member, root)  # UnsafeMember: _download words it
             root, rest = parts[0], parts[1:]
             if rest and not in_tree(rest, kind):
                 continue
@@ -259,22 +258,22 @@ def _cut(archive: IO[bytes], out: IO[bytes], release: Fa3Release, kind: Kind) ->
 def _download(kind: Kind, release: Fa3Release, cache: Path) -> Tree:
     """GitHub's archive streamed to a temporary file, the tree cut out, pinned, then published."""
     url = download_url(release, kind)
-    shown = _index.redact(url)
+    shown = api.redact(url)
     target = cache / archive_name(release, kind)
-    _log.info(f"downloading flash-attention {release.ref}'s {kind.name} tree from {shown}")
+    api.info(f"downloading flash-attention {release.ref}'s {kind.name} tree from {shown}")
     try:
         cache.mkdir(parents=True, exist_ok=True)  # 0o777 & ~umask
         # TemporaryFile has no name on Linux (O_TMPFILE): nothing is left however this ends
         with tempfile.TemporaryFile(dir=cache, prefix=".fa-shim-", suffix=".part") as archive:
             size = _fetch(url, archive, release, kind)
             archive.seek(0)
-            with _atomic.writing(target) as out:
+            with api.atomic_writing(target) as out:
                 try:
                     manifest = _cut(archive, out, release, kind)
-                except _archives.UnsafeMember as exc:
+                except api.UnsafeMember as exc:
                     why = f"it holds an unsafe archive member {exc.name} ({exc.why})"
                     raise _download_failed(release, kind, url, why) from None
-                except _archives.BROKEN as exc:
+                except api.BROKEN_ARCHIVE as exc:
                     why = f"it is not a readable .tar.gz ({exc or type(exc).__name__})"
                     raise _download_failed(release, kind, url, why) from None
                 got, want = manifest.pin(), expected_pin(release, kind)
@@ -287,9 +286,9 @@ def _download(kind: Kind, release: Fa3Release, cache: Path) -> Tree:
                         f"{DOWNLOAD_URL_VARIABLE} and the proxy, or {_give(release)}.",
                     )
     except OSError as exc:
-        _failures.name_it(exc, cache)
+        api.name_os_error(exc, cache)
         raise
-    _log.info(
+    api.info(
         f"{size / 1e6:.1f} MB downloaded; the {kind.name} tree cut out ({len(manifest)} files, "
         f"pin {got[:12]}… verified) into {target}"
     )

@@ -22,10 +22,8 @@ from typing import IO
 
 from packaging.version import InvalidVersion, Version
 
-from ...core import _failures
-from ...core._errors import FaShimError
-from ...sources import _archives
-from ...toolchain import _compile_commands
+from .. import api
+from ..api import FaShimError
 from . import _releases, _units
 
 # what `python setup.py` and an editor leave in a checkout; git tracks none of it
@@ -108,12 +106,12 @@ def _blocks(f: IO[bytes], path: Path, kind: Kind) -> Iterator[bytes]:
     """A member's bytes; a truncated or corrupt archive fails here, while it is read."""
     try:
         yield from iter(lambda: f.read(BLOCK), b"")
-    except _archives.BROKEN as exc:
+    except api.BROKEN_ARCHIVE as exc:
         raise _unreadable(path, kind, exc) from None
 
 
-def unsafe(path: Path, exc: _archives.UnsafeMember) -> FaShimError:
-    return _archives.unsafe_error(
+def unsafe(path: Path, exc: api.UnsafeMember) -> FaShimError:
+    return api.unsafe_error(
         path, exc, "use the upstream tarball or `git archive` of the tree (docs/fa3-design.md)."
     )
 
@@ -124,16 +122,16 @@ def _tar_files(path: Path, kind: Kind) -> Iterator[tuple[str, Iterator[bytes]]]:
         with tarfile.open(path, "r:gz") as tar:
             top = None
             for member in tar:
-                parts = _archives.member_parts(member, top)
+                parts = api.member_parts(member, top)
                 top = parts[0]
                 if not in_tree(parts[1:], kind) or member.isdir():
                     continue
                 f = tar.extractfile(member)
                 assert f is not None
                 yield "/".join(parts[1:]), _blocks(f, path, kind)
-    except _archives.UnsafeMember as exc:
+    except api.UnsafeMember as exc:
         raise unsafe(path, exc) from None
-    except _archives.BROKEN as exc:
+    except api.BROKEN_ARCHIVE as exc:
         raise _unreadable(path, kind, exc) from None
 
 
@@ -211,8 +209,8 @@ def lay_out(trees: Iterable[Tree], dest: Path) -> Path:
                 )
     except OSError as exc:
         shutil.rmtree(dest, ignore_errors=True)
-        if exc.errno in _failures.NO_SPACE:
-            raise _failures.no_space(dest, "laying out the FlashAttention-3 sources") from None
+        if exc.errno in api.NO_SPACE:
+            raise api.no_space(dest, "laying out the FlashAttention-3 sources") from None
         raise
     except BaseException:
         shutil.rmtree(dest, ignore_errors=True)
@@ -258,7 +256,7 @@ def pkg_info(release: _releases.Fa3Release, python: str) -> str:
 
 def check_stable_claim(release: _releases.Fa3Release, setup_py: str) -> None:
     """A stable line's setup.py builds flash_api_stable.cpp for the release's target."""
-    targets = {_compile_commands.target_version(v) for v in _TARGET.findall(setup_py)}
+    targets = {api.target_version(v) for v in _TARGET.findall(setup_py)}
     if _units.api_source(release) not in setup_py or targets != {release.torch_target}:
         raise FaShimError(
             f"vendored_patches/fa3/{release.version}/release.toml says torch's stable ABI from "

@@ -26,8 +26,20 @@ def test_the_demo_plug_in_imports_only_the_public_api():
     assert imported["fa_backend.flavours.api"] <= set(api.__all__)
 
 
+def test_the_built_in_flavours_import_only_the_public_api():
+    """fa2 and fa3 are written as a plug-in is: fa-shim's other modules reach them through api."""
+    flavours = TESTS.parent / "fa_backend" / "flavours"
+    for module in [*flavours.glob("fa2/*.py"), *flavours.glob("fa3/*.py")]:
+        for node in ast.walk(ast.parse(module.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level > 1:  # above its own package
+                names = {a.name for a in node.names}
+                where = f"{module.name}: from {'.' * node.level}{node.module or ''} import {names}"
+                assert node.level == 2 and (node.module == "api" or names == {"api"}), where
+                assert names <= {"api", *api.__all__}, where
+
+
 def test_every_exported_name_is_there_and_public():
-    assert sorted(api.__all__) == api.__all__
+    assert len(set(api.__all__)) == len(api.__all__)  # ruff (RUF022) keeps it sorted
     for name in api.__all__:
         assert getattr(api, name) is not None and not name.startswith("_")
     assert issubclass(api.Flavour, object) and api.Flavour.__abstractmethods__
