@@ -27,9 +27,9 @@ def prepare_metadata_for_build_wheel(metadata_directory, config_settings=None):
 
     _torch.locate_early()  # torch's locate child runs while the plan's modules load
     from .fleet import _cached
-    from .pipeline import _plan
+    from .pipeline import api as pipeline
 
-    return _cached.prepare(_plan.plan(config_settings), metadata_directory)
+    return _cached.prepare(pipeline.plan(config_settings), metadata_directory)
 
 
 @boundary
@@ -43,9 +43,9 @@ def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
 
     _torch.locate_early()
     from .fleet import _cached
-    from .pipeline import _plan
+    from .pipeline import api as pipeline
 
-    return _cached.build(_plan.plan(config_settings), wheel_directory, metadata_directory)
+    return _cached.build(pipeline.plan(config_settings), wheel_directory, metadata_directory)
 
 
 @boundary

@@ -109,11 +109,11 @@ def rebuild(root: Path, config: dict[str, str]) -> list[Row]:
     """Build this environment's wheel again, here, with no object cache and no compiler cache,
     and compare its bytes with the entry's, and each object with the entry a build links."""
     from ..fleet import _cached, _compiling, _wheel_cache
-    from ..pipeline import _build, _tools
+    from ..pipeline import api as pipeline
 
-    plan = _build.plan(config)
+    plan = pipeline.plan(config)
     tools = _cached.toolchain(plan)
-    key = _wheel_cache.key(_build.fingerprint(plan, tools))
+    key = _wheel_cache.key(pipeline.fingerprint(plan, tools))
     entry = _entries.load(root / key, plan.wheel_name)
     objects = _objects.root_of(plan.settings)
     if entry is None and not _objects.entries(objects):
@@ -131,7 +131,7 @@ def rebuild(root: Path, config: dict[str, str]) -> list[Row]:
     tools = dataclasses.replace(tools, compiler_cache=None)  # an independent compile
     _log.info(f"rebuilding {plan.wheel_name} (fingerprint {key}) with no cache to compare")
     rows = []
-    with _tools.scratch_dir(plan.settings) as scratch:
+    with pipeline.scratch_dir(plan.settings) as scratch:
         audit = scratch / "objects-audit.jsonl"
         fresh = _compiling.fresh_wheel(
             plan, tools, scratch, audit=audit, objects_only=entry is None

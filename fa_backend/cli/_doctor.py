@@ -17,7 +17,7 @@ from ..core._errors import FaShimError, NotLocal
 from ..flavours import _registry
 from ..flavours._interface import Flavour, Plan, Tools
 from ..fleet import _cached, _objects, _wheel_cache
-from ..pipeline import _build, _progress, _seal
+from ..pipeline import api as pipeline
 from ..resources import PROJECT
 from ..toolchain import _jobs, _preflight, _requirements
 from ..toolchain._compile_commands import ABI_DEFINE, Command
@@ -78,7 +78,7 @@ def planned(project: Path) -> tuple[Plan | None, Tools | None, FaShimError | Non
     plan = None
     try:
         with in_project(project):  # pip runs the backend there: its [tool.fa-shim] counts
-            plan = _build.plan({"offline": "true"})
+            plan = pipeline.plan({"offline": "true"})
             return plan, _cached.toolchain(plan), None
     except FaShimError as exc:
         return plan, None, exc
@@ -110,7 +110,7 @@ def build_section(report, project: Path, plan, tools, exc: FaShimError | None) -
     data["archs"] = list(tools.archs.targets) if tools.archs else None
     sources = plan.flavour.planned_sources(plan, tools)
     if sources is not None:
-        preview = _progress.preview(plan, tools, sources, _jobs.available_cores())
+        preview = pipeline.preview(plan, tools, sources, _jobs.available_cores())
         data["estimate_s"] = round(preview.seconds) if preview.seconds is not None else None
         data["sources"] = len(sources)
         first, *rest = preview.lines  # what a build prints before compiling
@@ -121,7 +121,7 @@ def build_section(report, project: Path, plan, tools, exc: FaShimError | None) -
         lines.append("wheel cache off (-C wheel-cache=false): every build compiles")
     else:
         root = settings.resolved_wheel_cache_dir
-        key = _wheel_cache.key(_build.fingerprint(plan, tools))
+        key = _wheel_cache.key(pipeline.fingerprint(plan, tools))
         hit = _wheel_cache.lookup(root, key, plan.wheel_name)
         data.update(cache="hit" if hit else "miss", cache_key=key, cached=str(hit) if hit else None)
         lines.append(
@@ -372,7 +372,9 @@ def diagnose(project: Path = PROJECT) -> DoctorReport:
         _objects.describe(objects) if settings.object_cache else "off (-C object-cache=false)",
     )
     caches_section(report, settings, objects)
-    report.add("seal", dataclasses.asdict(_seal.choose()), _seal.choose().describe())
+    report.add(
+        "seal", dataclasses.asdict(pipeline.network_seal()), pipeline.network_seal().describe()
+    )
     plan, tools, exc = planned(project)
     gpus = _machine_and_gpus(report, flavour, settings, torch, nvcc, tools, exc)
     _installed_section(report, flavour, torch, gpus)

@@ -78,17 +78,17 @@ def _prepare(args: argparse.Namespace) -> int:
     """Extract, patch, inject and let torch write build.ninja, without compiling anything."""
     from ..core import _log, _ownership
     from ..fleet import _cached, _compiling
-    from ..pipeline import _build, _progress
+    from ..pipeline import api as pipeline
     from ..toolchain import _jobs
 
     config = dict(args.config_setting)
-    plan = _build.plan(config)
+    plan = pipeline.plan(config)
     # only a new, empty or fa-shim-made directory; a failed or interrupted prepare takes back
     # what it added and nothing else
     with _ownership.owned(Path(args.build_dir).absolute(), "--build-dir") as out:
         prep = _compiling.prepare(plan, _cached.toolchain(plan), out)
-    estimate = _progress.preview(
-        plan, prep.tools, _progress.build_sources(prep.commands), _jobs.available_cores()
+    estimate = pipeline.preview(
+        plan, prep.tools, pipeline.build_sources(prep.commands), _jobs.available_cores()
     )
     for line in estimate.lines:  # what a build would print before compiling
         _log.info(line)
@@ -99,7 +99,7 @@ def _prepare(args: argparse.Namespace) -> int:
         "compile_commands": [
             {"kind": c.kind, "file": c.file, "args": c.args} for c in prep.commands
         ],
-        "provenance": _build.provenance(plan, prep),
+        "provenance": pipeline.provenance(plan, prep),
         "estimate": {
             "seconds": round(estimate.seconds) if estimate.seconds is not None else None,
             "sources": len(prep.commands),
@@ -170,15 +170,15 @@ class Row:
 def describe(config: dict[str, str]) -> dict:
     """This interpreter's fingerprint and whether the wheel cache holds its wheel."""
     from ..fleet import _cached, _entries, _wheel_cache
-    from ..pipeline import _build
+    from ..pipeline import api as pipeline
 
-    plan = _build.plan(config)
+    plan = pipeline.plan(config)
     if not plan.settings.wheel_cache:
         raise FaShimError(
             "prebuild fills the wheel cache, and -C wheel-cache=false turns it off.",
             fix="drop wheel-cache=false (and name the shared directory: -C wheel-cache-dir=DIR).",
         )
-    facts = _build.fingerprint(plan, _cached.toolchain(plan))
+    facts = pipeline.fingerprint(plan, _cached.toolchain(plan))
     key = _wheel_cache.key(facts)
     root = plan.settings.resolved_wheel_cache_dir
     cached = _wheel_cache.lookup(root, key, plan.wheel_name)

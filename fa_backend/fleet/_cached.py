@@ -15,9 +15,8 @@ from pathlib import Path
 from ..core import _atomic, _log
 from ..core._digest import sha256_of
 from ..core._errors import FaShimError
-from ..flavours._interface import Plan, Tools
-from ..pipeline import _plan, _tools
-from ..pipeline._provenance import fa_shim_sources, fingerprint
+from ..flavours.api import Plan, Tools
+from ..pipeline import api as pipeline
 from ..toolchain import _compilers, _toolkit
 from ..toolchain._torch import TorchInfo
 from . import _handoff, _sccache, _wheel_cache
@@ -26,7 +25,7 @@ from . import _handoff, _sccache, _wheel_cache
 def toolchain(plan: Plan) -> Tools:
     """The build's toolchain, with the compiler cache the settings name (checked against the
     nvcc the build chose)."""
-    tools = _tools.toolchain(plan)
+    tools = pipeline.toolchain(plan)
     cache = _compilers.compiler_cache(plan.settings.compiler_cache)
     if cache:
         _sccache.check_nvcc(cache, tools.nvcc)
@@ -47,7 +46,7 @@ def _torch_identity(torch: TorchInfo) -> list:
 def verify_once(cache_dir: Path, wheel: Path, torch: TorchInfo, check: Callable[[], None]) -> None:
     """Run `check` (it raises) unless these bytes passed it against this torch and fa-shim
     (`<cache-dir>/verified/`): re-reading the ELF files cost most of a hit (docs/benchmarks.md)."""
-    facts = [sha256_of(wheel), _torch_identity(torch), fa_shim_sources()]
+    facts = [sha256_of(wheel), _torch_identity(torch), pipeline.fa_shim_sources()]
     marker = cache_dir / "verified" / hashlib.sha256(json.dumps(facts).encode()).hexdigest()[:32]
     if marker.is_file():
         _log.info(
@@ -67,9 +66,7 @@ def verify_once(cache_dir: Path, wheel: Path, torch: TorchInfo, check: Callable[
 
 def _verified(plan: Plan, wheel: Path) -> None:
     def check() -> None:
-        from ..pipeline import _build  # not on a hit whose bytes passed before
-
-        _build.verify(plan, wheel)
+        pipeline.verify(plan, wheel)
 
     verify_once(plan.settings.resolved_cache_dir, wheel, plan.torch, check)
 
@@ -84,7 +81,7 @@ def prepare(plan: Plan, metadata_directory: str) -> str:
     """prepare_metadata's: the metadata, and where the wheel cache serves this build, the
     wheel beside it for build_wheel to hand on (_handoff). What stops a lookup here (no nvcc on
     a login node, a refused root) is build_wheel's to report: metadata needs none of it."""
-    dist_info = _plan.write_metadata(plan, metadata_directory)
+    dist_info = pipeline.write_metadata(plan, metadata_directory)
     s = plan.settings
     if not s.wheel_cache or (
         plan.flavour.needs_nvcc(plan) and _toolkit.would_download(plan.torch, s)
@@ -95,14 +92,14 @@ def prepare(plan: Plan, metadata_directory: str) -> str:
         tools = toolchain(plan)
         wheel = _wheel_cache.served(
             s.resolved_wheel_cache_dir,
-            fingerprint(plan, tools),
+            pipeline.fingerprint(plan, tools),
             plan.wheel_name,
             lambda wheel: _verified(plan, wheel),
             torch_version=plan.torch.version,
             variants=s.wheel_variants,
         )
         if wheel:
-            _tools.check_space(plan, tools, Path(metadata_directory), compiling=False)
+            pipeline.check_space(plan, tools, Path(metadata_directory), compiling=False)
             _handoff.give(wheel, metadata_directory, dist_info)
     except FaShimError:
         pass  # build_wheel meets it again, and says it
@@ -115,26 +112,26 @@ def build(plan: Plan, wheel_directory: str, metadata_directory: str | None) -> s
     """build_wheel's: the wheel cache's entry for the plan's fingerprint, or a fresh build kept
     there; with the wheel cache off, a fresh build."""
     if metadata_directory:
-        _plan.check_prepared_metadata(plan, metadata_directory)
+        pipeline.check_prepared_metadata(plan, metadata_directory)
     out_dir = Path(wheel_directory).absolute()
     s = plan.settings
     if s.wheel_cache:
         _wheel_cache.check_root(s.resolved_wheel_cache_dir)
     tools = toolchain(plan)
-    _tools.check_space(plan, tools, out_dir, compiling=not s.wheel_cache)
-    with _tools.scratch_dir(s) as scratch:
+    pipeline.check_space(plan, tools, out_dir, compiling=not s.wheel_cache)
+    with pipeline.scratch_dir(s) as scratch:
         if not s.wheel_cache:
             path = _wheel_cache.deliver(_fresh(plan, tools, scratch), out_dir)
         else:
             how: dict = {}
 
             def miss() -> Path:
-                _tools.check_space(plan, tools, out_dir)
+                pipeline.check_space(plan, tools, out_dir)
                 return _fresh(plan, tools, scratch, how)
 
             path = _wheel_cache.obtain(
                 s.resolved_wheel_cache_dir,
-                fingerprint(plan, tools),
+                pipeline.fingerprint(plan, tools),
                 plan.wheel_name,
                 out_dir,
                 lambda wheel: _verified(plan, wheel),

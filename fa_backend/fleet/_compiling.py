@@ -12,9 +12,9 @@ from pathlib import Path
 
 from ..core import _log
 from ..core._errors import FaShimError
-from ..flavours._interface import Plan, Tools
-from ..pipeline import _build, _progress
-from ..pipeline._build import Wrappers
+from ..flavours.api import Plan, Tools
+from ..pipeline import api as pipeline
+from ..pipeline.api import Wrappers
 from ..toolchain import _compilers
 from . import _objects, _sccache, _stable_src, _wheel_cache
 
@@ -45,9 +45,9 @@ def wrappers(
     return Wrappers(env, SERVE, units)
 
 
-def prepare(plan: Plan, tools: Tools, where: Path) -> _build.Prepared:
+def prepare(plan: Plan, tools: Tools, where: Path) -> pipeline.Prepared:
     """`prepare`'s: build.ninja written as a build would write it, the object cache asked."""
-    return _build.prepare(plan, where, tools, wrappers(plan, tools, where))
+    return pipeline.prepare(plan, where, tools, wrappers(plan, tools, where))
 
 
 def object_cache(
@@ -122,7 +122,7 @@ def object_cache(
         return frozenset()
     names = {str((cwd / c.values("-o")[-1]).resolve()): c.file.rsplit("/", 1)[-1] for c in units}
     served = frozenset(names[o] for o in hits)
-    rest = [n for n in _progress.build_sources(commands) if n not in served]
+    rest = [n for n in pipeline.build_sources(commands) if n not in served]
     if hits:
         under = ", ".join(sorted({r["built_under"] for r in hits.values()}))
         _log.info(
@@ -152,7 +152,7 @@ def fresh_wheel(
     sources = plan.flavour.sources(plan, with_origin=False)
     place = _stable_src.place(scratch, shared, sources, plan.settings.keep_build_dir)
     with place as where, _sccache.session(tools.compiler_cache):
-        return _build.fresh_wheel(
+        return pipeline.fresh_wheel(
             plan,
             tools,
             where,

@@ -84,6 +84,19 @@ def test_subpackages_import_only_those_above_them():
     assert not wrong, "\n".join(wrong)
 
 
+def test_the_build_is_reached_only_through_its_seam():
+    """The hooks, fleet/ and the CLI wrap the build: pipeline/api.py is all they see of it."""
+    wrong = [
+        f"{module} imports {target}"
+        for module, targets in GRAPH.items()
+        if not module.startswith("fa_backend.pipeline.")
+        for target in targets
+        if target.startswith("fa_backend.pipeline.") and target != "fa_backend.pipeline.api"
+    ]
+    assert not wrong, "\n".join(wrong)
+    assert "fa_backend.pipeline.api" in GRAPH["fa_backend.fleet._cached"]
+
+
 # what the files run by path or shipped in wheels act on, never helpers they lean on
 ACTED_ON = {"torch", "setuptools"}
 
