@@ -42,12 +42,10 @@ def capabilities() -> tuple[tuple[int, int], ...]:
     except OSError:
         return ()  # no NVIDIA driver: no GPU to build for
     status = cuda.cuInit(0)
-    if status != 0:  # 100 = CUDA_ERROR_NO_DEVICE; anything else is worth a line in the log
-        if status != 100:
-            _log.info(f"the CUDA driver did not initialise (CUresult {status}); assuming no GPU")
-        return ()
+    if status not in (0, 100):  # 100 = CUDA_ERROR_NO_DEVICE; any other is worth a line in the log
+        _log.info(f"the CUDA driver did not initialise (CUresult {status}); assuming no GPU")
     count = ctypes.c_int()
-    if cuda.cuDeviceGetCount(ctypes.byref(count)) != 0:
+    if status != 0 or cuda.cuDeviceGetCount(ctypes.byref(count)) != 0:
         return ()
     caps = []
     for ordinal in range(count.value):
@@ -135,18 +133,17 @@ def select_archs(
 ) -> Selection:
     """Pick the architectures: setting > visible GPUs > TORCH_CUDA_ARCH_LIST > torch > upstream.
     A setting is literal (what cannot be built is an error); derived lists are filtered."""
-    supported = {base_arch(a) for a in nvcc_supported}
+    supported, strict = {base_arch(a) for a in nvcc_supported}, bool(setting)
     if setting:
-        candidates, source, strict = list(setting), setting_source, True
+        candidates, source = setting, setting_source
     elif gpu_caps:
-        candidates = [f"{major}{minor}" for major, minor in gpu_caps]
-        source, strict = FROM_GPUS, False
-    elif env and env.strip() and env.strip().lower() != "native" and parse_arch_list(env):
-        candidates, source, strict = parse_arch_list(env), "TORCH_CUDA_ARCH_LIST", False
+        candidates, source = [f"{major}{minor}" for major, minor in gpu_caps], FROM_GPUS
+    elif env and parse_arch_list(env):  # "native" and blanks parse to nothing
+        candidates, source = parse_arch_list(env), "TORCH_CUDA_ARCH_LIST"
     elif torch_arch_list:
-        candidates, source, strict = list(torch_arch_list), "torch's CUDA arch list", False
+        candidates, source = torch_arch_list, "torch's CUDA arch list"
     else:
-        candidates, source, strict = list(upstream_default), "upstream's default", False
+        candidates, source = upstream_default, "upstream's default"
     candidates = _sorted(candidates)
 
     too_old = [a for a in candidates if _arch_number(a) < MIN_ARCH]
@@ -191,13 +188,12 @@ def upstream_targets(archs: Sequence[str], mech: Mechanism) -> tuple[list[str], 
     targets, notes, impossible = [], [], []
     for arch in archs:
         base = base_arch(arch)
+        below = [k for k in mech.known if _compatible(arch, {k})]
         if base in mech.known:
             targets.append(base)
             if base != arch:
                 notes.append(f"{arch} is compiled as sm_{base} (upstream has no '{arch}' variant)")
-            continue
-        below = [k for k in mech.known if _compatible(arch, {k})]
-        if below:
+        elif below:
             host = max(below, key=_arch_number)
             targets.append(host)
             notes.append(f"{arch} runs the sm_{host} code (same major, binary compatible)")
@@ -228,22 +224,19 @@ _GENCODE = re.compile(r"arch=(compute_\w+),code=\[?([\w,]+)\]?")
 
 def gencodes(command: Command) -> set[str]:
     """The (virtual arch, code) pairs an nvcc command compiles, as "compute_90:sm_90"."""
-    pairs = set()
-    args = command.args
+    pairs, args = set(), command.args
     for i, arg in enumerate(args):
-        for flag in ("-gencode", "--generate-code", "-arch", "--gpu-architecture"):
-            if arg == flag and i + 1 < len(args):
-                value = args[i + 1]
-            elif arg.startswith(flag + "="):
-                value = arg[len(flag) + 1 :]
-            else:
-                continue
-            if flag in ("-arch", "--gpu-architecture"):  # -arch=sm_90: SASS and PTX of compute_90
-                virtual = value.replace("sm_", "compute_")
-                value = f"arch={virtual},code=[{value},{virtual}]"
-            match = _GENCODE.search(value.replace(" ", ""))
-            for code in match.group(2).split(",") if match else ():
-                pairs.add(f"{match.group(1)}:{code}")
+        flag, eq, value = arg.partition("=")  # `flag VALUE` or `flag=VALUE`
+        if flag not in ("-gencode", "--generate-code", "-arch", "--gpu-architecture"):
+            continue
+        if not eq:
+            value = args[i + 1] if i + 1 < len(args) else ""
+        if flag in ("-arch", "--gpu-architecture"):  # -arch=sm_90: SASS and PTX of compute_90
+            virtual = value.replace("sm_", "compute_")
+            value = f"arch={virtual},code=[{value},{virtual}]"
+        match = _GENCODE.search(value.replace(" ", ""))
+        for code in match.group(2).split(",") if match else ():
+            pairs.add(f"{match.group(1)}:{code}")
     return pairs
 
 
@@ -258,14 +251,11 @@ def compiled(commands: Sequence[Command]) -> list[str]:
 def check_gencodes(commands: Sequence[Command], targets: Sequence[str]) -> None:
     """Every nvcc command must compile exactly sm_<t> (from compute_<t>) for each target."""
     expected = {f"compute_{t}:sm_{t}" for t in targets}
-    wrong = []
-    for c in commands:
-        if c.kind != "nvcc":
-            continue
-        found = gencodes(c)
-        if found != expected:
-            shown = ", ".join(sorted(found)) or "none"
-            wrong.append(f"{c.file.rsplit('/', 1)[-1]}: {shown}")
+    wrong = [
+        f"{c.file.rsplit('/', 1)[-1]}: {', '.join(sorted(found)) or 'none'}"
+        for c in commands
+        if c.kind == "nvcc" and (found := gencodes(c)) != expected
+    ]
     if wrong:
         raise FaShimError(
             f"{len(wrong)} nvcc commands do not compile exactly the selected architectures "
@@ -332,7 +322,6 @@ def resolve(
         setting_source,
     )
     targets, notes = upstream_targets(selection.archs, mech)
-    choice = ArchChoice(selection, tuple(targets), tuple(notes), arch_env(targets, mech))
     key = (selection, tuple(targets))
     if key not in _logged:  # child_env runs once per upstream invocation; say it once
         _logged.add(key)
@@ -347,4 +336,4 @@ def resolve(
             # always names pre-Ampere archs, which is no news
             say = _log.warn if selection.source == FROM_GPUS else _log.info
             say(f"left out {', '.join(selection.dropped)} (older than 8.0 or unknown to nvcc)")
-    return choice
+    return ArchChoice(selection, tuple(targets), tuple(notes), arch_env(targets, mech))

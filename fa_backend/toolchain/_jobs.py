@@ -39,7 +39,7 @@ def plan_jobs(
         return max_jobs_setting, nvcc_threads_setting
     source_cap = max(1, n_sources) if n_sources else math.inf
     options = [nvcc_threads_setting] if nvcc_threads_setting else range(1, min(n_archs, cores) + 1)
-    best: tuple[tuple[int, int], int, int] | None = None
+    plans: list[tuple[tuple[int, int], int, int]] = []  # (key, jobs, threads)
     for threads in options:
         per_job = min(threads, n_archs)
         if max_jobs_setting:
@@ -50,11 +50,9 @@ def plan_jobs(
             by_cores = cores // per_job
             by_memory = available_bytes // job_bytes(per_job)
             jobs = int(max(1, min(by_cores, by_memory, source_cap)))
-        key = (min(jobs * per_job, cores), jobs)  # compilers busy, then jobs
-        if best is None or key > best[0]:
-            best = (key, jobs, threads)
-    assert best is not None
-    return best[1], best[2]
+        plans.append(((min(jobs * per_job, cores), jobs), jobs, threads))  # busy, then jobs
+    _, jobs, threads = max(plans, key=lambda plan: plan[0])  # the first of equals
+    return jobs, threads
 
 
 def _read(path: str | Path) -> str | None:
@@ -77,11 +75,7 @@ def cgroup_dirs(root: Path = CGROUP, proc: Path = Path("/proc/self/cgroup")) -> 
         else:
             continue
         here = base / path.strip("/")
-        while True:
-            found.append(here)
-            if here == base or here.parent == here:
-                break
-            here = here.parent
+        found += [here, *(p for p in here.parents if p.is_relative_to(base))]
     return list(dict.fromkeys(found)) or [root, root / "memory"]
 
 
@@ -126,7 +120,7 @@ def cgroup_memory_left(directories: Path | list[Path] = CGROUP) -> int | None:
             limit, usage = _read(directory / limit_file), _read(directory / usage_file)
             if limit and usage and limit.isdigit() and usage.isdigit() and int(limit) < 2**60:
                 lefts.append(max(0, int(limit) - int(usage)))
-    return min(lefts) if lefts else None
+    return min(lefts, default=None)
 
 
 def describe(

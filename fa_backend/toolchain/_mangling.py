@@ -14,7 +14,9 @@ from collections.abc import Iterable
 
 TORCH_SCOPES = ("c10", "at", "torch", "caffe2")
 
-_SPECIAL = re.compile(r"_Z(?:T[VIST]|G[VR]|Th(?:n?\d+_)|Tv(?:n?\d+_){2}|Z)*")
+# special names' prefixes, a nested name's N and qualifiers, then the outermost <source-name>'s
+# length (the name follows)
+_SCOPE = re.compile(r"_Z(?:T[VIST]|G[VR]|Th(?:n?\d+_)|Tv(?:n?\d+_){2}|Z)*(?:N[rVKRO]*)?(\d+)")
 
 # Symbols only the C++ runtime itself defines (never a template a module instantiates): a module
 # that defines one carries a copy linked from a libstdc++.a, whose locale and exception state is
@@ -42,15 +44,8 @@ def runtime_copy(elf) -> list[str]:
 
 def scope(mangled: str) -> str | None:
     """The outermost name of a mangled symbol: 'c10' for _ZN3c106detail..., None if std/C."""
-    if not mangled.startswith("_Z"):
-        return None
-    i = _SPECIAL.match(mangled).end()
-    if mangled.startswith("N", i):
-        i += 1
-        while i < len(mangled) and mangled[i] in "rVKRO":
-            i += 1
-    m = re.compile(r"\d+").match(mangled, i)  # <source-name>: its length, then the name
-    return mangled[m.end() : m.end() + int(m.group())] if m else None
+    m = _SCOPE.match(mangled)
+    return mangled[m.end() : m.end() + int(m.group(1))] if m else None
 
 
 def is_torch_symbol(name: str) -> bool:

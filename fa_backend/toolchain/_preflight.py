@@ -61,7 +61,7 @@ def _swap(command: Command, source: Path, obj: Path) -> list[str]:
             out.append(str(obj))
         elif previous in ("-MF", "--dependency-output"):
             out.append(f"{obj}.d")
-        elif i and (arg == command.file or Path(arg).name == Path(command.file).name):
+        elif i and Path(arg).name == Path(command.file).name:
             out.append(str(source))
         else:
             out.append(arg)
@@ -135,8 +135,7 @@ def problems(result: dict) -> list[str]:
             f"_GLIBCXX_USE_CXX11_ABI={result['abi']} over fa-shim's {ABI_DEFINE}{wanted_abi} "
             f"(std::string came out in the {'new' if result['abi'] else 'old'} ABI)"
         )
-    expected = CPLUSPLUS.get(wanted_std or 0)
-    value = result["cplusplus"]
+    value, expected = result["cplusplus"], CPLUSPLUS.get(wanted_std or 0)
     if wanted_std and value is not None:
         wrong = value != expected if expected else value <= CPLUSPLUS[20]
         if wrong:
@@ -156,16 +155,15 @@ def _other_compilers(forcing: str) -> Iterator[str]:
 
 def _alternative(result: dict, cwd: Path, forcing: str) -> str | None:
     """Another C++ compiler on PATH that passes the same probe here, to propose by name."""
-    if result["kind"] != "cxx":
+    rest = result["argv"][1:]
+    if result["kind"] != "cxx" or "-o" not in rest:
         return None
+    obj = Path(rest[rest.index("-o") + 1])
     for path in _other_compilers(forcing):
-        args = [path, *result["argv"][1:]]
-        obj = Path(args[args.index("-o") + 1]) if "-o" in args else None
-        if obj is None or _run(args, cwd, None).returncode != 0:
-            continue
-        abi, cplusplus = read_object(obj)
-        if not problems({**result, "abi": abi, "cplusplus": cplusplus}):
-            return path
+        if _run([path, *rest], cwd, None).returncode == 0:
+            abi, cplusplus = read_object(obj)
+            if not problems({**result, "abi": abi, "cplusplus": cplusplus}):
+                return path
     return None
 
 

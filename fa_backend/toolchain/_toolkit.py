@@ -223,13 +223,12 @@ def find_wheels(cuda: str) -> tuple[list[Wheel], dict, dict]:
                 except InvalidWheelFilename:
                     continue
                 if (
-                    name != canonicalize_name(project)
-                    or version.release[:2] != want
-                    or version.is_prerelease
-                    or not wheel_tags & supported
+                    name == canonicalize_name(project)
+                    and version.release[:2] == want
+                    and not version.is_prerelease
+                    and wheel_tags & supported
+                    and (best is None or version > best.version)
                 ):
-                    continue
-                if best is None or version > best.version:
                     best = Wheel(project, version, url, sha)
         if best is None:
             raise FaShimError(
