@@ -65,10 +65,9 @@ def verify_once(cache_dir: Path, wheel: Path, torch: TorchInfo, check: Callable[
 
 
 def _verified(plan: Plan, wheel: Path) -> None:
-    def check() -> None:
-        pipeline.verify(plan, wheel)
-
-    verify_once(plan.settings.resolved_cache_dir, wheel, plan.torch, check)
+    verify_once(
+        plan.settings.resolved_cache_dir, wheel, plan.torch, lambda: pipeline.verify(plan, wheel)
+    )
 
 
 def _fresh(plan: Plan, tools: Tools, scratch: Path, how: dict | None = None) -> Path:

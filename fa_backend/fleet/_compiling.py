@@ -84,13 +84,12 @@ def object_cache(
     # torch's and Python's headers are never the toolkit's, even inside its root (conda)
     foreign = [plan.torch.package_dir, *{sysconfig.get_path(p) for p in ("include", "platinclude")}]
     keys = _objects.Keys(source.parent, tools.nvcc.cuda_home, inputs, foreign)
-    by_output = {
-        str((cwd / c.values("-o")[-1]).resolve()): {
-            "key": keys.key(c.args[1:], c.file, cwd),
-            "abi": c.last_define(_objects.ABI_DEFINE),
-        }
-        for c in units
-    }
+    by_output, names = {}, {}  # each unit's key and ABI, its source's name, by output path
+    for c in units:
+        out = str((cwd / c.values("-o")[-1]).resolve())
+        key = keys.key(c.args[1:], c.file, cwd)
+        by_output[out] = {"key": key, "abi": c.last_define(_objects.ABI_DEFINE)}
+        names[out] = c.file.rsplit("/", 1)[-1]
     root = _objects.root_of(s)
     if s.wheel_cache_dir:  # objects/ beside the team's wheels
         _wheel_cache.check_root(s.wheel_cache_dir)
@@ -120,7 +119,6 @@ def object_cache(
     if audit:
         _log.info(f"compiling {len(units)} kernel objects to compare with those in {root}")
         return frozenset()
-    names = {str((cwd / c.values("-o")[-1]).resolve()): c.file.rsplit("/", 1)[-1] for c in units}
     served = frozenset(names[o] for o in hits)
     rest = [n for n in pipeline.build_sources(commands) if n not in served]
     if hits:
@@ -152,12 +150,5 @@ def fresh_wheel(
     sources = plan.flavour.sources(plan, with_origin=False)
     place = _stable_src.place(scratch, shared, sources, plan.settings.keep_build_dir)
     with place as where, _sccache.session(tools.compiler_cache):
-        return pipeline.fresh_wheel(
-            plan,
-            tools,
-            where,
-            scratch / "wheel",
-            wrappers(plan, tools, where, audit, where != scratch, objects_only),
-            how,
-            check,
-        )
+        wrap = wrappers(plan, tools, where, audit, where != scratch, objects_only)
+        return pipeline.fresh_wheel(plan, tools, where, scratch / "wheel", wrap, how, check)

@@ -44,11 +44,9 @@ def make(path: Path, root: Path) -> Path:
     root.mkdir(parents=True, exist_ok=True)
     if path.parent != root and path.parent != path:
         make(path.parent, root)
-    try:
+    with contextlib.suppress(FileExistsError):
         path.mkdir()
-    except FileExistsError:
-        return path
-    fix_mode(path, root)
+        fix_mode(path, root)
     return path
 
 

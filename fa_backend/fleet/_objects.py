@@ -38,9 +38,7 @@ _PATH_MAPS = tuple(f"-Xcompiler=-f{m}-prefix-map=" for m in ("file", "debug", "m
 
 def root_of(settings) -> Path:
     """Beside the team's wheels when a wheel cache directory is given, else fa-shim's cache."""
-    if settings.wheel_cache_dir:
-        return settings.wheel_cache_dir / "objects"
-    return settings.resolved_cache_dir / "objects"
+    return (settings.wheel_cache_dir or settings.resolved_cache_dir) / "objects"
 
 
 class Keys:

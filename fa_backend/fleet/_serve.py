@@ -205,8 +205,8 @@ def serve(
             return code, None
         read = _deps(depfile) if depfile and depfile.is_file() else None
         excluded = [Path(p) for p in spec["excluded"]]
-        if read is None or any(under(p.resolve(), excluded) for p in read):
-            torch_headers = [str(p) for p in read or [] if under(p.resolve(), excluded)]
+        torch_headers = [str(p) for p in read or [] if under(p.resolve(), excluded)]
+        if read is None or torch_headers:
             _log.warn(
                 f"{name} read torch or Python headers ({', '.join(torch_headers[:3])}"
                 f"{' ...' if len(torch_headers) > 3 else ''}) or left no depfile: its object "
