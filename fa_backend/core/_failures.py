@@ -62,10 +62,7 @@ def directory_of(path: str | os.PathLike | None) -> Path | None:
     if not path or (not os.path.isabs(path) and _cwd_moved()):
         return None  # relative to a working directory that is gone
     here = Path(path).absolute()
-    for candidate in (here, *here.parents):
-        if candidate.is_dir():
-            return candidate
-    return None
+    return next((c for c in (here, *here.parents) if c.is_dir()), None)
 
 
 # Directories a setting or option named (`-C wheel-cache-dir`, `--build-dir`): a failure there
@@ -85,10 +82,7 @@ def named_by(directory: Path | None) -> tuple[str, str] | None:
     """(knob, fix) of the named directory at or above `directory`, if a knob named one."""
     if directory is None:
         return None
-    for candidate in (directory, *directory.parents):
-        if candidate in _NAMED:
-            return _NAMED[candidate]
-    return None
+    return next((_NAMED[c] for c in (directory, *directory.parents) if c in _NAMED), None)
 
 
 def where_it_is(directory: Path | None, path: str | os.PathLike | None = None) -> str:

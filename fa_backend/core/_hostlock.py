@@ -142,17 +142,16 @@ class HostLock:
             if current is None:
                 continue  # released between our create and our read
             identity, holder = current
+            why = None
             if gone_here(holder):
-                self._take_over(identity, holder, f"is gone ({describe(holder)}, no such process)")
-                seen = None
-                continue
-            if seen is None or seen[0] != identity:
+                why = f"is gone ({describe(holder)}, no such process)"
+            elif seen is None or seen[0] != identity:
                 seen = (identity, now)
             elif now - seen[1] > STALE_BEATS * self.heartbeat:
                 beats = f"no heartbeat for {STALE_BEATS * self.heartbeat:.0f} s"
-                self._take_over(
-                    identity, holder, f"stopped refreshing it ({describe(holder)}; {beats})"
-                )
+                why = f"stopped refreshing it ({describe(holder)}; {beats})"
+            if why:
+                self._take_over(identity, holder, why)
                 seen = None
                 continue
             if not told and self.on_wait:

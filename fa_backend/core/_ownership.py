@@ -110,13 +110,16 @@ def claim(directory: Path, setting: str) -> set[str]:
         )
     (directory / RECORD).unlink()  # no longer a finished tree
     for entry in list(directory.iterdir()):
-        if _own_name(entry.name):
-            continue
-        if entry.is_dir() and not entry.is_symlink():
-            shutil.rmtree(entry)
-        else:
-            entry.unlink()
+        if not _own_name(entry.name):
+            _remove(entry)
     return {MARKER}
+
+
+def _remove(entry: Path, quiet: bool = False) -> None:
+    if entry.is_dir() and not entry.is_symlink():
+        shutil.rmtree(entry, ignore_errors=quiet)
+    else:
+        entry.unlink(missing_ok=quiet)
 
 
 def mark(directory: Path) -> None:
@@ -131,12 +134,8 @@ def undo(directory: Path, before: set[str]) -> None:
     """Remove what a failed run added: every entry but those named in `before` and the lock."""
     with contextlib.suppress(OSError):
         for entry in directory.iterdir():
-            if entry.name in before or entry.name.startswith(LOCK):
-                continue
-            if entry.is_dir() and not entry.is_symlink():
-                shutil.rmtree(entry, ignore_errors=True)
-            else:
-                entry.unlink(missing_ok=True)
+            if entry.name not in before and not entry.name.startswith(LOCK):
+                _remove(entry, quiet=True)
 
 
 @contextlib.contextmanager

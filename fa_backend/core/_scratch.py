@@ -35,7 +35,9 @@ def directory(kind: str, keep: bool = False) -> Iterator[Path]:
 def make(kind: str) -> Path:
     sweep()
     path = Path(tempfile.mkdtemp(prefix=f"{PREFIX}{kind}-"))
-    (path / NOTE).write_text(json.dumps(_owner(os.getpid())))
+    pid = os.getpid()
+    owner = {"place": _hostlock.this_kernel(), "pid": pid, "started": _hostlock.started(pid)}
+    (path / NOTE).write_text(json.dumps(owner))
     return path
 
 
@@ -63,7 +65,3 @@ def sweep() -> list[Path]:
             f"that killed fa-shim runs left under {tempfile.gettempdir()}"
         )
     return removed
-
-
-def _owner(pid: int) -> dict:
-    return {"place": _hostlock.this_kernel(), "pid": pid, "started": _hostlock.started(pid)}

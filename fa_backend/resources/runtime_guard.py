@@ -32,24 +32,22 @@ def _distribution(name: str = "flash-attn"):
         return None
 
 
-def provenance(dist=None) -> dict | None:
-    dist = dist if dist is not None else _distribution()
-    if dist is None:
-        return None
+def _read_json(dist, name: str):
+    """A file of the distribution's metadata, as JSON (None: missing or not JSON)."""
     try:
-        text = dist.read_text(PROVENANCE)
-        data = json.loads(text) if text else None
+        return json.loads((dist and dist.read_text(name)) or "null")
     except (OSError, ValueError):
         return None
+
+
+def provenance(dist=None) -> dict | None:
+    data = _read_json(dist if dist is not None else _distribution(), PROVENANCE)
     return data if isinstance(data, dict) else None
 
 
 def _direct_url(dist) -> dict | None:
     """What the installer recorded of a direct install (PEP 610's direct_url.json), if any."""
-    try:
-        info = json.loads((dist and dist.read_text("direct_url.json")) or "null")
-    except (OSError, ValueError):
-        return None
+    info = _read_json(dist, "direct_url.json")
     return info if isinstance(info, dict) and isinstance(info.get("url"), str) else None
 
 

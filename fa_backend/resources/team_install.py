@@ -39,7 +39,7 @@ ROOT = os.path.dirname(os.path.abspath(__file__))
 PROVENANCE = "fa_shim_provenance.json"
 GUARD = "/_fa_shim_guard.py"
 LOCKS = ".locks"  # made in every wheel cache before its first entry (fleet/_wheel_cache.locked)
-# an architecture as -C cuda-archs takes it (settings/_settings.convert reads this one)
+# an architecture as -C cuda-archs takes it (settings/_settings.convert reads it: arch_name)
 ARCH = r"(?:sm_)?(\d+)(?:\.(\d))?([af]?)"
 
 
@@ -101,15 +101,17 @@ def tag_fits(wheel_name: str) -> bool:
     return abi == py and built == sys.version_info[:2]
 
 
+def arch_name(item: str) -> str | None:
+    """One architecture as -C cuda-archs takes it ("sm_90" -> 90, "9.0a" -> 90a), None if bad."""
+    match = re.fullmatch(ARCH, item)
+    return f"{match[1]}{match[2] or ''}{match[3]}" if match else None
+
+
 def arch_names(text: str) -> list[str] | None:
     """--archs as -C cuda-archs takes it ("80,sm_90;9.0a" -> 80, 90, 90a), None for a bad one."""
-    found = []
-    for item in filter(None, re.split(r"[;,\s]+", text.strip())):
-        match = re.fullmatch(ARCH, item)
-        if not match:
-            return None
-        major, minor, suffix = match.groups()
-        found.append(f"{major}{minor or ''}{suffix}")
+    found = [arch_name(item) for item in filter(None, re.split(r"[;,\s]+", text.strip()))]
+    if None in found:
+        return None
     return list(dict.fromkeys(found)) or None
 
 
@@ -119,9 +121,7 @@ def runs_on(gpu: str, archs: list[str]) -> bool:
     gpu = int(re.match(r"\d+", gpu).group())
     for arch in archs:
         number = int(re.match(r"\d+", arch).group())
-        if arch.isdigit() and number // 10 == gpu // 10 and number <= gpu:
-            return True
-        if not arch.isdigit() and number == gpu:
+        if number == gpu or (arch.isdigit() and number // 10 == gpu // 10 and number < gpu):
             return True
     return False
 
@@ -344,8 +344,7 @@ def main(argv: list[str] | None = None) -> int:
         _say(f"{args.uv} not found on PATH; run without --uv to install with pip")
         return 1
     try:
-        why = not_a_cache(ROOT)
-        if why:
+        if why := not_a_cache(ROOT):
             raise Miss(why)
         entry, running = choose(ROOT, args.dist, args.kernel_set, archs, args.binding)
         if args.requirement:
@@ -354,8 +353,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.index_url:
             print(index_url(ROOT, entry))
             return 0
-        why = None if uv else no_pip()
-        if why:
+        if why := (None if uv else no_pip()):
             raise Miss(why)
         command = install_command(checked(entry), args.dist, uv)
         _say(f"{entry.name} for torch {running['version']} from {entry.directory}")

@@ -97,10 +97,8 @@ def _tailor_sources(ext):
     expanded = []
     for source in kept:
         directory, name = os.path.split(str(source))
-        if name in split:
-            expanded += [os.path.join(directory, p) for p in split[name]]
-        else:
-            expanded.append(source)
+        parts = split.get(name)
+        expanded += [source] if parts is None else [os.path.join(directory, p) for p in parts]
     ext.sources = expanded
 
 

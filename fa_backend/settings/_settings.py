@@ -16,7 +16,7 @@ from packaging.version import InvalidVersion, Version
 from ..core import _failures
 from ..core._errors import FaShimError, UnknownSetting
 from ..core._toml import tomllib
-from ..resources.team_install import ARCH
+from ..resources.team_install import arch_name
 from ._model import ENV_PREFIX, FIELDS, ConfigSettings, Setting, Settings, env_name
 
 _TRUE = {"1", "true", "yes", "on"}
@@ -58,16 +58,10 @@ def convert(key: str, kind: str, value: Any, where: str, maximum: int | None = N
     if kind in ("archs", "list"):
         items = value if isinstance(value, (list, tuple)) else re.split(r"[;,\s]+", str(value))
     if kind == "archs":
-        archs = []
-        for item in (str(i).strip() for i in items):
-            if not item:
-                continue
-            # compute_XX names PTX for a virtual arch: flash-attn compiles real GPU code only
-            match = re.fullmatch(ARCH, item)  # install.py's --archs reads it too
-            if not match:
-                raise bad("architectures like 80, 90, 9.0, 100a or 'sm_90'")
-            major, minor, suffix = match.groups()
-            archs.append(f"{major}{minor or ''}{suffix}")
+        # compute_XX names PTX for a virtual arch: flash-attn compiles real GPU code only
+        archs = [arch_name(item) for item in (str(i).strip() for i in items) if item]
+        if None in archs:  # install.py's --archs reads them alike
+            raise bad("architectures like 80, 90, 9.0, 100a or 'sm_90'")
         return tuple(dict.fromkeys(archs))
     if kind == "list":
         return tuple(dict.fromkeys(str(i).strip().lower() for i in items if str(i).strip()))
@@ -79,11 +73,9 @@ def convert(key: str, kind: str, value: Any, where: str, maximum: int | None = N
         if isinstance(value, bool):
             return value
         text = str(value).strip().lower()
-        if text in _TRUE:
-            return True
-        if text in _FALSE:
-            return False
-        raise bad("true or false")
+        if text not in _TRUE | _FALSE:
+            raise bad("true or false")
+        return text in _TRUE
     if kind == "int":
         try:
             number = int(str(value))

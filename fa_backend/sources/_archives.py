@@ -86,10 +86,9 @@ def extract(
     dest.mkdir(parents=True)  # FileExistsError: never write into a directory we did not make
     try:
         with tarfile.open(archive, "r:gz") as tar:
-            members = []
-            for member, parts in checked(tar, archive):  # all before the first byte is written
-                if unused is None or not unused(parts):
-                    members.append(member)
+            members = [  # all checked before the first byte is written
+                m for m, parts in checked(tar, archive) if unused is None or not unused(parts)
+            ]
             if room is not None:
                 room(sum(-(-m.size // BLOCK) * BLOCK or BLOCK for m in members))
             if hasattr(tarfile, "data_filter"):

@@ -126,10 +126,8 @@ def _opener(config: dict[str, str], url: str) -> urllib.request.OpenerDirector:
     if config.get("client-cert"):
         context.load_cert_chain(config["client-cert"])
     handlers: list[urllib.request.BaseHandler] = [urllib.request.HTTPSHandler(context=context)]
-    if config.get("proxy"):
-        handlers.append(
-            urllib.request.ProxyHandler({"http": config["proxy"], "https": config["proxy"]})
-        )
+    if proxy := config.get("proxy"):
+        handlers.append(urllib.request.ProxyHandler({"http": proxy, "https": proxy}))
     return urllib.request.build_opener(*handlers)
 
 
@@ -163,19 +161,18 @@ def project_files(
     """(url, sha256 or None) of every file the index lists for a project (PEP 691 or 503)."""
     page = index.rstrip("/") + f"/{canonicalize_name(project)}/"
     body, ctype = _read(page, config, _ACCEPT, auth)
-    entries: list[tuple[str, str | None]] = []
     if "json" in ctype:
-        for item in json.loads(body)["files"]:
-            entries.append(
-                (urllib.parse.urljoin(page, item["url"]), item.get("hashes", {}).get("sha256"))
-            )
-    else:
-        parser = _Links()
-        parser.feed(body.decode("utf-8", "replace"))
-        for href in parser.links:
-            url, _, fragment = urllib.parse.urljoin(page, href).partition("#")
-            sha = fragment.split("=", 1)[1] if fragment.startswith("sha256=") else None
-            entries.append((url, sha))
+        return [
+            (urllib.parse.urljoin(page, item["url"]), item.get("hashes", {}).get("sha256"))
+            for item in json.loads(body)["files"]
+        ]
+    parser = _Links()
+    parser.feed(body.decode("utf-8", "replace"))
+    entries: list[tuple[str, str | None]] = []
+    for href in parser.links:
+        url, _, fragment = urllib.parse.urljoin(page, href).partition("#")
+        sha = fragment.split("=", 1)[1] if fragment.startswith("sha256=") else None
+        entries.append((url, sha))
     return entries
 
 

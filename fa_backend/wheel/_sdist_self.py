@@ -76,10 +76,8 @@ def write(project: Path, sdist_directory: str, names: Names, spec: SdistSpec) ->
         f"Summary: {summary}\nRequires-Python: >=3.9\nDynamic: Requires-Dist\n"
     )
     entries.append((f"{base}/PKG-INFO", pkg_info.encode(), 0o644))
-    out_dir = Path(sdist_directory).absolute()
-    out_dir.mkdir(parents=True, exist_ok=True)
     mtime = int(os.environ.get("SOURCE_DATE_EPOCH", time.time()))
-    target = out_dir / f"{base}.tar.gz"
+    target = Path(sdist_directory).absolute() / f"{base}.tar.gz"  # _atomic makes the directory
     with (
         _atomic.writing(target) as raw,
         gzip.GzipFile(fileobj=raw, mode="wb", mtime=mtime) as gz,

@@ -37,8 +37,7 @@ def _sha256(src: IO[bytes], dst: IO[bytes] | None = None) -> tuple[str, int]:
 
 class WheelWriter:
     def __init__(self, path: Path, dist_info: str) -> None:
-        self.path = path
-        self.dist_info = dist_info
+        self.path, self.dist_info = path, dist_info
         self._entries: dict[str, tuple[Opener, int, int]] = {}
 
     def add(self, arcname: str, data: bytes, mode: int = 0o644) -> None:
