@@ -236,21 +236,15 @@ def strays(root: Path) -> list[Path]:
     return sorted(found) + _objects.leftovers(root / "objects")
 
 
-def _age(path: Path) -> float | None:
-    try:
-        return time.time() - path.lstat().st_mtime
-    except OSError:
-        return None  # gone meanwhile: its writer finished
-
-
 def stray_rows(root: Path, sweep: bool) -> list[Row]:
     """A row for each leftover: a failure once older than a live write can be (younger: maybe
     a build writing now), which `sweep` removes."""
     rows = []
     for path in strays(root):
-        age = _age(path)
-        if age is None:
-            continue
+        try:
+            age = time.time() - path.lstat().st_mtime
+        except OSError:
+            continue  # gone meanwhile: its writer finished
         old = age > _entries.SWEEP_AGE_S
         row = Row(str(path.relative_to(root)), result=FAILED if old else "stray")
         kind = "directory" if path.is_dir() and not path.is_symlink() else "file"

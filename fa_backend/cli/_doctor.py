@@ -115,12 +115,16 @@ def build_section(report, project: Path, plan, tools, exc: FaShimError | None) -
         data["sources"] = len(sources)
         first, *rest = preview.lines  # what a build prints before compiling
         lines += [first.replace("about to compile", "would compile"), *(r.strip() for r in rest)]
-    settings = plan.settings
-    if not settings.wheel_cache:
+    else:
+        lines.append(
+            f"kernel set {plan.flavour.kernel_set_name(plan)}; no estimate: fa-shim does not "
+            f"know {plan.names.dist} {plan.flavour.upstream_version(plan)}'s kernel sources",
+        )
+    if not plan.settings.wheel_cache:
         data["cache"] = "off"
         lines.append("wheel cache off (-C wheel-cache=false): every build compiles")
     else:
-        root = settings.resolved_wheel_cache_dir
+        root = plan.settings.resolved_wheel_cache_dir
         key = _wheel_cache.key(pipeline.fingerprint(plan, tools))
         hit = _wheel_cache.lookup(root, key, plan.wheel_name)
         data.update(cache="hit" if hit else "miss", cache_key=key, cached=str(hit) if hit else None)
@@ -128,12 +132,6 @@ def build_section(report, project: Path, plan, tools, exc: FaShimError | None) -
             f"would be a wheel-cache hit: {hit} (~{HIT_SECONDS}, no compile)"
             if hit
             else f"not in the wheel cache {root} (fingerprint {key}): a build compiles"
-        )
-    if sources is None:
-        lines.insert(
-            1,
-            f"kernel set {plan.flavour.kernel_set_name(plan)}; no estimate: fa-shim does not "
-            f"know {plan.names.dist} {plan.flavour.upstream_version(plan)}'s kernel sources",
         )
     report.add("build", data, *lines)
 
@@ -153,7 +151,7 @@ def preflight_section(report, torch, nvcc) -> None:
         results = _preflight.check(commands, Path.cwd())
     except FaShimError as exc:
         report.add("preflight", {"ok": False, "error": exc.cause}, "FAILED (see problems)")
-        report.problem("preflight", "error", exc.cause, exc.fix or "")
+        report.problem("preflight", ERROR, exc.cause, exc.fix or "")
         return
     text = ", ".join(f"{r['kind']} abi={r['abi']} __cplusplus={r['cplusplus']}" for r in results)
     report.add("preflight", {"ok": True, "results": json.loads(json.dumps(results))}, text)
@@ -174,17 +172,15 @@ def archs_to_compile(flavour, settings, torch, nvcc) -> tuple[list[str], str]:
 def _machine_and_gpus(
     report: DoctorReport, flavour: Flavour, settings, torch, nvcc, tools, exc
 ) -> list[_verify.Gpu] | None:
-    if nvcc is not None:
-        archs, source = archs_to_compile(flavour, settings, torch, nvcc)
-    else:
-        archs = []
-        source = "no usable nvcc" if torch is not None and torch.cuda else "no CUDA torch"
     if nvcc is None:
-        tools, why = None, source
-    elif isinstance(exc, NotLocal):
-        why = "the sources are not on this machine yet"
+        archs, tools = [], None
+        source = why = "no usable nvcc" if torch is not None and torch.cuda else "no CUDA torch"
     else:
-        why = exc.cause.rstrip(".") if exc else ""
+        archs, source = archs_to_compile(flavour, settings, torch, nvcc)
+        if isinstance(exc, NotLocal):
+            why = "the sources are not on this machine yet"
+        else:
+            why = exc.cause.rstrip(".") if exc else ""
     cores, memory = _jobs.available_cores(), _jobs.available_memory()
     if tools is not None:  # the build's own decision for this configuration
         jobs, threads, shape = tools.jobs, tools.nvcc_threads, dict(tools.shape)
@@ -276,10 +272,11 @@ def _installed_section(report: DoctorReport, flavour: Flavour, torch, gpus) -> N
         report.add("flash_attn", {"installed": False}, "not installed")
         return
     where = str(Path(dist.locate_file("")).resolve())
+    found = {"installed": True, "version": dist.version, "location": where}
     if torch is None:
         report.add(
             "flash_attn",
-            {"installed": True, "version": dist.version, "location": where, "verified": None},
+            {**found, "verified": None},
             f"{dist.version} at {where}; not verified (no torch)",
         )
         return
@@ -292,24 +289,17 @@ def _installed_section(report: DoctorReport, flavour: Flavour, torch, gpus) -> N
     failed = [c.name for c in result.failures]
     report.add(
         "flash_attn",
-        {
-            "installed": True,
-            "version": dist.version,
-            "location": where,
-            "verified": result.ok,
-            "failed_checks": failed,
-        },
+        {**found, "verified": result.ok, "failed_checks": failed},
         f"{dist.version} at {where}: "
         + ("verifies against this torch" if result.ok else f"FAILS verify ({', '.join(failed)})"),
     )
     if failed:
-        first = result.failures[0]
         report.problem(
             "flash_attn",
             ERROR,
             f"the installed {names.dist} {dist.version} does not fit torch {torch.version}: "
             + "; ".join(f"{c.name}: {c.summary}" for c in result.failures),
-            (first.fix or flavour.rebuild_command())
+            (result.failures[0].fix or flavour.rebuild_command())
             + f" (details: `python -m fa_backend verify {names.package}`)",
         )
 
@@ -353,10 +343,9 @@ def diagnose(project: Path = PROJECT) -> DoctorReport:
         flavour, settings = _registry.load(None, project_dir=project)
     except FaShimError as exc:
         report.problem("settings", ERROR, exc.cause, exc.fix or "")
-        found, settings = _registry.of_project(project), _registry.defaults()
-        if found is None:  # no flavour, no build to diagnose: the error says why
+        flavour, settings = _registry.of_project(project), _registry.defaults()
+        if flavour is None:  # no flavour, no build to diagnose: the error says why
             return report
-        flavour = found
     python_section(report, flavour)
     report.sections["project"] = {"path": str(project), "distribution": flavour.names.dist}
     report.sections["pins"] = dict(flavour.sdist_contents(settings).pins)  # what picks its sources
@@ -372,9 +361,8 @@ def diagnose(project: Path = PROJECT) -> DoctorReport:
         _objects.describe(objects) if settings.object_cache else "off (-C object-cache=false)",
     )
     caches_section(report, settings, objects)
-    report.add(
-        "seal", dataclasses.asdict(pipeline.network_seal()), pipeline.network_seal().describe()
-    )
+    seal = pipeline.network_seal()
+    report.add("seal", dataclasses.asdict(seal), seal.describe())
     plan, tools, exc = planned(project)
     gpus = _machine_and_gpus(report, flavour, settings, torch, nvcc, tools, exc)
     _installed_section(report, flavour, torch, gpus)

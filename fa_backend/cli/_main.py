@@ -81,8 +81,7 @@ def _prepare(args: argparse.Namespace) -> int:
     from ..pipeline import api as pipeline
     from ..toolchain import _jobs
 
-    config = dict(args.config_setting)
-    plan = pipeline.plan(config)
+    plan = pipeline.plan(dict(args.config_setting))
     # only a new, empty or fa-shim-made directory; a failed or interrupted prepare takes back
     # what it added and nothing else
     with _ownership.owned(Path(args.build_dir).absolute(), "--build-dir") as out:
@@ -284,8 +283,7 @@ def _cache(args: argparse.Namespace) -> int:
     from . import _cache_check
 
     config = dict(args.config_setting)
-    directory = Path(args.directory)
-    return _cache_check.main(args.action, directory, args.rebuild, config, args.sweep)
+    return _cache_check.main(args.action, Path(args.directory), args.rebuild, config, args.sweep)
 
 
 def _config(p: argparse.ArgumentParser) -> None:

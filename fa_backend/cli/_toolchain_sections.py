@@ -182,17 +182,16 @@ def compiler_section(report: DoctorReport, torch) -> None:
     cxx = info["command"]
     abi, error = compiler_abi(cxx)
     data = {**info, "default_cxx11_abi": abi}
-    if abi is None:
-        report.add("compiler", data, f"{cxx}: cannot preprocess <string> ({error})")
     for problem in _compilers.host_compiler_problems():  # the check a build makes first
         report.problem("compiler", ERROR, problem.cause, problem.fix or "")
     if abi is None:
+        report.add("compiler", data, f"{cxx}: cannot preprocess <string> ({error})")
         return
     std_note = ""
     if torch is not None and torch.cxx_std and torch.cxx_std.startswith("c++"):
         std_abi, std_error = compiler_abi(cxx, torch.cxx_std)
         data["accepts_std"] = std_abi is not None
-        std_note = f", accepts -std={torch.cxx_std}" if std_abi is not None else ""
+        std_note = f", accepts -std={torch.cxx_std}"
         if std_abi is None:
             std_note = f", REJECTS -std={torch.cxx_std}"
             report.problem(
