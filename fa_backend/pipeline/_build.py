@@ -159,15 +159,12 @@ def repack(plan: Plan, upstream_wheel: Path, target: Path, prov: dict) -> Path:
                 fix="read the build log; was FLASH_ATTENTION_SKIP_CUDA_BUILD set?",
             )
         writer.add(names.guard_path, GUARD.read_bytes())
-        writer.add(f"{plan.dist_info}/METADATA", plan.metadata.encode())
-        writer.add(
-            f"{plan.dist_info}/WHEEL",
-            _metadata.wheel_file(plan.tag, f"fa-shim {__version__}").encode(),
-        )
-        writer.add(
-            f"{plan.dist_info}/{PROVENANCE}",
-            (json.dumps(prov, indent=2, sort_keys=True) + "\n").encode(),
-        )
+        for name, text in (
+            ("METADATA", plan.metadata),
+            ("WHEEL", _metadata.wheel_file(plan.tag, f"fa-shim {__version__}")),
+            (PROVENANCE, json.dumps(prov, indent=2, sort_keys=True) + "\n"),
+        ):
+            writer.add(f"{plan.dist_info}/{name}", text.encode())
         return writer.write()  # while upstream's wheel is open: its members stream from it
 
 

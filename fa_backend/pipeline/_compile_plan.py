@@ -87,9 +87,9 @@ class CompilePlan:
 
 def make(plan: Plan, tools: Tools, sources: Sequence[str], cores: int, memory: int) -> CompilePlan:
     flavour, settings = plan.flavour, plan.settings
-    n_archs = len(tools.archs.targets) if tools.archs else 1
-    threads = tools.nvcc_threads or 1
-    machine = _schedule.Machine(tools.jobs, threads, cores, n_archs)
+    machine = _schedule.Machine(
+        tools.jobs, tools.nvcc_threads or 1, cores, len(tools.archs.targets) if tools.archs else 1
+    )
     costs = flavour.costs(plan)
     cost, memory_model = (costs.seconds, costs.peak_bytes) if costs else (None, None)
     seconds = {s: machine.scale(cost(s)) for s in sources} if cost else None
@@ -98,7 +98,7 @@ def make(plan: Plan, tools: Tools, sources: Sequence[str], cores: int, memory: i
         peaks: dict[str, int] = {}
     else:
         # a job compiling k architectures at once holds more (toolchain/_jobs' figures)
-        per_job = max(1, min(threads, n_archs))
+        per_job = machine.per_arch_parallel
         scale = _jobs.job_bytes(per_job) / _jobs.job_bytes(1)
         peaks = {s: int(memory_model(s) * scale) for s in sources}
         slots = settings.max_jobs or max(1, cores // per_job)

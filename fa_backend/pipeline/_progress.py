@@ -62,14 +62,11 @@ def preview(
         f" (kernel set {plan.flavour.kernel_set_name(plan)})",
     ]
     if archs:
+        chosen = archs.selection.source.startswith(("setting", "the visible"))
         lines.append(
             f"  architectures: {', '.join(archs.selection.archs)} from {archs.selection.source}"
             f" -> sm_{', sm_'.join(archs.targets)}"
-            + (
-                ""
-                if archs.selection.source.startswith(("setting", "the visible"))
-                else " (set -C cuda-archs=... to build for your GPU only)"
-            )
+            + ("" if chosen else " (set -C cuda-archs=... to build for your GPU only)")
         )
     lines.append(
         f"  jobs: {machine.jobs} compile job(s) x {machine.threads} nvcc thread(s) on "
@@ -211,15 +208,14 @@ class Monitor:
 
     def state(self) -> tuple[list[tuple[str, float]], list[tuple[str, float]], list[str]]:
         """(finished: name and seconds, running: name and seconds so far, pending names)."""
-        records = _stats.tu_stats(self.stats_file)
-        ended = {(r["source"], r.get("started")) for r in records}
+        ended = {(r["source"], r.get("started")) for r in _stats.tu_stats(self.stats_file)}
         finished = [(r["source"], float(r["seconds"])) for r in _stats.compiled(self.stats_file)]
         now = time.time()
         running = []
         for r in _stats.tu_stats(_stats.started_file(self.stats_file)):
             if (r["source"], r["started"]) not in ended:
                 running.append((r["source"], max(0.0, now - r["started"])))
-        taken = {n for n, _ in finished} | {n for n, _ in running}
+        taken = {n for n, _ in finished + running}
         pending = [s for s in self.sources if s not in taken]
         return finished, running, pending
 

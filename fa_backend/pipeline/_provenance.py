@@ -124,9 +124,6 @@ def provenance(plan: Plan, prep: Prepared) -> dict:
         "patches": [{"name": p.name, "reason": p.reason, "sha256": p.sha256} for p in plan.patches],
         "kernel_set": plan.kernel_set,
         "kernel_set_name": plan.flavour.kernel_set_name(plan),  # what install.py asks for
-        "compile_commands": {
-            "cxx": sum(c.kind == "cxx" for c in prep.commands),
-            "nvcc": sum(c.kind == "nvcc" for c in prep.commands),
-        },
+        "compile_commands": {k: sum(c.kind == k for c in prep.commands) for k in ("cxx", "nvcc")},
         "reused_objects": _stats.served(prep.stats_file),  # from the object cache, not compiled
     }

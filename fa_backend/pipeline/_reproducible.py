@@ -62,9 +62,9 @@ def map_flag(banner: str) -> str:
     versions = re.findall(r"(\d+)\.\d+(?:\.\d+)?", first)
     if not versions:
         return "-fdebug-prefix-map"
-    major = int(versions[0] if "clang" in first.lower() else versions[-1])
-    new_enough = major >= (10 if "clang" in first.lower() else 8)
-    return "-ffile-prefix-map" if new_enough else "-fdebug-prefix-map"
+    clang = "clang" in first.lower()
+    major = int(versions[0] if clang else versions[-1])
+    return "-ffile-prefix-map" if major >= (10 if clang else 8) else "-fdebug-prefix-map"
 
 
 def flags(maps: list[list[str]], banner: str) -> dict[str, list[str]]:
@@ -98,11 +98,9 @@ def split(prov: dict, flavour: Flavour) -> tuple[dict, dict]:
     """(what goes into the wheel, how it was built: for the wheel-cache entry's record)."""
     what = {k: v for k, v in prov.items() if k not in _HOW}
     how = {k: prov[k] for k in _HOW if k in prov}
-    name = flavour.sources_key
-    if isinstance(prov.get(name), dict):
-        what[name], how[name] = _strip(prov[name], flavour.sources_how)
-    if isinstance(prov.get("torch"), dict):
-        what["torch"], how["torch"] = _strip(prov["torch"], _TORCH_HOW)
+    for name, keys in ((flavour.sources_key, flavour.sources_how), ("torch", _TORCH_HOW)):
+        if isinstance(prov.get(name), dict):
+            what[name], how[name] = _strip(prov[name], keys)
     if isinstance(prov.get("nvcc"), dict):
         nvcc = prov["nvcc"]
         what["nvcc"] = {k: nvcc[k] for k in _NVCC_WHAT if k in nvcc}

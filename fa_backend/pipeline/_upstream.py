@@ -71,8 +71,7 @@ def environment(
         env["PYTORCH_NVCC"] = _launcher_script(bin_dir / "nvcc", stats, real_nvcc, cache)
         env.update(tools.archs.env)
     env.update(plan.flavour.environment(plan, tools))
-    for name, value in wrappers.env.items():  # the user's own settings win
-        env.setdefault(name, value)
+    env = {**wrappers.env, **env}  # the user's own settings win
     # always set: unset, upstream's setup.py picks its own, through psutil in some releases
     # (their flavour leaves it out of setup_requires); a prepare compiles nothing
     env["MAX_JOBS"] = str(jobs or 1)
@@ -124,9 +123,8 @@ def run_setup(
     if mode == "prepare":  # the tools setup.py will call, found as it will find them
         problems = _compilers.host_compiler_problems()
         problems.append(_compilers.ninja_problem(env.get("PATH", os.defpath)))
-        for problem in problems:
-            if problem:
-                raise problem
+        for problem in filter(None, problems):
+            raise problem
     _log.info(f"running upstream setup.py ({mode}); full log: {log}")
     with _seal.sealed(command, env) as (command, env):
         code, output = run_logged(command, source, env, log)
@@ -157,8 +155,7 @@ def failure(code: int, report: dict, log: Path, output: str) -> FaShimError:
 def first_errors(output: str, limit: int = 15) -> str:
     """The first compiler error and the lines right after it, without the Python traceback."""
     pattern = re.compile(
-        r"(error:|error\b.*:|FAILED:|fatal|Killed|killed by signal|"
-        r"undefined reference)",
+        r"(error:|error\b.*:|FAILED:|fatal|Killed|killed by signal|undefined reference)",
         re.IGNORECASE,
     )
     lines = output.splitlines()

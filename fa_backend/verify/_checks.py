@@ -138,14 +138,19 @@ def check_symbols(
     abis = {s: string_abi(s) for s in refs}
     new = [s for s in refs if abis[s] == 1]
     old = [s for s in refs if abis[s] == 0]
+    used = new or old  # the references of the one ABI, where they have one
     built_abi = 1 if new and not old else 0 if old and not new else None
+    passes = (
+        f"{plural(len(used), 'reference')} to torch {_verb(len(used), 'passes', 'pass')} "
+        f"std::string in {_abi_name(built_abi)}"
+    )
     rebuild = (
         f"rebuild {flavour.names.dist} against this torch: `{flavour.rebuild_command()}` "
         "(fa-shim compiles with torch's ABI)"
     )
 
     # The ABI of the references, compared with torch's.
-    if built_abi is None and not (new or old):
+    if not used:
         abi_check = Check(
             "abi", SKIP, "no reference to torch passes std::string: the ABI is not visible"
         )
@@ -158,17 +163,14 @@ def check_symbols(
             fix=rebuild + ".",
         )
     elif built_abi != torch.abi:
-        sample = demangle((old or new)[:3])
+        sample = demangle(used[:3])
         abi_check = Check(
             "abi",
             FAIL,
             f"built for {_abi_name(built_abi)} (_GLIBCXX_USE_CXX11_ABI={built_abi}), torch uses "
             f"{'the new one' if torch.abi else 'the old one'} "
-            f"(_GLIBCXX_USE_CXX11_ABI={torch.abi}): "
-            f"{plural(len(old or new), 'reference')} to torch "
-            f"{_verb(len(old or new), 'passes', 'pass')} std::string in {_abi_name(built_abi)}, "
-            "e.g.",
-            details=[sample[s] for s in (old or new)[:3]],
+            f"(_GLIBCXX_USE_CXX11_ABI={torch.abi}): {passes}, e.g.",
+            details=[sample[s] for s in used[:3]],
             fix=rebuild
             + f"; building by hand, compile with -D_GLIBCXX_USE_CXX11_ABI={torch.abi} (a host "
             "compiler that defaults to the old ABI, e.g. RHEL devtoolset g++, needs it spelled "
@@ -176,11 +178,7 @@ def check_symbols(
         )
     else:
         abi_check = Check(
-            "abi",
-            PASS,
-            f"{plural(len(new or old), 'reference')} to torch "
-            f"{_verb(len(new or old), 'passes', 'pass')} std::string in {_abi_name(built_abi)}, "
-            f"as torch does (_GLIBCXX_USE_CXX11_ABI={torch.abi})",
+            "abi", PASS, f"{passes}, as torch does (_GLIBCXX_USE_CXX11_ABI={torch.abi})"
         )
 
     # Every torch reference resolves.
@@ -332,10 +330,9 @@ def check_archs(
             f"sm_{', sm_'.join(missing)} missing.",
             fix=f"rebuild: `{rebuild}`.",
         )
-    if gpus is None:
-        return Check("cuda archs", PASS, f"{shown} (no GPU compared)")
     if not gpus:
-        return Check("cuda archs", PASS, f"{shown} (no GPU visible to compare)")
+        compared = "compared" if gpus is None else "visible to compare"
+        return Check("cuda archs", PASS, f"{shown} (no GPU {compared})")
     unable = [g for g in gpus if not any(c.runs_on(g.sm) for c in codes)]
     if unable:
         return Check(

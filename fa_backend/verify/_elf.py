@@ -146,8 +146,7 @@ class TorchExports:
 
         self.lib_dir = lib_dir
         self.libs: list[str] = []
-        self._files = []
-        self._tables = []
+        self._files, self._tables = [], []
         for name in TORCH_LIBS:
             path = lib_dir / name
             if not path.is_file():

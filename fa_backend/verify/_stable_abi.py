@@ -48,8 +48,7 @@ def _declarations_in(text: str, header: str) -> dict[str, Declared]:
             gates[-1] = None
         elif _ENDIF.match(line) and gates:
             gates.pop()
-        known = [g for g in gates if g]
-        gate_of_line.append(max(known, key=Version) if known else None)
+        gate_of_line.append(max(filter(None, gates), key=Version, default=None))
     found = {}
     for match in _DECLARATION.finditer(text):
         line = text.count("\n", 0, match.start(1))
@@ -90,7 +89,7 @@ def looks_stable(modules: list[ElfModule]) -> bool:
 
 
 def _from_torch(name: str, exports: TorchExports, declared: dict[str, Declared]) -> bool:
-    if name.startswith("_Z") or name.startswith(("Py", "_Py")):
+    if name.startswith(("_Z", "Py", "_Py")):
         return False  # C++ (judged by its scope) or the interpreter's
     return name in declared or name.startswith(SHIM_PREFIXES) or exports.provider(name) is not None
 

@@ -52,12 +52,10 @@ def _is_module(name: str, flavour: Flavour) -> bool:
 def _flavour_of_wheel(infos: list[zipfile.ZipInfo]) -> Flavour | None:
     """By the distribution its .dist-info names, else by the packages it holds."""
     tops = {i.filename.split("/")[0] for i in infos if "/" in i.filename}
-    for top in tops:
-        if top.endswith(".dist-info"):
-            flavour = _registry.of_dist(top[: -len(".dist-info")].rsplit("-", 1)[0])
-            if flavour:
-                return flavour
-    return _registry.of_package(tops)
+    dists = (
+        t.removesuffix(".dist-info").rsplit("-", 1)[0] for t in tops if t.endswith(".dist-info")
+    )
+    return next(filter(None, map(_registry.of_dist, dists)), None) or _registry.of_package(tops)
 
 
 def wheel_target(wheel: Path, scratch: Path) -> Target:
@@ -104,10 +102,8 @@ def _dist_target(dist, flavour: Flavour, where: str) -> Target:
     if not files:  # no RECORD: look next to the package
         modules = _modules_in(Path(dist.locate_file("")), flavour)
     provenance, error = _parse_provenance(dist.read_text(PROVENANCE), PROVENANCE)
-    name = f"{dist.metadata['Name']} {dist.version}"
-    return Target(
-        f"{name} in {where}", "installed", dist_tags or None, modules, provenance, flavour, error
-    )
+    description = f"{dist.metadata['Name']} {dist.version} in {where}"
+    return Target(description, "installed", dist_tags or None, modules, provenance, flavour, error)
 
 
 def installed_target(spec: str) -> Target:
@@ -119,14 +115,12 @@ def installed_target(spec: str) -> Target:
         try:
             dist = metadata.distribution(named.names.dist)
         except metadata.PackageNotFoundError:
-            pass
-        else:
-            return _dist_target(dist, named, str(Path(dist.locate_file("")).resolve()))
-        raise FaShimError(
-            f"no {named.names.dist} distribution is installed for {sys.executable}.",
-            fix="install it first, name the environment's interpreter with --python, or pass "
-            "the wheel, site-packages directory or flash_attn_2_cuda*.so to verify.",
-        )
+            raise FaShimError(
+                f"no {named.names.dist} distribution is installed for {sys.executable}.",
+                fix="install it first, name the environment's interpreter with --python, or pass "
+                "the wheel, site-packages directory or flash_attn_2_cuda*.so to verify.",
+            ) from None
+        return _dist_target(dist, named, str(Path(dist.locate_file("")).resolve()))
     site = path.resolve()
     for dist in metadata.distributions(path=[str(site)]):
         flavour = _registry.of_dist(dist.metadata["Name"] or "")

@@ -107,7 +107,6 @@ class VerifyReport(Report):
         if not failed:
             return
         names = ", ".join(c.name for c in failed)
-        fixes = list(dict.fromkeys(c.fix for c in failed if c.fix))
         raise FaShimError(
             f"{self.target} does not fit {self.torch_line()} (failed: {names}).",
             details="\n".join(
@@ -115,7 +114,7 @@ class VerifyReport(Report):
                 for c in failed
                 for line in (f"{c.name}: {c.summary}", *(f"  {d}" for d in c.details))
             ),
-            fix=" ".join(fixes) or None,
+            fix=" ".join(dict.fromkeys(c.fix for c in failed if c.fix)) or None,
         )
 
 
@@ -154,9 +153,8 @@ def gpus_here() -> list[Gpu]:
 
 def _run(target: Target, torch: TorchInfo, gpus: list[Gpu] | None) -> VerifyReport:
     checks = [check_tags(target), check_module(target)]
-    modules: list[ElfModule] = []
-    if target.modules:
-        modules = [_read(target, name, path) for name, path in target.modules]
+    modules = [_read(target, name, path) for name, path in target.modules]
+    if modules:
         stable = stable_floor(target, modules)
         symbols_abi = _foreign(modules, target.flavour)
         if symbols_abi is None:
