@@ -83,28 +83,21 @@ def model(disabled: int) -> api.Cost:
 def memory_model(version: str, pinned: bool) -> Callable[[str], int] | None:
     """Each source's peak bytes (one arch) from the release's units.json (or its unit-table's); a
     part as its whole source (it never holds more), else toolchain/_jobs' figure. None: no table."""
-    shared = _releases.release(version).unit_table if pinned else None
-    table = api.load_units(VENDORED / (shared or version)) if pinned else None
+    if not pinned:
+        return None
+    table = api.load_units(VENDORED / (_releases.release(version).unit_table or version))
     if table is None:
         return None
-
-    def peak(name: str) -> int:
-        found = table.peak_bytes(name, _tu_parts.source_of(name))
-        return found or api.JOB_BYTES_ONE_ARCH
-
-    return peak
+    return lambda name: table.peak_bytes(name, _tu_parts.source_of(name)) or api.JOB_BYTES_ONE_ARCH
 
 
 # --------------------------------------------------------------- sets a long build could take
-SUGGEST_ABOVE_SECONDS = 30 * 60
 INFERENCE_SET = {"head_dims": ("128",), "dtypes": ("bf16",), "forward_only": True}
 INFERENCE_OPTIONS = (
     "-C head-dims=128 -C dtypes=bf16 -C forward-only=true (a tailored set: "
     "docs/guides/build-speed.md#tailored-kernel-sets)"
 )
 ALL_SWITCHES = "dropout,alibi,softcap,local,uneven_k"
-
-
 NEAR_TIE = 1.03  # model differences this small are noise: keep the idle-jobs rule's count
 
 
@@ -117,14 +110,11 @@ def best_parts(
     rule = _tu_parts.choose(setting, jobs, kernels, patched)
     if setting is not None or not patched or not kernels:
         return rule
-    machine = api.Machine(jobs, 1, cores, 1)
-    cost = model(disabled)
-
-    def predicted(parts: int) -> float:
-        names = [*_tu_parts.split_names(sorted(kernels), parts), "flash_api.cpp"]
-        return api.predict(names, machine, cost)
-
-    times = {n: predicted(n) for n in range(1, _tu_parts.MAX_PARTS + 1)}
+    machine, cost = api.Machine(jobs, 1, cores, 1), model(disabled)
+    times = {
+        n: api.predict([*_tu_parts.split_names(sorted(kernels), n), "flash_api.cpp"], machine, cost)
+        for n in range(1, _tu_parts.MAX_PARTS + 1)
+    }
     best = min(times, key=lambda n: (times[n], n))
     # the rule's count where the model barely differs, unless splitting gains nothing at all
     keep_rule = times[rule] <= times[best] * NEAR_TIE and times[rule] < times[1]
@@ -191,8 +181,7 @@ def planned_sources(source, tu_parts: int, whole: int = 0) -> list[str] | None:
     kernels = source.kernels
     if kernels is None:
         return None
-    cut = cut_sources(kernels, whole)
-    return [*_tu_parts.split_names(kernels, tu_parts, cut), "flash_api.cpp"]
+    return [*_tu_parts.split_names(kernels, tu_parts, cut_sources(kernels, whole)), "flash_api.cpp"]
 
 
 def faster_options(

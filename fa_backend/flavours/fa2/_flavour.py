@@ -177,8 +177,7 @@ class Fa2(Flavour):
         return parts, _costs.cut_sources(plan.source.kernels, whole)
 
     def lay_out(self, plan: Plan, tools: Tools, dest: Path) -> Path:
-        sdist = plan.source.sdist
-        source = _sdist.extract(sdist, dest)
+        source = _sdist.extract(plan.source.sdist, dest)
         api.apply_patches(list(plan.patches), source)
         _tu_parts.write(source / _tu_parts.KERNEL_DIR, *self._split(plan, tools))
         return source

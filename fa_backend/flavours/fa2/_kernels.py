@@ -69,8 +69,7 @@ def tailoring(settings: Settings, version: str) -> Tailoring:
         return FULL
     # each chooser returns some of the known names for some asked, none for none: all of them
     head_dims = api.head_dims(settings.head_dims, space.head_dims) or space.head_dims
-    aliases = api.DTYPE_ALIASES
-    dtypes = api.choose_values(settings.dtypes, space.dtypes, aliases, "dtypes", "bf16")
+    dtypes = api.choose_values(settings.dtypes, space.dtypes, api.DTYPE_ALIASES, "dtypes", "bf16")
     dtypes = dtypes or space.dtypes
     disabled = api.choose_values(
         settings.disable, space.switches, _SWITCH_ALIASES, "disable", "dropout"
@@ -78,18 +77,16 @@ def tailoring(settings: Settings, version: str) -> Tailoring:
     backward = not settings.forward_only
 
     exclude, defines, words = [], [], []
-    if len(head_dims) < len(space.head_dims):
-        words += [f"hdim{d}" for d in head_dims]
-        for d in space.head_dims:
-            if d not in head_dims:
-                exclude.append(naming.head_dim_sources.format(d))
-                defines.append(f"-DFA_SHIM_NO_HDIM{d}")
-    if len(dtypes) < len(space.dtypes):
-        words += list(dtypes)
-        for t in space.dtypes:
-            if t not in dtypes:
-                exclude.append(naming.dtype_sources.format(t))
-                defines.append(f"-DFA_SHIM_NO_{t.upper()}")
+    for chosen, known, sources, word in (
+        (head_dims, space.head_dims, naming.head_dim_sources, "hdim{}"),
+        (dtypes, space.dtypes, naming.dtype_sources, "{}"),
+    ):
+        if len(chosen) < len(known):
+            words += [word.format(v) for v in chosen]
+            for v in known:
+                if v not in chosen:
+                    exclude.append(sources.format(v))
+                    defines.append(f"-DFA_SHIM_NO_{word.format(v).upper()}")
     if not backward:
         words.append("fwd")
         exclude.append(naming.pass_sources.format(naming.backward))

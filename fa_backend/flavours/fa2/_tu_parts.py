@@ -32,9 +32,8 @@ def choose(setting: int | None, jobs: int, kernels: Sequence[str] | None, patche
     """Parts per forward source: the setting, else as many as the idle job slots allow."""
     if not patched or not kernels:
         return 1
-    if setting is not None:
-        return max(1, min(MAX_PARTS, setting))
-    return max(1, min(MAX_PARTS, jobs // len(kernels)))
+    wanted = jobs // len(kernels) if setting is None else setting
+    return max(1, min(MAX_PARTS, wanted))
 
 
 def cut(name: str, parts: int, only: Collection[str] | None) -> bool:
@@ -46,10 +45,7 @@ def split_names(
     kernels: Sequence[str], parts: int, only: Collection[str] | None = None
 ) -> list[str]:
     """The translation units of these sources, `only`'s (None: all) in `parts` parts each."""
-    names = []
-    for kernel in kernels:
-        names += part_names(kernel, parts) if cut(kernel, parts, only) else [kernel]
-    return names
+    return [n for k in kernels for n in (part_names(k, parts) if cut(k, parts, only) else [k])]
 
 
 def part_names(name: str, parts: int) -> list[str]:
@@ -105,7 +101,7 @@ def check_complete(compiled: Iterable[str]) -> list[str]:
             seen.setdefault(f"{m['source']}.cu", set()).add((int(m["k"]), int(m["n"])))
     problems = []
     for source, got in sorted(seen.items()):
-        n = {n for _, n in got}
-        if len(n) != 1 or {k for k, _ in got} != set(range(next(iter(n)) + 1)):
+        n = max(n for _, n in got)
+        if got != {(k, n) for k in range(n + 1)}:  # one count of parts, and every part of it
             problems.append(f"{source}: parts {sorted(got)}")
     return problems

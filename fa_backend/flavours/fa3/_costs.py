@@ -57,8 +57,7 @@ def _aggregate_width(hdim: str, tailoring: Fa3Tailoring) -> int:
     """How many head dims (hdimall) or head-dim pairs (hdimdiff) a v2.8.3 unit compiles."""
     if hdim == "all":
         return len(tailoring.head_dims)
-    pairs = [*DIFF64, *DIFF192]
-    return sum(pair.split("_")[0] in tailoring.head_dims for pair in pairs)
+    return sum(pair.split("_")[0] in tailoring.head_dims for pair in (*DIFF64, *DIFF192))
 
 
 def unit_seconds(name: str, tailoring: Fa3Tailoring) -> float:

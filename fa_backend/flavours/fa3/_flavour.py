@@ -154,15 +154,11 @@ class Fa3(Flavour):
     def sources(self, plan: Plan, with_origin: bool) -> dict:
         """Both trees by their content pins and the commits they are from."""
         release, found = plan.source.release, plan.source.sources
-        trees = {
-            "line": release.version,
-            "tag": release.tag,
-            "hopper": {"commit": release.commit, "pin": found.hopper.pin},
-            "cutlass": {"commit": release.cutlass_commit, "pin": found.cutlass.pin},
-        }
-        if with_origin:
-            trees["hopper"]["origin"] = found.hopper.origin
-            trees["cutlass"]["origin"] = found.cutlass.origin
+        trees = {"line": release.version, "tag": release.tag}
+        for tree in found.trees:
+            trees[tree.kind.name] = {"commit": _sources.commit(release, tree.kind), "pin": tree.pin}
+            if with_origin:
+                trees[tree.kind.name]["origin"] = tree.origin
         return trees
 
     def upstream_version(self, plan: Plan) -> str:
@@ -176,25 +172,25 @@ class Fa3(Flavour):
         """sm_90a, and nothing else: FA3's kernels are Hopper's (wgmma, TMA)."""
         if settings.cuda_archs:
             wrong = [a for a in settings.cuda_archs if a not in ("90", "90a")]
-            if wrong:
-                raise FaShimError(
-                    f"setting cuda-archs asks for {', '.join(wrong)}: FlashAttention-3 is built "
-                    "for Hopper (sm_90a) only.",
-                    fix="install flash-attn (FA2, fa-shim's root project) for that GPU, or "
-                    "-C cuda-archs=90a to build for a Hopper elsewhere.",
-                )
+            why = (
+                f"setting cuda-archs asks for {', '.join(wrong)}: FlashAttention-3 is built "
+                "for Hopper (sm_90a) only."
+            )
             source = "setting cuda-archs"
         else:
             gpus = api.capabilities()
-            other = sorted({f"{major}{minor}" for major, minor in gpus} - {"90"})
-            if other:
-                raise FaShimError(
-                    f"the visible GPUs include compute capability {', '.join(other)}, and "
-                    "FlashAttention-3 runs on Hopper (9.0) only.",
-                    fix="install flash-attn (FA2, fa-shim's root project) for that GPU, or "
-                    "-C cuda-archs=90a to build for a Hopper elsewhere.",
-                )
+            wrong = sorted({f"{major}{minor}" for major, minor in gpus} - {"90"})
+            why = (
+                f"the visible GPUs include compute capability {', '.join(wrong)}, and "
+                "FlashAttention-3 runs on Hopper (9.0) only."
+            )
             source = "the visible GPUs" if gpus else "FlashAttention-3 (Hopper only)"
+        if wrong:
+            raise FaShimError(
+                why,
+                fix="install flash-attn (FA2, fa-shim's root project) for that GPU, or "
+                "-C cuda-archs=90a to build for a Hopper elsewhere.",
+            )
         if api.base_arch(ARCH) not in {api.base_arch(a) for a in api.nvcc_arch_list(nvcc)}:
             raise FaShimError(
                 f"{nvcc} cannot compile for sm_90a.",
@@ -254,7 +250,7 @@ class Fa3(Flavour):
             api.info(f"CUDA library headers from torch's nvidia wheels: {', '.join(extra)}")
             # after every -I of the build (host compiler only reads it): never shadows the toolkit
             current = os.environ.get("CPLUS_INCLUDE_PATH")
-            env["CPLUS_INCLUDE_PATH"] = os.pathsep.join([*([current] if current else []), *extra])
+            env["CPLUS_INCLUDE_PATH"] = os.pathsep.join(filter(None, [current, *extra]))
         return env
 
     def driver_spec(self, plan: Plan, tools: Tools, source: Path) -> dict:
@@ -276,17 +272,15 @@ class Fa3(Flavour):
         t = plan.source.tailoring
         wrong = []
         for c in commands:
+            name = os.path.basename(c.file)
             if c.kind == "nvcc":
                 found = api.gencodes(c)
-                want = _GENCODES["kernel" if c.file.endswith("_sm90.cu") else "helper"]
-                if found != want:
-                    shown = ", ".join(sorted(found)) or "none"
-                    wrong.append(f"{os.path.basename(c.file)}: compiles {shown}")
+                if found != _GENCODES["kernel" if c.file.endswith("_sm90.cu") else "helper"]:
+                    wrong.append(f"{name}: compiles {', '.join(sorted(found)) or 'none'}")
             match = _KERNEL.search(c.file)
             if not match:
                 continue
             direction, hdim, dtype, _, sm = match.groups()
-            name = os.path.basename(c.file)
             if sm != "90":
                 wrong.append(f"{name}: an sm{sm} kernel")
             if direction == "bwd" and not t.backward:
@@ -354,10 +348,9 @@ class Fa3(Flavour):
         return None
 
     def arch_advice(self, gpus_sm: Sequence[int]) -> str:
-        unsupported = [self.unsupported_gpu(sm) for sm in gpus_sm]
-        if any(unsupported):
-            why, fix = next(u for u in unsupported if u)
-            return f"{why}: {fix}"
+        unsupported = next(filter(None, map(self.unsupported_gpu, gpus_sm)), None)
+        if unsupported:
+            return ": ".join(unsupported)
         return f"rebuild for Hopper: `{self.rebuild_command()} -C cuda-archs=90a`."
 
 

@@ -110,12 +110,6 @@ def _blocks(f: IO[bytes], path: Path, kind: Kind) -> Iterator[bytes]:
         raise _unreadable(path, kind, exc) from None
 
 
-def unsafe(path: Path, exc: api.UnsafeMember) -> FaShimError:
-    return api.unsafe_error(
-        path, exc, "use the upstream tarball or `git archive` of the tree (docs/fa3-design.md)."
-    )
-
-
 def _tar_files(path: Path, kind: Kind) -> Iterator[tuple[str, Iterator[bytes]]]:
     """The same for a .tar.gz with one top directory, streamed; every member must be safe."""
     try:
@@ -130,7 +124,8 @@ def _tar_files(path: Path, kind: Kind) -> Iterator[tuple[str, Iterator[bytes]]]:
                 assert f is not None
                 yield "/".join(parts[1:]), _blocks(f, path, kind)
     except api.UnsafeMember as exc:
-        raise unsafe(path, exc) from None
+        fix = "use the upstream tarball or `git archive` of the tree (docs/fa3-design.md)."
+        raise api.unsafe_error(path, exc, fix) from None
     except api.BROKEN_ARCHIVE as exc:
         raise _unreadable(path, kind, exc) from None
 
@@ -207,13 +202,10 @@ def lay_out(trees: Iterable[Tree], dest: Path) -> Path:
                     f"content pin is now {manifest.pin()}).",
                     fix="leave the sources alone during the build, and build again.",
                 )
-    except OSError as exc:
+    except BaseException as exc:
         shutil.rmtree(dest, ignore_errors=True)
-        if exc.errno in api.NO_SPACE:
+        if isinstance(exc, OSError) and exc.errno in api.NO_SPACE:
             raise api.no_space(dest, "laying out the FlashAttention-3 sources") from None
-        raise
-    except BaseException:
-        shutil.rmtree(dest, ignore_errors=True)
         raise
     return dest / "hopper"
 
