@@ -228,3 +228,21 @@ def test_the_hooks_module_loads_no_compile_pipeline():
     heavy = ("pipeline._build", "pipeline._plan", "flavours._registry", "toolchain._torch")
     for module in (*heavy, "verify._verify", "fleet._wheel_cache", "toolchain._toolkit"):
         assert f"fa_backend.{module}'" not in loaded, module
+
+
+def test_a_wheel_cache_hits_modules_load_no_build_and_no_network():
+    """What a hit whose bytes passed before runs (the hooks, the plan through the build's seam,
+    fleet/_cached, the fa2 flavour) loads neither the compile pipeline nor the network's
+    modules: pipeline/api.py and the flavour API load those only where one of their names is
+    used."""
+    code = (
+        "import sys, fa_backend._hooks, fa_backend.fleet._cached, fa_backend.pipeline.api; "
+        "from fa_backend.flavours import _registry; _registry.get('fa2'); "
+        "print(sorted(m for m in sys.modules if m.startswith('fa_backend.')))"
+    )
+    loaded = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True
+    ).stdout
+    assert "fa_backend.fleet._cached'" in loaded and "fa_backend.pipeline._plan'" in loaded
+    for module in ("pipeline._build", "pipeline._upstream", "fleet._compiling", "sources._index"):
+        assert f"fa_backend.{module}'" not in loaded, module
