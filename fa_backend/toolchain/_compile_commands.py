@@ -15,13 +15,8 @@ from ..core._errors import FaShimError
 from ..wheel._metadata import limited_api_tag
 
 # torch's two rules, and the per-arch ones FA3's hopper/setup.py adds in its own ninja writer
-RULES = {
-    "compile": "cxx",
-    "cuda_compile": "nvcc",
-    "cuda_compile_sm80": "nvcc",
-    "cuda_compile_sm80_sm90": "nvcc",
-    "cuda_compile_sm100": "nvcc",
-}
+NVCC_RULES = ("cuda_compile", "cuda_compile_sm80", "cuda_compile_sm80_sm90", "cuda_compile_sm100")
+RULES = {"compile": "cxx", **dict.fromkeys(NVCC_RULES, "nvcc")}
 ABI_DEFINE = "-D_GLIBCXX_USE_CXX11_ABI="
 
 

@@ -198,13 +198,11 @@ def refusal(result: dict, found: list[str], cwd: Path) -> FaShimError:
     )
 
 
-def check(
-    commands: list[Command], cwd: Path, env: dict | None = None, stats: Path | None = None
-) -> list[dict]:
+def check(commands: list[Command], cwd: Path, stats: Path | None = None) -> list[dict]:
     """Probe one cxx and one nvcc command of the build; raise on a compiler that overrides.
     `stats`: the launcher's record of compiled TUs, from which the probes are taken out again."""
     results = []
-    env = {**(env if env is not None else os.environ), PROBE_ENV: "1"}  # past any compiler cache
+    env = {**os.environ, PROBE_ENV: "1"}  # past any compiler cache
     try:
         with _scratch.directory("preflight") as work:
             for kind in ("cxx", "nvcc"):

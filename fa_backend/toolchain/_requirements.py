@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import importlib.metadata
 import sys
-from pathlib import Path
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import SpecifierSet
@@ -20,17 +19,16 @@ from ..core._toml import tomllib
 from ..resources import PYPROJECT
 
 
-def requirements(pyproject: Path = PYPROJECT) -> list[Requirement]:
+def requirements() -> list[Requirement]:
     """fa-shim's build requirements that apply to this interpreter."""
-    with pyproject.open("rb") as f:
-        requires = tomllib.load(f)["build-system"]["requires"]
+    requires = tomllib.loads(PYPROJECT.read_text(encoding="utf-8"))["build-system"]["requires"]
     return [r for r in map(Requirement, requires) if not r.marker or r.marker.evaluate()]
 
 
-def _unmet(pyproject: Path) -> list[tuple[Requirement, str | None]]:
+def _unmet() -> list[tuple[Requirement, str | None]]:
     """(requirement, the version found or None) for each one this environment does not meet."""
     problems: list[tuple[Requirement, str | None]] = []
-    for requirement in requirements(pyproject):
+    for requirement in requirements():
         try:
             found = importlib.metadata.version(requirement.name)
         except importlib.metadata.PackageNotFoundError:
@@ -41,9 +39,9 @@ def _unmet(pyproject: Path) -> list[tuple[Requirement, str | None]]:
     return problems
 
 
-def unmet(pyproject: Path = PYPROJECT) -> list[str]:
+def unmet() -> list[str]:
     """What the build would refuse to start without (the doctor asks the same function)."""
-    return [f"{r} (found {found})" if found else str(r) for r, found in _unmet(pyproject)]
+    return [f"{r} (found {found})" if found else str(r) for r, found in _unmet()]
 
 
 def installed_constraints(name: str) -> list[tuple[str, SpecifierSet]]:
@@ -70,8 +68,8 @@ def installed_constraints(name: str) -> list[tuple[str, SpecifierSet]]:
     return sorted(found, key=lambda c: (not c[0].lower().startswith("torch "), c[0]))
 
 
-def check(pyproject: Path = PYPROJECT) -> None:
-    pairs = _unmet(pyproject)
+def check() -> None:
+    pairs = _unmet()
     if not pairs:
         return
     # to install: fa-shim's specifier intersected with the installed distributions' ones
@@ -84,7 +82,7 @@ def check(pyproject: Path = PYPROJECT) -> None:
         quoted.append(f"'{requirement.name}{specifier}'")
     raise FaShimError(
         f"fa-shim's build requirements are missing from {sys.executable}'s environment: "
-        f"{', '.join(unmet(pyproject))} (with --no-build-isolation nothing installs them).",
+        f"{', '.join(unmet())} (with --no-build-isolation nothing installs them).",
         fix=f"{sys.executable} -m pip install {' '.join(quoted)}"
         + (f" (keeps {', '.join(respected)})" if respected else ""),
     )

@@ -94,11 +94,6 @@ def _no_compiler_on_index(torch: TorchInfo, found: str) -> FaShimError:
     )
 
 
-def _named(settings) -> bool:
-    """An nvcc the user named (setting nvcc, CUDA_HOME, CUDA_PATH): auto never replaces it."""
-    return bool(settings.nvcc or os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH"))
-
-
 @dataclasses.dataclass(frozen=True)
 class Decision:
     """A system nvcc, or the CUDA release to provision (or reuse); `error` when neither works."""
@@ -111,8 +106,10 @@ class Decision:
 def decide(torch: TorchInfo, settings) -> Decision:
     """The choice, made without downloading anything (doctor asks this too)."""
     how = mode(settings.cuda_toolkit)
+    # an nvcc the user named (setting nvcc, CUDA_HOME, CUDA_PATH): auto never replaces it
+    named = settings.nvcc or os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
     # a CPU torch: choose_nvcc's error
-    if not torch.cuda or how == "system" or (how == "auto" and _named(settings)):
+    if not torch.cuda or how == "system" or (how == "auto" and named):
         try:
             return Decision(nvcc=_compilers.choose_nvcc(torch, settings.nvcc))
         except FaShimError as exc:
