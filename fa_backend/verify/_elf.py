@@ -143,7 +143,6 @@ class TorchExports(contextlib.ExitStack):
         from elftools.elf.sections import SymbolTableSection
 
         super().__init__()
-        self.lib_dir = lib_dir
         self.libs: list[str] = []
         self._tables = []
         for name in TORCH_LIBS:
