@@ -258,8 +258,7 @@ def checked(entry: Entry) -> str:
             f"{entry.wheel} is not the wheel its entry recorded (sha256 {digest.hexdigest()}, "
             f"recorded {entry.record.get('sha256')}); `python -m fa_backend cache check {root}` "
             f"audits the cache, and this builds the wheel again: "
-            f"{sys.executable} -m pip install --no-build-isolation --no-deps "
-            f"{PROJECTS.get(entry.dist, FA_SHIM)} -C wheel-cache-dir={root}"
+            + build_line(root, entry.dist, {}, "full", None)
         )
     return f"{entry.dist} @ {pathlib.Path(entry.wheel).as_uri()}#sha256={digest.hexdigest()}"
 

@@ -112,28 +112,21 @@ def _abi_name(abi: int) -> str:
     return "the new C++ ABI" if abi else "the old C++ ABI"
 
 
-def stable_floor(target: Target, modules: list[ElfModule]) -> tuple[bool, str | None]:
-    """(built against torch's stable ABI, its floor): from fa-shim's provenance, else by its
-    symbols (the floor then unknown)."""
-    recorded = ((target.provenance or {}).get("torch") or {}).get("stable_abi")
-    if recorded:
-        return True, str(recorded)
-    return target.provenance is None and _stable_abi.looks_stable(modules), None
-
-
 def check_symbols(
-    modules: list[ElfModule],
-    torch: TorchInfo,
-    exports: TorchExports,
-    flavour: Flavour,
-    stable: tuple[bool, str | None] = (False, None),
+    target: Target, modules: list[ElfModule], torch: TorchInfo, exports: TorchExports
 ) -> tuple[Check, Check]:
-    if stable[0] and exports.libs:
+    flavour = target.flavour
+    # built against torch's stable ABI: its floor from fa-shim's provenance, else by its symbols
+    # (the floor then unknown)
+    recorded = ((target.provenance or {}).get("torch") or {}).get("stable_abi")
+    floor = str(recorded) if recorded else None
+    stable = floor or (target.provenance is None and _stable_abi.looks_stable(modules))
+    if stable and exports.libs:
         abi_check = Check(
             "abi", SKIP, "torch's stable ABI: no C++ type crosses into torch, whatever its ABI"
         )
         rebuild = flavour.rebuild_command()
-        return _stable_abi.check(modules, torch, exports, stable[1], rebuild), abi_check
+        return _stable_abi.check(modules, torch, exports, floor, rebuild), abi_check
     refs = sorted({s for m in modules for s in m.undefined if is_torch_symbol(s)})
     abis = {s: string_abi(s) for s in refs}
     new = [s for s in refs if abis[s] == 1]
@@ -303,9 +296,7 @@ def check_provenance(target: Target, torch: TorchInfo) -> Check:
     return Check("provenance", PASS, f"built by fa-shim for {described}")
 
 
-def check_archs(
-    modules: list[ElfModule], target: Target, torch: TorchInfo, gpus: list[Gpu] | None
-) -> Check:
+def check_archs(modules: list[ElfModule], target: Target, gpus: list[Gpu] | None) -> Check:
     rebuild = target.flavour.rebuild_command()
     codes = sorted({c for m in modules for c in m.cuda or []})
     meant = [str(a) for a in (target.provenance or {}).get("cuda_archs") or []]

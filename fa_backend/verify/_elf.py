@@ -3,8 +3,8 @@ torch's libraries export (through their hash tables, as ld.so), and the CUDA cod
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-import os
 import re
 import struct
 from pathlib import Path
@@ -43,11 +43,9 @@ class CudaCode:
         return sm // 10 == self.arch // 10 and sm >= self.arch
 
 
-def parse_fatbin(stream: BinaryIO, start: int = 0, size: int | None = None) -> list[CudaCode]:
+def parse_fatbin(stream: BinaryIO, start: int, size: int) -> list[CudaCode]:
     """The code entries of every fatbin container in a .nv_fatbin section, header by header
     (entry: u16 kind, u16, u32 header size, u64 payload, u32 sm at 28, u64 flags at 40)."""
-    if size is None:
-        size = stream.seek(0, os.SEEK_END) - start
     end_of_section = start + size
 
     def read(at: int, n: int) -> bytes:
@@ -136,7 +134,7 @@ def read_module(path: Path) -> ElfModule:
     return ElfModule(path, undefined, needed, cuda, runtime, init)
 
 
-class TorchExports:
+class TorchExports(contextlib.ExitStack):
     """The symbols torch's libraries export, looked up through their hash tables as ld.so does."""
 
     def __init__(self, lib_dir: Path) -> None:
@@ -144,16 +142,14 @@ class TorchExports:
         from elftools.elf.hash import ELFHashSection, GNUHashSection
         from elftools.elf.sections import SymbolTableSection
 
-        self.lib_dir = lib_dir
+        super().__init__()
         self.libs: list[str] = []
-        self._files, self._tables = [], []
+        self._tables = []
         for name in TORCH_LIBS:
             path = lib_dir / name
             if not path.is_file():
                 continue
-            f = path.open("rb")
-            self._files.append(f)
-            elf = ELFFile(f)
+            elf = ELFFile(self.enter_context(path.open("rb")))
             table = next(
                 (s for s in elf.iter_sections() if isinstance(s, GNUHashSection)), None
             ) or next((s for s in elf.iter_sections() if isinstance(s, ELFHashSection)), None)
@@ -166,16 +162,6 @@ class TorchExports:
                 table = {s.name: s for s in dynsym.iter_symbols()}
             self.libs.append(name)
             self._tables.append(table)
-
-    def close(self) -> None:
-        for f in self._files:
-            f.close()
-
-    def __enter__(self) -> TorchExports:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
 
     def provider(self, name: str) -> str | None:
         for lib, table in zip(self.libs, self._tables):

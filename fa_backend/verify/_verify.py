@@ -25,7 +25,6 @@ from ._checks import (
     check_provenance,
     check_symbols,
     check_tags,
-    stable_floor,
 )
 from ._elf import ElfModule, TorchExports, read_module
 from ._report import FAIL, PASS, SKIP, Check, Report
@@ -155,16 +154,15 @@ def _run(target: Target, torch: TorchInfo, gpus: list[Gpu] | None) -> VerifyRepo
     checks = [check_tags(target), check_module(target)]
     modules = [_read(target, name, path) for name, path in target.modules]
     if modules:
-        stable = stable_floor(target, modules)
         symbols_abi = _foreign(modules, target.flavour)
         if symbols_abi is None:
             with TorchExports(torch.lib_dir) as exports:
-                symbols_abi = check_symbols(modules, torch, exports, target.flavour, stable)
+                symbols_abi = check_symbols(target, modules, torch, exports)
         checks += [*symbols_abi, check_cuda_runtime(modules, torch, target.flavour)]
         checks.append(check_cxx_runtime(modules, target.flavour))
     checks.append(check_provenance(target, torch))
     if modules:
-        checks.append(check_archs(modules, target, torch, gpus))
+        checks.append(check_archs(modules, target, gpus))
     return VerifyReport(
         target.description, target.kind, torch, checks, [n for n, _ in target.modules]
     )

@@ -123,11 +123,10 @@ def test_fatbin_archs_of_a_real_nvcc_build(tmp_path):
 
     fa2 = _registry.get("fa2")
     target = _targets.Target(str(module), "module", None, [("k.so", module)], None, fa2)
-    torch = _verify.torch_here()
 
     def archs(gpus, provenance=None):
         target.provenance = provenance
-        return _checks.check_archs([elf], target, torch, gpus)
+        return _checks.check_archs([elf], target, gpus)
 
     gpu = lambda sm: _checks.Gpu(0, f"GPU sm_{sm}", divmod(sm, 10))  # noqa: E731
     assert archs(None).status == "pass"
