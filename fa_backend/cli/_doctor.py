@@ -24,7 +24,7 @@ from ..toolchain._compile_commands import ABI_DEFINE, Command
 from ..verify import _verify
 from ..verify._elf import CudaCode
 from ..verify._report import ERROR, WARNING
-from . import _toolchain_sections as toolchain
+from . import _toolchain_sections
 from ._toolchain_sections import DoctorReport
 
 HIT_SECONDS = "3-5 s"  # recorded cache hits (docs/benchmarks.md): the copy and its verify
@@ -338,14 +338,14 @@ def diagnose(project: Path = PROJECT) -> DoctorReport:
         flavour, settings = _registry.of_project(project), _registry.defaults()
         if flavour is None:  # no flavour, no build to diagnose: the error says why
             return report
-    toolchain.python_section(report, flavour)
+    _toolchain_sections.python_section(report, flavour)
     report.sections["project"] = {"path": str(project), "distribution": flavour.names.dist}
     report.sections["pins"] = dict(flavour.sdist_contents(settings).pins)  # what picks its sources
-    torch = toolchain.torch_section(report, flavour, settings)
-    nvcc = toolchain.nvcc_section(report, settings, torch)
-    toolchain.compiler_section(report, torch)
+    torch = _toolchain_sections.torch_section(report, flavour, settings)
+    nvcc = _toolchain_sections.nvcc_section(report, settings, torch)
+    _toolchain_sections.compiler_section(report, torch)
     preflight_section(report, torch, nvcc)
-    toolchain.ninja_section(report)
+    _toolchain_sections.ninja_section(report)
     objects = _objects.root_of(settings)
     report.add(
         "object cache",

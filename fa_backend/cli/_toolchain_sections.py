@@ -154,7 +154,7 @@ def nvcc_section(report: DoctorReport, settings, torch) -> _compilers.Nvcc | Non
     )
     if error is not None:
         report.problem("nvcc", ERROR, error.cause, error.fix or "")
-    first = found[0] if found else chosen  # chosen: torch is a CUDA build (or provisioned)
+    first = found[0] if found else chosen  # an nvcc is chosen only for a CUDA torch
     if (
         chosen is not None
         and first.path != chosen.path
