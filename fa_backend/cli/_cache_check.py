@@ -230,17 +230,12 @@ def requirements(root: Path) -> list[str]:
     return lines
 
 
-def strays(root: Path) -> list[Path]:
-    """The writers' temporary names left in the cache and in its objects."""
-    found = [*root.glob(_entries.PARTIAL), *root.glob(f"*/{_entries.PARTIAL}")]
-    return sorted(found) + _objects.leftovers(root / "objects")
-
-
 def stray_rows(root: Path, sweep: bool) -> list[Row]:
-    """A row for each leftover: a failure once older than a live write can be (younger: maybe
-    a build writing now), which `sweep` removes."""
+    """A row for each writer's temporary name left in the cache or its objects: a failure once
+    older than a live write can be (younger: maybe a build writing now), which `sweep` removes."""
+    found = [*root.glob(_entries.PARTIAL), *root.glob(f"*/{_entries.PARTIAL}")]
     rows = []
-    for path in strays(root):
+    for path in sorted(found) + _objects.leftovers(root / "objects"):
         try:
             age = time.time() - path.lstat().st_mtime
         except OSError:

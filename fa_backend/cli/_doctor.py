@@ -24,14 +24,8 @@ from ..toolchain._compile_commands import ABI_DEFINE, Command
 from ..verify import _verify
 from ..verify._elf import CudaCode
 from ..verify._report import ERROR, WARNING
-from ._toolchain_sections import (
-    DoctorReport,
-    compiler_section,
-    ninja_section,
-    nvcc_section,
-    python_section,
-    torch_section,
-)
+from . import _toolchain_sections
+from ._toolchain_sections import DoctorReport
 
 HIT_SECONDS = "3-5 s"  # recorded cache hits (docs/benchmarks.md): the copy and its verify
 
@@ -177,10 +171,9 @@ def _machine_and_gpus(
         source = why = "no usable nvcc" if torch is not None and torch.cuda else "no CUDA torch"
     else:
         archs, source = archs_to_compile(flavour, settings, torch, nvcc)
+        why = exc.cause.rstrip(".") if exc else ""
         if isinstance(exc, NotLocal):
             why = "the sources are not on this machine yet"
-        else:
-            why = exc.cause.rstrip(".") if exc else ""
     cores, memory = _jobs.available_cores(), _jobs.available_memory()
     if tools is not None:  # the build's own decision for this configuration
         jobs, threads, shape = tools.jobs, tools.nvcc_threads, dict(tools.shape)
@@ -217,11 +210,10 @@ def _machine_and_gpus(
             "build).",
         )
 
-    gpus: list[_verify.Gpu] | None
+    gpus: list[_verify.Gpu] | None = None
     try:
         gpus = _verify.gpus_here()
     except Exception as exc:  # torch not importable in this process (e.g. torch-python)
-        gpus = None
         _log.debug(f"no GPU query: {exc}")
     if gpus is None:
         gpu_line = "not queried (torch is not importable by this interpreter)"
@@ -346,14 +338,14 @@ def diagnose(project: Path = PROJECT) -> DoctorReport:
         flavour, settings = _registry.of_project(project), _registry.defaults()
         if flavour is None:  # no flavour, no build to diagnose: the error says why
             return report
-    python_section(report, flavour)
+    _toolchain_sections.python_section(report, flavour)
     report.sections["project"] = {"path": str(project), "distribution": flavour.names.dist}
     report.sections["pins"] = dict(flavour.sdist_contents(settings).pins)  # what picks its sources
-    torch = torch_section(report, flavour, settings)
-    nvcc = nvcc_section(report, settings, torch)
-    compiler_section(report, torch)
+    torch = _toolchain_sections.torch_section(report, flavour, settings)
+    nvcc = _toolchain_sections.nvcc_section(report, settings, torch)
+    _toolchain_sections.compiler_section(report, torch)
     preflight_section(report, torch, nvcc)
-    ninja_section(report)
+    _toolchain_sections.ninja_section(report)
     objects = _objects.root_of(settings)
     report.add(
         "object cache",

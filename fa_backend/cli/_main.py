@@ -137,7 +137,31 @@ def _doctor(args: argparse.Namespace) -> int:
 
 
 def _fingerprint(args: argparse.Namespace) -> int:
-    print(json.dumps(describe(dict(args.config_setting)), indent=1, default=str))
+    """This interpreter's fingerprint and whether the wheel cache holds its wheel."""
+    from ..fleet import _cached, _entries, _wheel_cache
+    from ..pipeline import api as pipeline
+
+    plan = pipeline.plan(dict(args.config_setting))
+    if not plan.settings.wheel_cache:
+        raise FaShimError(
+            "prebuild fills the wheel cache, and -C wheel-cache=false turns it off.",
+            fix="drop wheel-cache=false (and name the shared directory: -C wheel-cache-dir=DIR).",
+        )
+    facts = pipeline.fingerprint(plan, _cached.toolchain(plan))
+    key = _wheel_cache.key(facts)
+    root = plan.settings.resolved_wheel_cache_dir
+    cached = _wheel_cache.lookup(root, key, plan.wheel_name)
+    entry = _entries.load(root / key, plan.wheel_name) if cached else None
+    found = {
+        "python": sys.executable,
+        "key": key,
+        "wheel": plan.wheel_name,
+        "wheel_cache_dir": str(root),
+        "cached": str(cached) if cached else None,
+        "sha256": entry.sha256 if entry else None,  # for --require-hashes (prebuild --hashes)
+        "fingerprint": facts,
+    }
+    print(json.dumps(found, indent=1, default=str))
     return 0
 
 
@@ -145,8 +169,11 @@ def _prebuild(args: argparse.Namespace) -> int:
     config = dict(args.config_setting)
     rows = [prebuild_one(python, config) for python in args.python]
     print(render(rows))
-    if args.hashes:  # requirement lines for `pip install --require-hashes`
-        print("\n".join(requirement_lines(rows)))
+    if args.hashes:  # `name==version --hash=sha256:...` per wheel, for pip --require-hashes
+        from packaging.utils import parse_wheel_filename
+
+        hashed = [(parse_wheel_filename(r.wheel)[:2], r.sha256) for r in rows if r.sha256]
+        print("\n".join(f"{name}=={version} --hash=sha256:{h}" for (name, version), h in hashed))
     return 1 if any(r.result == "failed" for r in rows) else 0
 
 
@@ -164,33 +191,6 @@ class Row:
     seconds: float = 0.0
     sha256: str | None = None
     fix: str | None = None
-
-
-def describe(config: dict[str, str]) -> dict:
-    """This interpreter's fingerprint and whether the wheel cache holds its wheel."""
-    from ..fleet import _cached, _entries, _wheel_cache
-    from ..pipeline import api as pipeline
-
-    plan = pipeline.plan(config)
-    if not plan.settings.wheel_cache:
-        raise FaShimError(
-            "prebuild fills the wheel cache, and -C wheel-cache=false turns it off.",
-            fix="drop wheel-cache=false (and name the shared directory: -C wheel-cache-dir=DIR).",
-        )
-    facts = pipeline.fingerprint(plan, _cached.toolchain(plan))
-    key = _wheel_cache.key(facts)
-    root = plan.settings.resolved_wheel_cache_dir
-    cached = _wheel_cache.lookup(root, key, plan.wheel_name)
-    entry = _entries.load(root / key, plan.wheel_name) if cached else None
-    return {
-        "python": sys.executable,
-        "key": key,
-        "wheel": plan.wheel_name,
-        "wheel_cache_dir": str(root),
-        "cached": str(cached) if cached else None,
-        "sha256": entry.sha256 if entry else None,  # for --require-hashes (prebuild --hashes)
-        "fingerprint": facts,
-    }
 
 
 def _failure(output: str) -> FaShimError:
@@ -248,18 +248,6 @@ def prebuild_one(python: str, config: dict[str, str]) -> Row:
     finally:
         row.seconds = time.monotonic() - started
     return row
-
-
-def requirement_lines(rows: list[Row]) -> list[str]:
-    """`name==version --hash=sha256:...` for each wheel built or found (pip --require-hashes)."""
-    from packaging.utils import parse_wheel_filename
-
-    lines = []
-    for r in rows:
-        if r.sha256 and r.wheel != "-":
-            name, version, _, _ = parse_wheel_filename(r.wheel)
-            lines.append(f"{name}=={version} --hash=sha256:{r.sha256}")
-    return lines
 
 
 def render(rows: list[Row]) -> str:

@@ -154,12 +154,10 @@ def nvcc_section(report: DoctorReport, settings, torch) -> _compilers.Nvcc | Non
     )
     if error is not None:
         report.problem("nvcc", ERROR, error.cause, error.fix or "")
-    first = found[0] if found else None
+    first = found[0] if found else chosen  # an nvcc is chosen only for a CUDA torch
     if (
         chosen is not None
-        and first is not None
         and first.path != chosen.path
-        and torch is not None
         and first.version is not None
         and first.version.major != torch.cuda_major
     ):
@@ -190,10 +188,9 @@ def compiler_section(report: DoctorReport, torch) -> None:
     std_note = ""
     if torch is not None and torch.cxx_std and torch.cxx_std.startswith("c++"):
         std_abi, std_error = compiler_abi(cxx, torch.cxx_std)
-        data["accepts_std"] = std_abi is not None
-        std_note = f", accepts -std={torch.cxx_std}"
-        if std_abi is None:
-            std_note = f", REJECTS -std={torch.cxx_std}"
+        data["accepts_std"] = accepts = std_abi is not None
+        std_note = f", {'accepts' if accepts else 'REJECTS'} -std={torch.cxx_std}"
+        if not accepts:
             report.problem(
                 "compiler",
                 ERROR,
