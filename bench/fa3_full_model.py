@@ -47,7 +47,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from fa_backend.flavours import _registry, _release_files  # noqa: E402
-from fa_backend.flavours.fa3 import _costs, _groups, _kernels, _releases, _units  # noqa: E402
+from fa_backend.flavours.fa3 import _costs, _groups, _releases, _units  # noqa: E402
 from fa_backend.pipeline import _stats  # noqa: E402
 from fa_backend.schedule import _pools, _schedule  # noqa: E402
 
@@ -146,11 +146,11 @@ def unit_figures(units: list[str], measured: dict[str, dict], high: bool) -> tup
     return seconds, peaks
 
 
-def full_tailoring() -> _kernels.Fa3Tailoring:
+def full_tailoring() -> _units.Fa3Tailoring:
     switches = ("BACKWARD", "SPLIT", "PAGEDKV", "APPENDKV", "LOCAL", "SOFTCAP", "PACKGQA",
                 "FP16", "FP8", "VARLEN", "CLUSTER", *(f"HDIM{h}" for h in HDIMS), "SM80",
                 "HDIMDIFF64", "HDIMDIFF192")  # fmt: skip
-    return _kernels.tailoring(_registry.load_settings({}, environ={}), switches)
+    return _units.tailoring(_registry.load_settings({}, environ={}), switches)
 
 
 def fa_shim_order() -> list[str]:

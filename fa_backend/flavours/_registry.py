@@ -134,8 +134,18 @@ def defaults() -> _settings.Settings:
     return _settings.Settings(own={s.key: s.default for s in declared()})
 
 
-def _check_applies(flavour: Flavour, settings: _settings.Settings) -> None:
-    """A setting of another flavour is a mistake, not something to ignore silently."""
+def load(
+    config_settings: _settings.ConfigSettings | None,
+    environ: Mapping[str, str] | None = None,
+    project_dir: Path | None = None,
+) -> tuple[Flavour, _settings.Settings]:
+    """The project's flavour and its settings, each setting checked to apply to it."""
+    settings = load_settings(config_settings, environ, project_dir)
+    # an unknown name by the file's full path: a frontend builds a copy
+    if settings.flavour not in BUILT_IN and settings.flavour not in known():
+        raise _unknown(settings.flavour, str(_settings.pyproject_of(project_dir)))
+    flavour = get(settings.flavour)
+    # a setting of another flavour is a mistake, not something to ignore silently
     built_in = {s.key for name in BUILT_IN for s in own_settings(name)} | set(_settings.FIELDS)
     for name in list(BUILT_IN) if set(settings.given) <= built_in else known():
         if name == flavour.names.flavour:
@@ -149,18 +159,4 @@ def _check_applies(flavour: Flavour, settings: _settings.Settings) -> None:
                     f"{flavour.names.dist}.",
                     fix=f"drop {key}, or build the other project.",
                 )
-
-
-def load(
-    config_settings: _settings.ConfigSettings | None,
-    environ: Mapping[str, str] | None = None,
-    project_dir: Path | None = None,
-) -> tuple[Flavour, _settings.Settings]:
-    """The project's flavour and its settings, each setting checked to apply to it."""
-    settings = load_settings(config_settings, environ, project_dir)
-    # an unknown name by the file's full path: a frontend builds a copy
-    if settings.flavour not in BUILT_IN and settings.flavour not in known():
-        raise _unknown(settings.flavour, str(_settings.pyproject_of(project_dir)))
-    flavour = get(settings.flavour)
-    _check_applies(flavour, settings)
     return flavour, settings

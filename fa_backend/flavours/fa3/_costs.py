@@ -12,9 +12,8 @@ from typing import TYPE_CHECKING
 
 from .. import api
 from ..api import FaShimError
-from . import _groups, _kernels, _units
-from ._kernels import Fa3Tailoring
-from ._units import COMBINE, DIFF64, DIFF192, SCHEDULER
+from . import _groups, _units
+from ._units import COMBINE, DIFF64, DIFF192, SCHEDULER, Fa3Tailoring
 
 if TYPE_CHECKING:
     from ..api import Plan
@@ -138,9 +137,9 @@ def faster_options(
 ) -> list[tuple[float, str]]:
     """The tailored training set with its predicted seconds, for a set larger than it."""
     settings = dataclasses.replace(plan.settings, **TRAINING_SET)
-    known = tuple(n.removeprefix(_kernels.ENV_PREFIX) for n, _ in plan.source.tailoring.env)
+    known = tuple(n.removeprefix(_units.ENV_PREFIX) for n, _ in plan.source.tailoring.env)
     try:
-        tailored = _kernels.tailoring(settings, known)
+        tailored = _units.tailoring(settings, known)
     except FaShimError:  # a line without one of those switches
         return []
     units = _units.planned(plan.source.release, tailored)

@@ -24,7 +24,7 @@ from ..api import (
     Tools,
     TorchInfo,
 )
-from . import _costs, _groups, _kernels, _releases, _settings, _sources, _trees, _units
+from . import _costs, _groups, _releases, _settings, _sources, _trees, _units
 
 ARCH = "90a"  # hopper/setup.py compiles its *_sm90.cu sources for exactly this
 # what hopper/setup.py's ninja rules compile: its *_sm90.cu kernels for sm_90a, the helper units
@@ -44,7 +44,7 @@ class Fa3Source:
 
     release: _releases.Fa3Release
     sources: _sources.Sources
-    tailoring: _kernels.Fa3Tailoring
+    tailoring: _units.Fa3Tailoring
 
 
 # FA3's flash_api.cpp includes ATen/cuda/CUDAContext.h, which includes these CUDA library
@@ -127,7 +127,7 @@ class Fa3(Flavour):
         setup_py = _trees.read(sources.hopper, "hopper/setup.py")
         if release.stable:
             _trees.check_stable_claim(release, setup_py)
-        tailoring = _kernels.tailoring(settings, _kernels.switches(setup_py))
+        tailoring = _units.tailoring(settings, _units.switches(setup_py))
         upstream = _trees.upstream_version(_trees.read(sources.hopper, "hopper/__init__.py"))
         if not upstream:
             raise FaShimError(
@@ -197,7 +197,7 @@ class Fa3(Flavour):
                 fix="use CUDA 12.3 or newer (-C nvcc=...).",
             )
         # upstream's sm80 kernels stay out: the sm_90a build is what FA3 is for (design note)
-        env = {_kernels.ENV_PREFIX + "SM80": "TRUE"}
+        env = {_units.ENV_PREFIX + "SM80": "TRUE"}
         return api.ArchChoice(api.Selection((ARCH,), source), (ARCH,), (), env)
 
     def sizing(self, plan: Plan, archs, cores: int, memory: int) -> Sizing:
@@ -257,7 +257,7 @@ class Fa3(Flavour):
         spec: dict = {"heavy_sources_first": list(HEAVY_FIRST)}
         grouped = _groups.replacing(self._layout(plan, tools))
         if plan.source.release.split_aggregates:  # the per-head-dim files, not the aggregates
-            off = _units.switches_on(plan.source.tailoring.env, _kernels.ENV_PREFIX)
+            off = _units.switches_on(plan.source.tailoring.env)
             split = _units.split_sources(source, off)
             grouped = {
                 aggregate: [unit for f in files for unit in grouped.get(f, [f])]

@@ -13,7 +13,8 @@ from packaging import tags
 
 from fa_backend.flavours import _registry, _release_files
 from fa_backend.flavours._interface import Plan
-from fa_backend.flavours.fa3 import _costs, _flavour, _groups, _kernels, _releases
+from fa_backend.flavours.fa3 import _costs, _flavour, _groups, _releases
+from fa_backend.flavours.fa3 import _units as _fa3_units
 from fa_backend.pipeline import _stats
 from fa_backend.schedule import _schedule
 from fa_backend.toolchain._torch import TorchInfo
@@ -34,9 +35,9 @@ def _units(name: str) -> list[str]:
     return [u for u in (RECORDED / name).read_text().splitlines() if u and u[0] != "#"]
 
 
-def _tailoring(**settings: str) -> _kernels.Fa3Tailoring:
+def _tailoring(**settings: str) -> _fa3_units.Fa3Tailoring:
     config = {k.replace("_", "-"): v for k, v in settings.items()}
-    return _kernels.tailoring(_registry.load_settings(config, environ={}), MAIN)
+    return _fa3_units.tailoring(_registry.load_settings(config, environ={}), MAIN)
 
 
 def test_units_cost_what_was_measured_with_every_feature():
@@ -91,7 +92,7 @@ def test_the_flavour_sizes_the_full_main_set_by_its_lines_table():
         {"fa3-group": "1"}, environ={}, project_dir=REPO / "flash-attn-3"
     )
     release = _releases.release("main-0251105a")
-    source = _flavour.Fa3Source(release, None, _kernels.tailoring(settings, MAIN))
+    source = _flavour.Fa3Source(release, None, _fa3_units.tailoring(settings, MAIN))
     torch = TorchInfo("2.11.0", "13.0", 1, None, "/venv/torch", "c++17", "python", False)
     tag = tags.Tag("cp310", "abi3", "linux_x86_64")
     plan = Plan(settings, torch, _flavour.FLAVOUR, source, (), "3.0.0", tag, "", "2.9.0")

@@ -12,7 +12,7 @@ from packaging import tags
 from fa_backend.core._errors import FaShimError
 from fa_backend.flavours import _registry
 from fa_backend.flavours._interface import Plan, Tools
-from fa_backend.flavours.fa3 import _flavour, _kernels, _releases, _trees
+from fa_backend.flavours.fa3 import _flavour, _releases, _trees, _units
 from fa_backend.settings import _settings
 from fa_backend.toolchain._compile_commands import Command
 from fa_backend.toolchain._torch import TorchInfo
@@ -57,7 +57,7 @@ def test_a_setup_py_that_does_not_target_the_registrys_floor_is_refused():
 
 def _plan() -> Plan:
     settings = _load({"head-dims": "128", "dtypes": "bf16", "disable": NO_FEATURES})
-    tailoring = _kernels.tailoring(settings, MAIN)
+    tailoring = _units.tailoring(settings, MAIN)
     source = _flavour.Fa3Source(STABLE, None, tailoring)
     tag = tags.Tag("cp310", "abi3", "linux_x86_64")
     return Plan(settings, _torch("2.11.0", "13.0"), FA3, source, (), "3.0.0", tag, "", "2.9.0")

@@ -8,15 +8,15 @@ import pytest
 from test_fa3_costs import MAIN
 
 from fa_backend.flavours import _registry, _release_files
-from fa_backend.flavours.fa3 import _costs, _groups, _kernels, _releases, _units
+from fa_backend.flavours.fa3 import _costs, _groups, _releases, _units
 
 GIB = 1024**3
 MAIN_LINE = _releases.release("main-0251105a")
 
 
-def _planned(**settings: str) -> tuple[list[str], _kernels.Fa3Tailoring]:
+def _planned(**settings: str) -> tuple[list[str], _units.Fa3Tailoring]:
     config = {k.replace("_", "-"): v for k, v in settings.items()}
-    tailoring = _kernels.tailoring(_registry.load_settings(config, environ={}), MAIN)
+    tailoring = _units.tailoring(_registry.load_settings(config, environ={}), MAIN)
     return _units.planned(MAIN_LINE, tailoring), tailoring
 
 

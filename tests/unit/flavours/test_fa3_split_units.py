@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from fa_backend.flavours.fa3 import _kernels, _releases, _units
+from fa_backend.flavours.fa3 import _releases, _units
 
 HDIMS = ("64", "96", "128", "192", "256")
 
@@ -74,4 +74,4 @@ def test_only_a_file_wholly_under_a_switch_that_is_on_is_left_out():
 
 def test_the_switches_a_set_turns_on():
     env = (("FLASH_ATTENTION_DISABLE_HDIM64", "TRUE"), ("FLASH_ATTENTION_DISABLE_FP8", "FALSE"))
-    assert _units.switches_on(env, _kernels.ENV_PREFIX) == {"HDIM64"}
+    assert _units.switches_on(env) == {"HDIM64"}

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from fa_backend.flavours import _registry
-from fa_backend.flavours.fa3 import _kernels, _releases, _units
+from fa_backend.flavours.fa3 import _releases, _units
 
 RECORDED = Path(__file__).parent / "fa3_units"
 V283 = (
@@ -30,7 +30,7 @@ def _recorded(name: str) -> list[str]:
 
 def _planned(line: str, switches: tuple[str, ...], **settings: str) -> list[str]:
     config = {k.replace("_", "-"): v for k, v in settings.items()}
-    tailoring = _kernels.tailoring(_registry.load_settings(config, environ={}), switches)
+    tailoring = _units.tailoring(_registry.load_settings(config, environ={}), switches)
     return sorted(_units.planned(_releases.release(line), tailoring))
 
 
@@ -68,13 +68,13 @@ def _planned(line: str, switches: tuple[str, ...], **settings: str) -> list[str]
 def test_planned_units_are_what_setup_py_compiled(recorded, line, switches, settings, fa3_trees):
     expected = _recorded(recorded)
     if _releases.release(line).split_aggregates:  # the driver compiles what they include
-        tailoring = _kernels.tailoring(
+        tailoring = _units.tailoring(
             _registry.load_settings(
                 {k.replace("_", "-"): v for k, v in settings.items()}, environ={}
             ),
             switches,
         )
-        off = _units.switches_on(tailoring.env, _kernels.ENV_PREFIX)
+        off = _units.switches_on(tailoring.env)
         split = _units.split_sources(fa3_trees["hopper"] / "hopper", off)
         expected = sorted(u for name in expected for u in split.get(name, [name]))
     assert _planned(line, switches, **settings) == expected
@@ -92,14 +92,12 @@ def test_the_stable_line_compiles_per_head_dim_units_and_its_stable_api():
 def test_head_dims_own_the_hdimdiff_switches():
     """A set without head dim 64 (192) leaves out the hdim64_* (hdim192_128) units: they are
     empty there (their instantiations sit behind DISABLE_HDIM64/192)."""
-    tailoring = _kernels.tailoring(_registry.load_settings({"head-dims": "128"}, environ={}), MAIN)
+    tailoring = _units.tailoring(_registry.load_settings({"head-dims": "128"}, environ={}), MAIN)
     env = dict(tailoring.env)
     assert env["FLASH_ATTENTION_DISABLE_HDIMDIFF64"] == "TRUE"
     assert env["FLASH_ATTENTION_DISABLE_HDIMDIFF192"] == "TRUE"
     assert tailoring.label == ".hdim128"  # no `nohdimdiff64`: head-dims says it
-    tailoring = _kernels.tailoring(
-        _registry.load_settings({"head-dims": "64,192"}, environ={}), MAIN
-    )
+    tailoring = _units.tailoring(_registry.load_settings({"head-dims": "64,192"}, environ={}), MAIN)
     assert dict(tailoring.env)["FLASH_ATTENTION_DISABLE_HDIMDIFF64"] == "FALSE"
     with pytest.raises(Exception, match="which the setting head-dims decides"):
-        _kernels.tailoring(_registry.load_settings({"disable": "hdimdiff64"}, environ={}), MAIN)
+        _units.tailoring(_registry.load_settings({"disable": "hdimdiff64"}, environ={}), MAIN)

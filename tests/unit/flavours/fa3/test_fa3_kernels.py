@@ -1,4 +1,4 @@
-"""FlashAttention-3 tailored sets (fa_backend/flavours/fa3/_kernels.py): fa-shim's settings as the
+"""FlashAttention-3 tailored sets (fa_backend/flavours/fa3/_units.py): fa-shim's settings as the
 FLASH_ATTENTION_DISABLE_* environment of the real hopper/setup.py of v2.8.3 (from ../shared/fa3),
 the switch names read from that file."""
 
@@ -10,7 +10,7 @@ import pytest
 
 from fa_backend.core._errors import FaShimError
 from fa_backend.flavours import _registry
-from fa_backend.flavours.fa3 import _kernels as _fa3_kernels
+from fa_backend.flavours.fa3 import _units
 
 V283_SWITCHES = (
     "BACKWARD", "SPLIT", "PAGEDKV", "APPENDKV", "LOCAL", "SOFTCAP", "PACKGQA", "FP16", "FP8",
@@ -25,16 +25,16 @@ def setup_py(fa3_trees) -> str:
 
 @pytest.fixture(scope="module")
 def known(setup_py) -> tuple[str, ...]:
-    return _fa3_kernels.switches(setup_py)
+    return _units.switches(setup_py)
 
 
-def _set(known, **settings) -> _fa3_kernels.Fa3Tailoring:
+def _set(known, **settings) -> _units.Fa3Tailoring:
     config = {k.replace("_", "-"): v for k, v in settings.items()}
-    return _fa3_kernels.tailoring(_registry.load_settings(config, environ={}), known)
+    return _units.tailoring(_registry.load_settings(config, environ={}), known)
 
 
-def _on(t: _fa3_kernels.Fa3Tailoring) -> set[str]:
-    return {name.removeprefix(_fa3_kernels.ENV_PREFIX) for name, value in t.env if value == "TRUE"}
+def _on(t: _units.Fa3Tailoring) -> set[str]:
+    return {name.removeprefix(_units.ENV_PREFIX) for name, value in t.env if value == "TRUE"}
 
 
 def test_the_switches_are_read_from_setup_py(setup_py, known):
@@ -116,11 +116,11 @@ def test_head_dims_and_dtypes_are_checked(known):
 def test_a_feature_this_setup_py_lacks_is_refused(setup_py):
     """Against what the version knows: without CLUSTER in setup.py, `cluster` is unknown."""
     older = setup_py.replace('os.getenv("FLASH_ATTENTION_DISABLE_CLUSTER", "FALSE")', "False")
-    known = _fa3_kernels.switches(older)
+    known = _units.switches(older)
     assert "CLUSTER" not in known
     with pytest.raises(FaShimError, match="'cluster', which fa-shim does not know"):
         _set(known, disable="cluster")
-    no_fp16 = _fa3_kernels.switches(
+    no_fp16 = _units.switches(
         setup_py.replace('os.getenv("FLASH_ATTENTION_DISABLE_FP16", "FALSE")', "False")
     )
     with pytest.raises(FaShimError, match="no FLASH_ATTENTION_DISABLE_FP16 switch"):
@@ -129,4 +129,4 @@ def test_a_feature_this_setup_py_lacks_is_refused(setup_py):
 
 def test_a_setup_py_without_switches_is_one_error():
     with pytest.raises(FaShimError, match="reads no FLASH_ATTENTION_DISABLE_"):
-        _fa3_kernels.switches("from setuptools import setup\nsetup()\n")
+        _units.switches("from setuptools import setup\nsetup()\n")
