@@ -80,7 +80,7 @@ class HostLock:
         path: Path,
         timeout: float,
         heartbeat: float,
-        on_wait: Callable[[dict], None] | None = None,
+        on_wait: Callable[[dict], None],
         *,
         what: str,  # "wheel-cache": the lock in messages is "the wheel-cache lock"
         held_by: str,  # "another build of the same wheel": its holder in the timeout error
@@ -89,7 +89,6 @@ class HostLock:
         self.path, self.timeout, self.heartbeat, self.on_wait = path, timeout, heartbeat, on_wait
         self.what, self.held_by, self.fix = what, held_by, fix
         self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
         self._ino: int | None = None
 
     def _try_create(self) -> bool:
@@ -131,7 +130,9 @@ class HostLock:
         with contextlib.suppress(OSError):
             aside.unlink()
 
-    def acquire(self) -> None:
+    @contextlib.contextmanager
+    def held(self) -> Iterator[None]:
+        """Wait for the lock (taking over a stale one), then hold it, refreshed, for the block."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
         deadline = time.monotonic() + self.timeout
         seen: tuple[tuple[int, int, int], float] | None = None  # identity, when it last changed
@@ -154,7 +155,7 @@ class HostLock:
                 self._take_over(identity, holder, why)
                 seen = None
                 continue
-            if not told and self.on_wait:
+            if not told:
                 self.on_wait(holder)
                 told = True
             if now > deadline:
@@ -164,9 +165,17 @@ class HostLock:
                     fix=self.fix,
                 )
             time.sleep(min(self.heartbeat / 2, 1.0, max(deadline - now, 0.01)))
-        self._thread = threading.Thread(target=self._beat, name="fa-shim-lock-heartbeat")
-        self._thread.daemon = True
-        self._thread.start()
+        beat = threading.Thread(target=self._beat, name="fa-shim-lock-heartbeat", daemon=True)
+        beat.start()
+        try:
+            yield
+        finally:
+            self._stop.set()
+            beat.join()
+            current = _read(self.path)
+            if current and current[0][0] == self._ino:  # still ours, not a taker's
+                with contextlib.suppress(FileNotFoundError):
+                    self.path.unlink()
 
     def _beat(self) -> None:
         while not self._stop.wait(self.heartbeat):
@@ -184,20 +193,3 @@ class HostLock:
                     "builder may do the same work now"
                 )
                 return
-
-    def release(self) -> None:
-        self._stop.set()
-        if self._thread:
-            self._thread.join()
-        current = _read(self.path)
-        if current and current[0][0] == self._ino:  # still ours, not a taker's
-            with contextlib.suppress(FileNotFoundError):
-                self.path.unlink()
-
-    @contextlib.contextmanager
-    def held(self) -> Iterator[None]:
-        self.acquire()
-        try:
-            yield
-        finally:
-            self.release()
