@@ -76,24 +76,17 @@ def convert(key: str, kind: str, value: Any, where: str, maximum: int | None = N
         if text not in _TRUE | _FALSE:
             raise bad("true or false")
         return text in _TRUE
-    if kind == "int":
+    if kind in ("int", "seconds"):
+        expected = "a positive integer" if kind == "int" else "a positive number of seconds"
         try:
-            number = int(str(value))
+            number = int(str(value)) if kind == "int" else float(str(value))
         except ValueError:
-            raise bad("a positive integer") from None
+            raise bad(expected) from None
         if maximum is not None and not 1 <= number <= maximum:
             raise bad(f"an integer from 1 to {maximum}")
-        if number < 1:
-            raise bad("a positive integer")
+        if not number > 0:  # NaN too
+            raise bad(expected)
         return number
-    if kind == "seconds":
-        try:
-            seconds = float(str(value))
-        except ValueError:
-            raise bad("a positive number of seconds") from None
-        if not seconds > 0:
-            raise bad("a positive number of seconds")
-        return seconds
     if kind == "path":
         return _absolute(str(value).strip())
     if kind == "str":
