@@ -6,6 +6,7 @@ mtime refreshed every `heartbeat`; a waiter that sees it unchanged for STALE_BEA
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import socket
@@ -74,22 +75,17 @@ def describe(holder: dict) -> str:
     return f"host {holder.get('host', '?')}, pid {holder.get('pid', '?')}, since {when}"
 
 
+@dataclasses.dataclass
 class HostLock:
-    def __init__(
-        self,
-        path: Path,
-        timeout: float,
-        heartbeat: float,
-        on_wait: Callable[[dict], None],
-        *,
-        what: str,  # "wheel-cache": the lock in messages is "the wheel-cache lock"
-        held_by: str,  # "another build of the same wheel": its holder in the timeout error
-        fix: str,  # the timeout error's fix
-    ) -> None:
-        self.path, self.timeout, self.heartbeat, self.on_wait = path, timeout, heartbeat, on_wait
-        self.what, self.held_by, self.fix = what, held_by, fix
-        self._stop = threading.Event()
-        self._ino: int | None = None
+    path: Path
+    timeout: float
+    heartbeat: float
+    on_wait: Callable[[dict], None]
+    what: str  # "wheel-cache": the lock in messages is "the wheel-cache lock"
+    held_by: str  # "another build of the same wheel": its holder in the timeout error
+    fix: str  # the timeout error's fix
+    _stop: threading.Event = dataclasses.field(default_factory=threading.Event, init=False)
+    _ino: int | None = dataclasses.field(default=None, init=False)
 
     def _try_create(self) -> bool:
         me = {
