@@ -213,12 +213,12 @@ def load(
     return settings
 
 
-_FIX = {
+# the caches, each with the fix when it cannot be written
+_CACHES = {
+    "cache-dir": "make it writable for this user, or name another with -C cache-dir=DIR.",
     "wheel-cache-dir": "make it writable for this user, name another wheel cache with "
     "-C wheel-cache-dir=DIR, or turn it off with -C wheel-cache=false.",
-    "cache-dir": "make it writable for this user, or name another with -C cache-dir=DIR.",
 }
-_CACHES = ("cache-dir", "wheel-cache-dir")
 
 
 def _name_places(settings: Settings, existing: Sequence[str]) -> None:
@@ -233,4 +233,4 @@ def _name_places(settings: Settings, existing: Sequence[str]) -> None:
                 f"the {key} {path} is a file, not a directory.",
                 fix=f"point {key} at a directory (fa-shim makes a missing one).",
             )
-        _failures.name_place(path, f"setting {key}", _FIX.get(key))
+        _failures.name_place(path, f"setting {key}", _CACHES.get(key))
