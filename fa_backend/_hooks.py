@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .core._boundary import boundary
 from .core._errors import FaShimError
+from .core._failures import boundary
 
 
 @boundary

@@ -16,8 +16,8 @@ import time
 from pathlib import Path
 
 from ..core import _scratch
-from ..core._boundary import boundary
 from ..core._errors import FaShimError
+from ..core._failures import boundary
 from ..resources import PROJECT
 
 

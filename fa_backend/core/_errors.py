@@ -1,5 +1,5 @@
 """The one error type: a failure the user can act on, rendered as one readable message (the
-boundary, _boundary, turns every other failure into one)."""
+boundary, _failures, turns every other failure into one)."""
 
 from __future__ import annotations
 

@@ -1,17 +1,26 @@
-"""What the boundary makes of failures that are not FaShimError yet (an OSError, a failed helper
-program, Ctrl-C): one message with its fix, naming the path, what was being done to it, and
-what was published before it (`published`)."""
+"""The one boundary: every hook and command ends in one readable message on stderr and an exit
+status, whatever failed. A failure that is not FaShimError yet (an OSError, a failed helper
+program, Ctrl-C) becomes one message with its fix, naming the path, what was being done to it,
+and what was published before it (`published`). SIGTERM, SIGHUP and the frontend's death become
+an exception, so Ctrl-C's clean-up runs; the death is noticed by polling getppid(), as
+PR_SET_PDEATHSIG fires when the *thread* that started us ends (a frontend may use a worker
+thread)."""
 
 from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import os
 import shlex
+import signal
 import subprocess
+import sys
 import tempfile
+import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Callable, TypeVar
 
 from ._errors import FaShimError
 
@@ -189,3 +198,92 @@ def no_space_in(output: str) -> FaShimError | None:
             where = directory_of(paths[0].strip("'")) if paths else None
             return no_space(where or Path(tempfile.gettempdir()), "compiling")
     return None
+
+
+F = TypeVar("F", bound=Callable[..., object])
+POLL_S = 0.5  # how soon a dead frontend is noticed
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM/SIGHUP or the frontend gone: a KeyboardInterrupt, so Ctrl-C's clean-up runs."""
+
+    def __init__(self, signum: int, frontend_gone: int | None = None) -> None:
+        super().__init__(signum)
+        self.signum, self.frontend_gone = signum, frontend_gone
+
+    def describe(self) -> str:
+        if self.frontend_gone is not None:
+            return f"the frontend (pid {self.frontend_gone}) that ran this build is gone"
+        return f"terminated by {signal.Signals(self.signum).name}"
+
+
+@contextlib.contextmanager
+def guarded(watch_parent: bool = True) -> Iterator[None]:
+    """SIGTERM/SIGHUP and, with `watch_parent`, the parent's death raise Terminated here, once;
+    an ignored signal stays ignored (`nohup`); nothing changes outside the main thread."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    parent = os.getppid()
+    state: dict = {"gone": None, "fired": False}
+    stop = threading.Event()
+
+    def handler(signum, _frame):
+        if state["fired"]:
+            return
+        state["fired"] = True
+        raise Terminated(signum, state["gone"])
+
+    def watch() -> None:
+        while not stop.wait(POLL_S):
+            if os.getppid() != parent:  # reparented: the frontend died
+                state["gone"] = parent
+                os.kill(os.getpid(), signal.SIGTERM)
+                return
+
+    previous = {
+        sig: signal.signal(sig, handler)
+        for sig in (signal.SIGTERM, signal.SIGHUP)
+        if signal.getsignal(sig) is not signal.SIG_IGN
+    }
+    if watch_parent and signal.SIGTERM in previous:
+        threading.Thread(target=watch, name="fa-shim-frontend-watch", daemon=True).start()
+    try:
+        yield
+    finally:
+        stop.set()
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
+def boundary(func: F, *, frontend: bool = True) -> F:
+    """FaShimError (an OSError, a failed helper too) as one message on stderr and exit status 1;
+    Ctrl-C 130, SIGTERM/SIGHUP 128 + the signal; with `frontend`, the frontend's death too."""
+
+    @functools.wraps(func)
+    def wrapper(*args, **kwargs):
+        begin()
+        try:
+            with guarded(watch_parent=frontend):
+                return func(*args, **kwargs)
+        except (FaShimError, OSError, subprocess.CalledProcessError, KeyboardInterrupt) as exc:
+            status = 1
+            if isinstance(exc, Terminated):
+                error = FaShimError(f"{exc.describe()}: {outcome()}")
+                status = 128 + exc.signum
+            elif isinstance(exc, KeyboardInterrupt):
+                error = FaShimError(f"{INTERRUPTED}: {outcome()}")
+                status = INTERRUPTED_STATUS
+            elif isinstance(exc, OSError):
+                error = from_oserror(exc)
+            elif isinstance(exc, subprocess.CalledProcessError):
+                error = from_helper(exc)
+            else:
+                error = exc
+            try:
+                print("\n" + error.render(), file=sys.stderr, flush=True)
+            except OSError:
+                pass  # stderr itself is gone (a closed pipe): the exit status still tells
+            raise SystemExit(status) from None
+
+    return wrapper  # type: ignore[return-value]

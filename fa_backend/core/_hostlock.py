@@ -6,6 +6,7 @@ mtime refreshed every `heartbeat`; a waiter that sees it unchanged for STALE_BEA
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import socket
@@ -74,23 +75,17 @@ def describe(holder: dict) -> str:
     return f"host {holder.get('host', '?')}, pid {holder.get('pid', '?')}, since {when}"
 
 
+@dataclasses.dataclass
 class HostLock:
-    def __init__(
-        self,
-        path: Path,
-        timeout: float,
-        heartbeat: float,
-        on_wait: Callable[[dict], None] | None = None,
-        *,
-        what: str,  # "wheel-cache": the lock in messages is "the wheel-cache lock"
-        held_by: str,  # "another build of the same wheel": its holder in the timeout error
-        fix: str,  # the timeout error's fix
-    ) -> None:
-        self.path, self.timeout, self.heartbeat, self.on_wait = path, timeout, heartbeat, on_wait
-        self.what, self.held_by, self.fix = what, held_by, fix
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._ino: int | None = None
+    path: Path
+    timeout: float
+    heartbeat: float
+    on_wait: Callable[[dict], None]
+    what: str  # "wheel-cache": the lock in messages is "the wheel-cache lock"
+    held_by: str  # "another build of the same wheel": its holder in the timeout error
+    fix: str  # the timeout error's fix
+    _stop: threading.Event = dataclasses.field(default_factory=threading.Event, init=False)
+    _ino: int | None = dataclasses.field(default=None, init=False)
 
     def _try_create(self) -> bool:
         me = {
@@ -131,7 +126,9 @@ class HostLock:
         with contextlib.suppress(OSError):
             aside.unlink()
 
-    def acquire(self) -> None:
+    @contextlib.contextmanager
+    def held(self) -> Iterator[None]:
+        """Wait for the lock (taking over a stale one), then hold it, refreshed, for the block."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
         deadline = time.monotonic() + self.timeout
         seen: tuple[tuple[int, int, int], float] | None = None  # identity, when it last changed
@@ -154,7 +151,7 @@ class HostLock:
                 self._take_over(identity, holder, why)
                 seen = None
                 continue
-            if not told and self.on_wait:
+            if not told:
                 self.on_wait(holder)
                 told = True
             if now > deadline:
@@ -164,9 +161,17 @@ class HostLock:
                     fix=self.fix,
                 )
             time.sleep(min(self.heartbeat / 2, 1.0, max(deadline - now, 0.01)))
-        self._thread = threading.Thread(target=self._beat, name="fa-shim-lock-heartbeat")
-        self._thread.daemon = True
-        self._thread.start()
+        beat = threading.Thread(target=self._beat, name="fa-shim-lock-heartbeat", daemon=True)
+        beat.start()
+        try:
+            yield
+        finally:
+            self._stop.set()
+            beat.join()
+            current = _read(self.path)
+            if current and current[0][0] == self._ino:  # still ours, not a taker's
+                with contextlib.suppress(FileNotFoundError):
+                    self.path.unlink()
 
     def _beat(self) -> None:
         while not self._stop.wait(self.heartbeat):
@@ -184,20 +189,3 @@ class HostLock:
                     "builder may do the same work now"
                 )
                 return
-
-    def release(self) -> None:
-        self._stop.set()
-        if self._thread:
-            self._thread.join()
-        current = _read(self.path)
-        if current and current[0][0] == self._ino:  # still ours, not a taker's
-            with contextlib.suppress(FileNotFoundError):
-                self.path.unlink()
-
-    @contextlib.contextmanager
-    def held(self) -> Iterator[None]:
-        self.acquire()
-        try:
-            yield
-        finally:
-            self.release()

@@ -13,12 +13,6 @@ from pathlib import Path
 
 from ._errors import FaShimError
 
-TAIL_LINES = 20
-
-
-def tail(text: str, lines: int = TAIL_LINES) -> str:
-    return "\n".join(text.strip().splitlines()[-lines:])
-
 
 def completed(
     argv: list[str],
@@ -77,7 +71,8 @@ def run(
         if proc.returncode == 0:
             return proc
         failed = f"{shown} failed (exit status {proc.returncode})."
-        output = tail(proc.stdout + proc.stderr) or "(it printed nothing)"
+        lines = (proc.stdout + proc.stderr).strip().splitlines()
+        output = "\n".join(lines[-20:]) or "(it printed nothing)"  # the tail of what it printed
     if cause:
         raise FaShimError(cause, details=f"{failed}\n{output}".strip(), fix=fix)
     raise FaShimError(failed, details=output or None, fix=fix)

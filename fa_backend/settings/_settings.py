@@ -76,24 +76,17 @@ def convert(key: str, kind: str, value: Any, where: str, maximum: int | None = N
         if text not in _TRUE | _FALSE:
             raise bad("true or false")
         return text in _TRUE
-    if kind == "int":
+    if kind in ("int", "seconds"):
+        expected = "a positive integer" if kind == "int" else "a positive number of seconds"
         try:
-            number = int(str(value))
+            number = int(str(value)) if kind == "int" else float(str(value))
         except ValueError:
-            raise bad("a positive integer") from None
+            raise bad(expected) from None
         if maximum is not None and not 1 <= number <= maximum:
             raise bad(f"an integer from 1 to {maximum}")
-        if number < 1:
-            raise bad("a positive integer")
+        if not number > 0:  # NaN too
+            raise bad(expected)
         return number
-    if kind == "seconds":
-        try:
-            seconds = float(str(value))
-        except ValueError:
-            raise bad("a positive number of seconds") from None
-        if not seconds > 0:
-            raise bad("a positive number of seconds")
-        return seconds
     if kind == "path":
         return _absolute(str(value).strip())
     if kind == "str":
@@ -220,12 +213,12 @@ def load(
     return settings
 
 
-_FIX = {
+# the caches, each with the fix when it cannot be written
+_CACHES = {
+    "cache-dir": "make it writable for this user, or name another with -C cache-dir=DIR.",
     "wheel-cache-dir": "make it writable for this user, name another wheel cache with "
     "-C wheel-cache-dir=DIR, or turn it off with -C wheel-cache=false.",
-    "cache-dir": "make it writable for this user, or name another with -C cache-dir=DIR.",
 }
-_CACHES = ("cache-dir", "wheel-cache-dir")
 
 
 def _name_places(settings: Settings, existing: Sequence[str]) -> None:
@@ -240,4 +233,4 @@ def _name_places(settings: Settings, existing: Sequence[str]) -> None:
                 f"the {key} {path} is a file, not a directory.",
                 fix=f"point {key} at a directory (fa-shim makes a missing one).",
             )
-        _failures.name_place(path, f"setting {key}", _FIX.get(key))
+        _failures.name_place(path, f"setting {key}", _CACHES.get(key))

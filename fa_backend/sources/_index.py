@@ -110,16 +110,13 @@ class _Links(html.parser.HTMLParser):
         self.links: list[str] = []
 
     def handle_starttag(self, tag, attrs):
-        if tag == "a":
-            href = dict(attrs).get("href")
-            if href:
-                self.links.append(href)
+        href = dict(attrs).get("href")
+        if tag == "a" and href:
+            self.links.append(href)
 
 
 def _opener(config: dict[str, str], url: str) -> urllib.request.OpenerDirector:
-    host = urllib.parse.urlsplit(url).hostname or ""
-    trusted = config.get("trusted-host", "").split()
-    if host in trusted:
+    if urllib.parse.urlsplit(url).hostname in config.get("trusted-host", "").split():
         context = ssl._create_unverified_context()
     else:
         context = ssl.create_default_context(cafile=config.get("cert") or None)

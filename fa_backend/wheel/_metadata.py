@@ -62,11 +62,10 @@ def limited_api_tag(limited_api: str | None) -> str:
 def wheel_tag(names: Names, limited_api: str | None = None) -> tags.Tag:
     """This interpreter's most specific tag on plain linux (never manylinux: the wheel links the
     local torch and CUDA); for a limited-API module (FA3) <cpXY>-abi3, XY its Py_LIMITED_API."""
-    plain = [p for p in tags.platform_tags() if p.startswith("linux_")]
     interpreter = tags.interpreter_name() + tags.interpreter_version()
     since = limited_api_tag(limited_api)
     for tag in tags.sys_tags():
-        if tag.platform not in plain:
+        if not tag.platform.startswith("linux_"):
             continue
         if names.abi3 and (tag.interpreter, tag.abi) == (since, "abi3"):
             return tag

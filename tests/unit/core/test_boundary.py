@@ -1,4 +1,4 @@
-"""The one boundary (fa_backend/core/_boundary.py): whatever fails behind a hook or a command
+"""The one boundary (fa_backend/core/_failures.py): whatever fails behind a hook or a command
 ends in one readable message on stderr and an exit status: 1 for a FaShimError, an OSError or
 a failed helper program (each named with its fix), 130 for Ctrl-C; what succeeds passes
 through untouched."""
@@ -14,8 +14,8 @@ import sys
 import pytest
 
 from fa_backend.core import _failures
-from fa_backend.core._boundary import boundary
 from fa_backend.core._errors import FaShimError
+from fa_backend.core._failures import boundary
 
 
 def _raising(exc: BaseException):
