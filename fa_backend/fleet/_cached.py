@@ -137,7 +137,7 @@ def build(plan: Plan, wheel_directory: str, metadata_directory: str | None) -> s
                 miss,
                 s.wheel_cache_lock_timeout,
                 s.wheel_cache_heartbeat,
-                built=lambda: how,
+                built=how,
                 torch_version=plan.torch.version,
                 variants=s.wheel_variants,
             )

@@ -1,13 +1,26 @@
 """The caches around the build's compilers, for a wheel the build compiles: the compiler cache's
 settings and session, the stable source path it hashes, and the object cache (its keys and
 spec: fleet/_objects; its side in the launcher: fleet/_serve), given to pipeline/_build as its
-Wrappers. A wheel-cache hit never imports this module or the build (fleet/_cached)."""
+Wrappers. A wheel-cache hit never imports this module or the build (fleet/_cached).
+
+The stable source path: a build tree at the same absolute path on every node, so that a shared
+compiler cache hits: nvcc hands cudafe++ and cicc the .cu file's resolved absolute path, which
+sccache hashes as it is, and the device code records it. The slot named by the sources,
+/tmp/fa-shim-src-<digest>, whatever else builds on the node; while another build of those
+sources holds it, the next one waits (a second path would compile other bytes under the same
+object keys). A slot is held by a flock on its .lock file (docs/guides/fleet.md)."""
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import hashlib
+import json
 import os
+import shutil
 import sysconfig
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from ..core import _log
@@ -16,9 +29,12 @@ from ..flavours.api import Plan, Tools
 from ..pipeline import api as pipeline
 from ..pipeline.api import Wrappers
 from ..toolchain import _compilers
-from . import _objects, _sccache, _stable_src, _wheel_cache
+from . import _objects, _sccache, _wheel_cache
 
 SERVE = "fa_backend.fleet._serve:serve"  # the object cache's side in the launcher
+ROOT = Path("/tmp")  # the slots' directory; not TMPDIR: that differs per node and per job
+PREFIX = "fa-shim-src-"
+POLL = 1.0  # seconds between tries while another build of the same sources holds the slot
 
 
 def wrappers(
@@ -69,10 +85,10 @@ def object_cache(
     if audit and not in_slot:
         raise FaShimError(
             f"the rebuild compiles in {source.parent}, not in its sources' slot "
-            f"{_stable_src.ROOT}/{_stable_src.PREFIX}<digest>, so no object would compare "
+            f"{ROOT}/{PREFIX}<digest>, so no object would compare "
             "(the device code records its source path).",
             fix=f"free or remove what blocks the slot (the warning above names it), or make "
-            f"{_stable_src.ROOT} writable, and run it again.",
+            f"{ROOT} writable, and run it again.",
         )
     units = [c for c in commands if c.kind == "nvcc"]
     cwd = source  # torch's build.ninja names absolute paths; relative ones are the setup dir's
@@ -148,7 +164,78 @@ def fresh_wheel(
     # CUDA device code records its source path (_reproducible): the same path for every build
     shared = _sccache.is_sccache(tools.compiler_cache) or tools.nvcc is not None
     sources = plan.flavour.sources(plan, with_origin=False)
-    place = _stable_src.place(scratch, shared, sources, plan.settings.keep_build_dir)
-    with place as where, _sccache.session(tools.compiler_cache):
+    slot = place(scratch, shared, sources, plan.settings.keep_build_dir)
+    with slot as where, _sccache.session(tools.compiler_cache):
         wrap = wrappers(plan, tools, where, audit, where != scratch, objects_only)
         return pipeline.fresh_wheel(plan, tools, where, scratch / "wheel", wrap, how, check)
+
+
+def _lock(path: Path) -> int | None:
+    """An open file descriptor for the slot's lock, locked once the build holding it (if any)
+    lets go; None when it cannot be opened."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)  # other users take it after us
+    except PermissionError:
+        try:  # another user's lock file: flock needs no write access
+            fd = os.open(path, os.O_RDONLY)
+        except OSError:
+            return None
+    except OSError:
+        return None
+    waited = False
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return fd
+        except BlockingIOError:
+            if not waited:
+                _log.info(
+                    f"waiting for {path}: another build of these sources compiles there (the "
+                    "device code records its path, so every build of them compiles from one)"
+                )
+                waited = True
+            time.sleep(POLL)
+        except OSError:
+            os.close(fd)
+            return None
+
+
+@contextlib.contextmanager
+def place(scratch: Path, enabled: bool, sources: dict, keep: bool = False) -> Iterator[Path]:
+    """Where to prepare and compile: `scratch` itself, or with `enabled` the slot `sources`
+    (the flavour's identity of what it lays out) names, once no other build holds it; `scratch`
+    with a warning where the slot cannot be made. With `keep` (setting keep-build-dir) the
+    slot's tree is moved into scratch at the end."""
+    if not enabled:
+        yield scratch
+        return
+    identity = json.dumps(sources, sort_keys=True, default=str).encode()
+    slot = ROOT / f"{PREFIX}{hashlib.sha256(identity).hexdigest()[:16]}"
+    fd = _lock(slot.with_name(f"{slot.name}.lock"))
+    if fd is not None:
+        try:
+            shutil.rmtree(slot, ignore_errors=True)  # what a killed build left (its lock is free)
+            slot.mkdir(mode=0o700)
+        except OSError as e:  # another user's leftovers, or a file there: not ours to remove
+            os.close(fd)
+            fd, why = None, f"{slot} cannot be made ({e.strerror})"
+    else:
+        why = f"{slot}.lock cannot be opened or locked"
+    if fd is None:
+        _log.warn(
+            f"{why}: compiling in the scratch directory, so other nodes' compiles will not hit "
+            "and no kernel object is kept (its device code records that path)"
+        )
+        yield scratch
+        return
+    _log.info(
+        f"compiling from {slot} (the same path for every build: reproducible device code, "
+        "compiler-cache hits across nodes)"
+    )
+    try:
+        yield slot
+    finally:
+        if keep:
+            shutil.move(str(slot / "src"), str(scratch / "src"))
+        shutil.rmtree(slot, ignore_errors=True)
+        os.close(fd)  # releases the lock

@@ -61,14 +61,8 @@ def keep(target: Path, data: bytes) -> None:
 
 @dataclasses.dataclass(frozen=True)
 class Entry:
-    directory: Path
     wheel: Path
-    sha256: str
-    record: dict  # entry.json as stored
-
-    @property
-    def key(self) -> str:
-        return self.directory.name
+    sha256: str  # what entry.json records of it
 
 
 def load(directory: Path, wheel_name: str | None = None) -> Entry | None:
@@ -84,7 +78,7 @@ def load(directory: Path, wheel_name: str | None = None) -> Entry | None:
     if wheel_name is not None and name != wheel_name:
         return None
     wheel = directory / name
-    return Entry(directory, wheel, digest, record) if wheel.is_file() else None
+    return Entry(wheel, digest) if wheel.is_file() else None
 
 
 def matches(entry: Entry) -> str | None:

@@ -96,8 +96,7 @@ def make_root(root: Path, team_root: Path | None) -> bool:
     False, after one warning naming the path, where nothing can be kept there (read-only, full,
     over quota, a file in the way): the build then reads what it holds and compiles the rest."""
     with contextlib.suppress(OSError):  # the probe below says why
-        _entries.make(root, team_root or root)
-        _entries.make(root / ".locks", team_root or root)
+        _entries.make(root / ".locks", team_root or root)  # and root, the directory above it
     for path in (root, root / ".locks"):
         why = _atomic.unwritable(path)
         if why:

@@ -69,7 +69,6 @@ def check_nvcc(program: str | None, nvcc) -> None:
     """Refuse, before anything compiles, an sccache that cannot read this nvcc's dry run."""
     if not is_sccache(program) or nvcc is None or nvcc.version is None:
         return
-    assert program is not None
     have = version(program)
     if have is None or have >= READS_NEW_DRYRUN or nvcc.version < NVCC_DRYRUN_CHANGED:
         return
@@ -201,7 +200,6 @@ def session(program: str | None) -> Iterator[None]:
     if not is_sccache(program):
         yield
         return
-    assert program is not None
     env = dict(os.environ)
     added = defaults(env)
     env.update(added)

@@ -239,7 +239,7 @@ def obtain(
     build: Callable[[], Path],
     lock_timeout: float,
     heartbeat: float,
-    built: Callable[[], dict] | None = None,
+    built: dict | None = None,
     torch_version: str | None = None,
     variants: bool = False,
 ) -> Path:
@@ -271,8 +271,7 @@ def obtain(
             if not read_only:
                 try:
                     _entries.clear_partials(root, entry_key)
-                    how = built() if built else {}
-                    wheel = _entries.store(root, entry_key, wheel, fingerprint, how)
+                    wheel = _entries.store(root, entry_key, wheel, fingerprint, built or {})
                     _failures.published("the wheel cache", wheel)
                 except OSError as exc:  # full, read-only or another user's: the wheel is good
                     why = exc.strerror or str(exc)

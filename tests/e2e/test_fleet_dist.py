@@ -306,7 +306,7 @@ redis_url = fleet.redis_url  # the real Redis on loopback, started and stopped p
 
 def _kernel_commands(python: Path, build: Path, sdists: Path, env: dict) -> list[dict]:
     """The real set's nvcc commands as `prepare` writes them under `python`'s torch, in one
-    build directory (fa-shim's builds compile from one source slot: _stable_src)."""
+    build directory (fa-shim's builds compile from one source slot: _compiling.place)."""
     shutil.rmtree(build, ignore_errors=True)
     settings = {
         "sdist-dir": str(sdists),

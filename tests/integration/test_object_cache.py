@@ -446,7 +446,7 @@ def test_an_input_that_cannot_be_keyed_sets_the_object_cache_aside_in_one_line(
 
 def test_objects_compiled_outside_the_sources_slot_are_not_kept(tmp_path):
     """The device code records the source path (docs/reproducibility.md): a build that could
-    not take its sources' slot (fleet/_stable_src) compiles in its scratch directory, may be
+    not take its sources' slot (fleet/_compiling.place) compiles in its scratch directory, may be
     served, keeps nothing there; the audit refuses to compare from there, naming the slot."""
     plan = fa2_plan(SHARED_SDISTS, "2.8.3", cache_dir=str(tmp_path / "cache"))
     tree = _tree(tmp_path / "scratch" / "src")

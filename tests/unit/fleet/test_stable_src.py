@@ -1,6 +1,7 @@
-"""fleet/_stable_src: the slot a build compiles from is named by its sources, so every build of
-the same sources compiles from the same path (the same device code, compiler-cache hits across
-nodes) whatever else builds on the node: a second build of those sources waits for the first."""
+"""fleet/_compiling.place: the slot a build compiles from is named by its sources, so every
+build of the same sources compiles from the same path (the same device code, compiler-cache hits
+across nodes) whatever else builds on the node: a second build of those sources waits for the
+first."""
 
 from __future__ import annotations
 
@@ -8,19 +9,19 @@ import fcntl
 import os
 import threading
 
-from fa_backend.fleet import _stable_src
+from fa_backend.fleet import _compiling
 
 
 def test_the_sources_name_the_slot_and_a_second_build_of_them_waits(tmp_path, monkeypatch):
-    monkeypatch.setattr(_stable_src, "ROOT", tmp_path)
-    monkeypatch.setattr(_stable_src, "POLL", 0.01)
+    monkeypatch.setattr(_compiling, "ROOT", tmp_path)
+    monkeypatch.setattr(_compiling, "POLL", 0.01)
     sources, other = {"sha256": "a" * 64}, {"sha256": "b" * 64}
     taken = []
     second = threading.Thread(target=lambda: taken.append(_take(tmp_path, sources)))
-    with _stable_src.place(tmp_path / "scratch", True, sources) as first:
+    with _compiling.place(tmp_path / "scratch", True, sources) as first:
         # a build of other sources meanwhile takes its own slot
-        with _stable_src.place(tmp_path / "scratch", True, other) as elsewhere:
-            assert elsewhere != first and elsewhere.name.startswith(_stable_src.PREFIX)
+        with _compiling.place(tmp_path / "scratch", True, other) as elsewhere:
+            assert elsewhere != first and elsewhere.name.startswith(_compiling.PREFIX)
         assert first.is_dir() and not elsewhere.exists()
         # the same sources while the first build holds their slot: it waits, then takes it
         second.start()
@@ -34,23 +35,23 @@ def test_the_sources_name_the_slot_and_a_second_build_of_them_waits(tmp_path, mo
 
 
 def _take(root, sources):
-    with _stable_src.place(root / "scratch", True, sources) as where:
+    with _compiling.place(root / "scratch", True, sources) as where:
         return where
 
 
 def test_a_slot_that_cannot_be_made_leaves_the_build_in_its_scratch(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(_stable_src, "ROOT", tmp_path)
+    monkeypatch.setattr(_compiling, "ROOT", tmp_path)
     sources = {"sha256": "a" * 64}
-    with _stable_src.place(tmp_path / "scratch", True, sources) as slot:
+    with _compiling.place(tmp_path / "scratch", True, sources) as slot:
         pass
     slot.write_text("not a directory")  # what rmtree cannot clear, as another user's tree
-    with _stable_src.place(tmp_path / "scratch", True, sources) as where:
+    with _compiling.place(tmp_path / "scratch", True, sources) as where:
         assert where == tmp_path / "scratch"
     err = " ".join(capsys.readouterr().err.split())
     assert f"{slot} cannot be made" in err and "no kernel object is kept" in err, err
 
 
 def test_without_sharing_the_build_stays_in_its_scratch(tmp_path, monkeypatch):
-    monkeypatch.setattr(_stable_src, "ROOT", tmp_path)
-    with _stable_src.place(tmp_path / "scratch", False, {"sha256": "a"}) as where:
+    monkeypatch.setattr(_compiling, "ROOT", tmp_path)
+    with _compiling.place(tmp_path / "scratch", False, {"sha256": "a"}) as where:
         assert where == tmp_path / "scratch"
