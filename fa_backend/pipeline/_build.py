@@ -1,5 +1,5 @@
 """The build, cache-free: a plan in, a verified wheel out. prepare (build.ninja written, nothing
-compiled; the toolchain: _tools), the upstream build, repack, verify; what stands around the
+compiled; the toolchain: _plan), the upstream build, repack, verify; what stands around the
 compilers comes in as Wrappers, from fleet/, which wraps this build with its caches. Every step
 asks the plan's flavour (flavours/_interface) what differs between flavours, never which it is."""
 
@@ -17,28 +17,14 @@ from ..core import _failures, _log
 from ..core._errors import FaShimError
 from ..core._version import __version__
 from ..flavours._interface import Plan, Tools
+from ..resources import GUARD
+from ..resources.runtime_guard import PROVENANCE
 from ..toolchain import _compile_commands, _jobs, _preflight
 from ..wheel import _metadata
 from ..wheel._wheelfile import WheelWriter
-from . import _compile_plan, _progress, _reproducible, _stats, _tools, _upstream
+from . import _compile_plan, _plan, _progress, _reproducible, _stats, _upstream
 from ._compile_plan import BARE, Prepared, Wrappers
-from ._plan import plan, write_metadata
-from ._provenance import GUARD, PROVENANCE, fingerprint, provenance
-
-# what fleet, the hooks and the CLI call (provenance: `prepare`'s JSON)
-__all__ = [
-    "Plan",
-    "Prepared",
-    "Tools",
-    "Wrappers",
-    "fingerprint",
-    "fresh_wheel",
-    "plan",
-    "prepare",
-    "provenance",
-    "verify",
-    "write_metadata",
-]
+from ._provenance import provenance
 
 
 def prepare(
@@ -46,7 +32,7 @@ def prepare(
 ) -> Prepared:
     """Lay out and patch the sources, let torch write build.ninja (nothing compiled), check it;
     then the wrappers learn the compile commands and say which sources they serve."""
-    tools = tools or _tools.toolchain(plan)
+    tools = tools or _plan.toolchain(plan)
     log_dir = plan.settings.resolved_cache_dir / "logs"
     log_dir.mkdir(parents=True, exist_ok=True)
     log = log_dir / f"flash-attn-{plan.version}-{time.strftime('%Y%m%d-%H%M%S')}.log"
@@ -92,15 +78,7 @@ def run_upstream_build(plan: Plan, prep: Prepared) -> Path:
     started = time.monotonic()
     while True:
         code, output, report = _upstream.run_setup(
-            plan,
-            prep.tools,
-            prep.source,
-            dist,
-            "wheel",
-            prep.log,
-            prep.wrappers,
-            units.jobs,
-            units.driver_spec(),
+            plan, prep.tools, prep.source, dist, "wheel", prep.log, prep.wrappers, units
         )
         if code == 0:
             break

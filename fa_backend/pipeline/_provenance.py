@@ -13,13 +13,11 @@ from ..core._digest import sha256_of
 from ..core._version import __version__
 from ..flavours._interface import Plan, Tools
 from ..resources import GUARD, PACKAGE
-from ..resources.runtime_guard import PROVENANCE, binding
+from ..resources.runtime_guard import binding
 from ..toolchain import _archs, _compilers, _toolkit
 
 if TYPE_CHECKING:  # the fingerprint is a hit's, which imports none of the build
     from ._compile_plan import Prepared
-
-__all__ = ["GUARD", "PROVENANCE", "fingerprint", "provenance"]
 
 
 @functools.cache
