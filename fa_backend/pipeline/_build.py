@@ -6,6 +6,7 @@ asks the plan's flavour (flavours/_interface) what differs between flavours, nev
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import shutil
 import time
@@ -119,17 +120,18 @@ def repack(plan: Plan, upstream_wheel: Path, target: Path, prov: dict) -> Path:
         for info in zf.infolist():
             if info.is_dir():
                 continue
+            member = functools.partial(zf.open, info)  # streamed while upstream's wheel is open
             top = info.filename.split("/", 1)[0]
             if top.endswith(".dist-info"):
                 rest = info.filename.split("/", 1)[1]
                 if rest.startswith(_KEPT_DIST_INFO) or rest == "top_level.txt":
-                    writer.add_stream(f"{plan.dist_info}/{rest}", _member(zf, info), info.file_size)
+                    writer.add_stream(f"{plan.dist_info}/{rest}", member, info.file_size)
                 continue
             has_module |= info.filename.startswith(names.module_path + ".") and (
                 info.filename.endswith(".so")
             )
             mode = (info.external_attr >> 16) & 0o777 or 0o644
-            writer.add_stream(info.filename, _member(zf, info), info.file_size, mode)
+            writer.add_stream(info.filename, member, info.file_size, mode)
         if not has_module:
             raise FaShimError(
                 f"the upstream wheel contains no compiled {names.module_path}*.so; it "
@@ -144,10 +146,6 @@ def repack(plan: Plan, upstream_wheel: Path, target: Path, prov: dict) -> Path:
         ):
             writer.add(f"{plan.dist_info}/{name}", text.encode())
         return writer.write()  # while upstream's wheel is open: its members stream from it
-
-
-def _member(zf: zipfile.ZipFile, info: zipfile.ZipInfo):
-    return lambda: zf.open(info)
 
 
 def fresh_wheel(

@@ -120,13 +120,6 @@ def frontend_shows_output() -> bool:
     return any(a == "--verbose" or re.fullmatch(r"-[a-zA-Z]*v[a-zA-Z]*", a) for a in _parent_argv())
 
 
-def _open_tty() -> TextIO | None:
-    try:
-        return open("/dev/tty", "w", encoding="utf-8", errors="replace")
-    except OSError:  # no controlling terminal (CI, a daemon, ssh without -t)
-        return None
-
-
 class Display:
     """Where the lines go: stderr (plain), the log file (plain), the terminal (in place)."""
 
@@ -135,9 +128,11 @@ class Display:
         self.stderr = mode != "none"
         self.tty: TextIO | None = None
         if mode == "tty" or (mode == "auto" and not frontend_shows_output()):
-            self.tty = _open_tty()
-            if self.tty is None and mode == "tty":
-                _log.warn("progress=tty, but this process has no terminal: progress on stderr")
+            try:
+                self.tty = open("/dev/tty", "w", encoding="utf-8", errors="replace")  # noqa: SIM115
+            except OSError:  # no controlling terminal (CI, a daemon, ssh without -t)
+                if mode == "tty":
+                    _log.warn("progress=tty, but this process has no terminal: progress on stderr")
         self._fresh_line = mode == "auto"  # the frontend's own line (pip's spinner) is open
         self._open = False  # an in-place line is on the terminal
         self.log = log.open("a", buffering=1) if log else None
