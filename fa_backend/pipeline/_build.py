@@ -1,7 +1,7 @@
 """The build, cache-free: a plan in, a verified wheel out. prepare (build.ninja written, nothing
-compiled; the toolchain: _plan), the upstream build, repack, verify; what stands around the
-compilers comes in as Wrappers, from fleet/, which wraps this build with its caches. Every step
-asks the plan's flavour (flavours/_interface) what differs between flavours, never which it is."""
+compiled), the upstream build, repack, verify; what stands around the compilers comes in as
+Wrappers, from fleet/, which wraps this build with its caches. Every step asks the plan's flavour
+(flavours/_interface) what differs between flavours, never which it is."""
 
 from __future__ import annotations
 
@@ -23,17 +23,14 @@ from ..resources.runtime_guard import PROVENANCE
 from ..toolchain import _compile_commands, _jobs, _preflight
 from ..wheel import _metadata
 from ..wheel._wheelfile import WheelWriter
-from . import _compile_plan, _plan, _progress, _reproducible, _stats, _upstream
+from . import _compile_plan, _progress, _reproducible, _stats, _upstream
 from ._compile_plan import BARE, Prepared, Wrappers
 from ._provenance import provenance
 
 
-def prepare(
-    plan: Plan, scratch: Path, tools: Tools | None = None, wrappers: Wrappers = BARE
-) -> Prepared:
+def prepare(plan: Plan, scratch: Path, tools: Tools, wrappers: Wrappers) -> Prepared:
     """Lay out and patch the sources, let torch write build.ninja (nothing compiled), check it;
     then the wrappers learn the compile commands and say which sources they serve."""
-    tools = tools or _plan.toolchain(plan)
     log_dir = plan.settings.resolved_cache_dir / "logs"
     log_dir.mkdir(parents=True, exist_ok=True)
     log = log_dir / f"flash-attn-{plan.version}-{time.strftime('%Y%m%d-%H%M%S')}.log"
