@@ -15,6 +15,7 @@ from ..flavours._interface import Plan, Tools
 from ..resources import GUARD, PACKAGE
 from ..resources.runtime_guard import binding
 from ..toolchain import _archs, _compilers, _toolkit
+from . import _seal, _stats
 
 if TYPE_CHECKING:  # the fingerprint is a hit's, which imports none of the build
     from ._compile_plan import Prepared
@@ -86,8 +87,6 @@ def fingerprint(plan: Plan, tools: Tools) -> dict:
 
 
 def provenance(plan: Plan, prep: Prepared) -> dict:
-    from . import _seal, _stats  # the build's, never a hit's
-
     return {
         "fa_shim_version": __version__,
         "flash_attn_version": plan.flavour.upstream_version(plan),
