@@ -103,21 +103,18 @@ def check_mode(setting: str) -> str:
     return mode
 
 
-def _parent_argv() -> list[str]:
-    try:
-        raw = Path(f"/proc/{os.getppid()}/cmdline").read_bytes()
-    except OSError:
-        return []
-    return [a.decode(errors="replace") for a in raw.split(b"\0") if a]
-
-
 def frontend_shows_output() -> bool:
     """Whether stderr is read live: a terminal, or a verbose frontend (-v, PIP_VERBOSE)."""
     if sys.stderr.isatty():
         return True
     if os.environ.get("PIP_VERBOSE", "0").strip().lower() not in ("", "0", "false", "no", "off"):
         return True
-    return any(a == "--verbose" or re.fullmatch(r"-[a-zA-Z]*v[a-zA-Z]*", a) for a in _parent_argv())
+    try:  # the frontend's own command line
+        raw = Path(f"/proc/{os.getppid()}/cmdline").read_bytes()
+    except OSError:
+        return False
+    argv = [a.decode(errors="replace") for a in raw.split(b"\0") if a]
+    return any(a == "--verbose" or re.fullmatch(r"-[a-zA-Z]*v[a-zA-Z]*", a) for a in argv)
 
 
 class Display:
