@@ -49,7 +49,8 @@ sys.path.insert(0, str(ROOT))
 from fa_backend.flavours import _registry, _release_files  # noqa: E402
 from fa_backend.flavours.fa3 import _costs, _groups, _releases, _units  # noqa: E402
 from fa_backend.pipeline import _stats  # noqa: E402
-from fa_backend.schedule import _pools, _schedule  # noqa: E402
+from fa_backend.schedule import _schedule  # noqa: E402
+from fa_backend.schedule import _schedule as _pools  # noqa: E402 (the pools are _schedule.plan)
 
 GIB = 1024**3
 FULL_RUN = ROOT / "bench/results/2026-11-23-h100-fa3/full-compile-stats.jsonl"

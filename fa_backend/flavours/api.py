@@ -25,8 +25,8 @@ from ..core._version import __version__ as FA_SHIM_VERSION
 from ..resources import CHECKOUT, PROJECT, VENDORED
 
 # estimates and the compile's memory
-from ..schedule._pools import plan as plan_pools
 from ..schedule._schedule import Cost, Machine, makespan, predict, simulate
+from ..schedule._schedule import plan as plan_pools
 
 # settings
 from ..settings._model import Setting

@@ -1,11 +1,12 @@
 """The build, cache-free: a plan in, a verified wheel out. prepare (build.ninja written, nothing
-compiled; the toolchain: _tools), the upstream build, repack, verify; what stands around the
-compilers comes in as Wrappers, from fleet/, which wraps this build with its caches. Every step
-asks the plan's flavour (flavours/_interface) what differs between flavours, never which it is."""
+compiled), the upstream build, repack, verify; what stands around the compilers comes in as
+Wrappers, from fleet/, which wraps this build with its caches. Every step asks the plan's flavour
+(flavours/_interface) what differs between flavours, never which it is."""
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import shutil
 import time
@@ -17,36 +18,19 @@ from ..core import _failures, _log
 from ..core._errors import FaShimError
 from ..core._version import __version__
 from ..flavours._interface import Plan, Tools
+from ..resources import GUARD
+from ..resources.runtime_guard import PROVENANCE
 from ..toolchain import _compile_commands, _jobs, _preflight
 from ..wheel import _metadata
 from ..wheel._wheelfile import WheelWriter
-from . import _compile_plan, _progress, _reproducible, _stats, _tools, _upstream
+from . import _compile_plan, _progress, _reproducible, _stats, _upstream
 from ._compile_plan import BARE, Prepared, Wrappers
-from ._plan import plan, write_metadata
-from ._provenance import GUARD, PROVENANCE, fingerprint, provenance
-
-# what fleet, the hooks and the CLI call (provenance: `prepare`'s JSON)
-__all__ = [
-    "Plan",
-    "Prepared",
-    "Tools",
-    "Wrappers",
-    "fingerprint",
-    "fresh_wheel",
-    "plan",
-    "prepare",
-    "provenance",
-    "verify",
-    "write_metadata",
-]
+from ._provenance import provenance
 
 
-def prepare(
-    plan: Plan, scratch: Path, tools: Tools | None = None, wrappers: Wrappers = BARE
-) -> Prepared:
+def prepare(plan: Plan, scratch: Path, tools: Tools, wrappers: Wrappers) -> Prepared:
     """Lay out and patch the sources, let torch write build.ninja (nothing compiled), check it;
     then the wrappers learn the compile commands and say which sources they serve."""
-    tools = tools or _tools.toolchain(plan)
     log_dir = plan.settings.resolved_cache_dir / "logs"
     log_dir.mkdir(parents=True, exist_ok=True)
     log = log_dir / f"flash-attn-{plan.version}-{time.strftime('%Y%m%d-%H%M%S')}.log"
@@ -92,15 +76,7 @@ def run_upstream_build(plan: Plan, prep: Prepared) -> Path:
     started = time.monotonic()
     while True:
         code, output, report = _upstream.run_setup(
-            plan,
-            prep.tools,
-            prep.source,
-            dist,
-            "wheel",
-            prep.log,
-            prep.wrappers,
-            units.jobs,
-            units.driver_spec(),
+            plan, prep.tools, prep.source, dist, "wheel", prep.log, prep.wrappers, units
         )
         if code == 0:
             break
@@ -141,17 +117,18 @@ def repack(plan: Plan, upstream_wheel: Path, target: Path, prov: dict) -> Path:
         for info in zf.infolist():
             if info.is_dir():
                 continue
+            member = functools.partial(zf.open, info)  # streamed while upstream's wheel is open
             top = info.filename.split("/", 1)[0]
             if top.endswith(".dist-info"):
                 rest = info.filename.split("/", 1)[1]
                 if rest.startswith(_KEPT_DIST_INFO) or rest == "top_level.txt":
-                    writer.add_stream(f"{plan.dist_info}/{rest}", _member(zf, info), info.file_size)
+                    writer.add_stream(f"{plan.dist_info}/{rest}", member, info.file_size)
                 continue
             has_module |= info.filename.startswith(names.module_path + ".") and (
                 info.filename.endswith(".so")
             )
             mode = (info.external_attr >> 16) & 0o777 or 0o644
-            writer.add_stream(info.filename, _member(zf, info), info.file_size, mode)
+            writer.add_stream(info.filename, member, info.file_size, mode)
         if not has_module:
             raise FaShimError(
                 f"the upstream wheel contains no compiled {names.module_path}*.so; it "
@@ -166,10 +143,6 @@ def repack(plan: Plan, upstream_wheel: Path, target: Path, prov: dict) -> Path:
         ):
             writer.add(f"{plan.dist_info}/{name}", text.encode())
         return writer.write()  # while upstream's wheel is open: its members stream from it
-
-
-def _member(zf: zipfile.ZipFile, info: zipfile.ZipInfo):
-    return lambda: zf.open(info)
 
 
 def fresh_wheel(

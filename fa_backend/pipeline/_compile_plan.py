@@ -1,6 +1,6 @@
 """The prepared build (Prepared) and how its compile units run: the order ninja starts them in
-(schedule/_schedule) and how many heavy ones run at once (pools over each unit's expected peak
-memory: schedule/_pools), written into build.ninja; an out-of-memory kill lowers the pool."""
+and how many heavy ones run at once (pools over each unit's expected peak memory), both from
+schedule/_schedule, written into build.ninja; an out-of-memory kill lowers the pool."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from ..core import _atomic, _log
 from ..resources.upstream_driver import schedule_ninja
-from ..schedule import _pools, _schedule
+from ..schedule import _schedule
 from ..toolchain import _jobs
 from ..toolchain._compile_commands import Command
 from . import _stats
@@ -59,7 +59,7 @@ class Prepared:
 
 @dataclasses.dataclass(frozen=True)
 class CompilePlan:
-    pools: _pools.Pools
+    pools: _schedule.Pools
     order: tuple[str, ...]  # empty: the flavour's patterns order the units
     peaks: Mapping[str, int]  # bytes per compile job; empty without a memory model
 
@@ -69,7 +69,7 @@ class CompilePlan:
 
     @classmethod
     def jobs_only(cls, jobs: int) -> CompilePlan:
-        return cls(_pools.Pools(jobs), (), {})
+        return cls(_schedule.Pools(jobs), (), {})
 
     def driver_spec(self) -> dict:
         """What the upstream driver writes into build.ninja (order, pool)."""
@@ -81,7 +81,7 @@ class CompilePlan:
 
     def lowered(self) -> CompilePlan | None:
         """The plan after an out-of-memory kill (None: one job already)."""
-        pools = _pools.lower(self.peaks, self.pools)
+        pools = _schedule.lower(self.peaks, self.pools)
         return dataclasses.replace(self, pools=pools) if pools else None
 
 
@@ -94,7 +94,7 @@ def make(plan: Plan, tools: Tools, sources: Sequence[str], cores: int, memory: i
     cost, memory_model = (costs.seconds, costs.peak_bytes) if costs else (None, None)
     seconds = {s: machine.scale(cost(s)) for s in sources} if cost else None
     if memory_model is None:
-        pools = _pools.Pools(tools.jobs)
+        pools = _schedule.Pools(tools.jobs)
         peaks: dict[str, int] = {}
     else:
         # a job compiling k architectures at once holds more (toolchain/_jobs' figures)
@@ -102,12 +102,12 @@ def make(plan: Plan, tools: Tools, sources: Sequence[str], cores: int, memory: i
         scale = _jobs.job_bytes(per_job) / _jobs.job_bytes(1)
         peaks = {s: int(memory_model(s) * scale) for s in sources}
         slots = settings.max_jobs or max(1, cores // per_job)
-        pools = _pools.plan(peaks, slots, memory, seconds)
+        pools = _schedule.plan(peaks, slots, memory, seconds)
         if settings.max_jobs and pools.jobs != settings.max_jobs:
-            pools = _pools.Pools(settings.max_jobs)  # the setting's jobs, as given
+            pools = _schedule.Pools(settings.max_jobs)  # the setting's jobs, as given
         largest = _jobs.gib(max(peaks.values(), default=0))
         _log.info(
-            f"compile plan: {_pools.describe(pools)}; each unit's expected peak from its "
+            f"compile plan: {_schedule.describe(pools)}; each unit's expected peak from its "
             f"release's measurements (largest {largest}, {_jobs.gib(memory)} available)"
         )
     order = (

@@ -103,28 +103,18 @@ def check_mode(setting: str) -> str:
     return mode
 
 
-def _parent_argv() -> list[str]:
-    try:
-        raw = Path(f"/proc/{os.getppid()}/cmdline").read_bytes()
-    except OSError:
-        return []
-    return [a.decode(errors="replace") for a in raw.split(b"\0") if a]
-
-
 def frontend_shows_output() -> bool:
     """Whether stderr is read live: a terminal, or a verbose frontend (-v, PIP_VERBOSE)."""
     if sys.stderr.isatty():
         return True
     if os.environ.get("PIP_VERBOSE", "0").strip().lower() not in ("", "0", "false", "no", "off"):
         return True
-    return any(a == "--verbose" or re.fullmatch(r"-[a-zA-Z]*v[a-zA-Z]*", a) for a in _parent_argv())
-
-
-def _open_tty() -> TextIO | None:
-    try:
-        return open("/dev/tty", "w", encoding="utf-8", errors="replace")
-    except OSError:  # no controlling terminal (CI, a daemon, ssh without -t)
-        return None
+    try:  # the frontend's own command line
+        raw = Path(f"/proc/{os.getppid()}/cmdline").read_bytes()
+    except OSError:
+        return False
+    argv = [a.decode(errors="replace") for a in raw.split(b"\0") if a]
+    return any(a == "--verbose" or re.fullmatch(r"-[a-zA-Z]*v[a-zA-Z]*", a) for a in argv)
 
 
 class Display:
@@ -135,9 +125,11 @@ class Display:
         self.stderr = mode != "none"
         self.tty: TextIO | None = None
         if mode == "tty" or (mode == "auto" and not frontend_shows_output()):
-            self.tty = _open_tty()
-            if self.tty is None and mode == "tty":
-                _log.warn("progress=tty, but this process has no terminal: progress on stderr")
+            try:
+                self.tty = open("/dev/tty", "w", encoding="utf-8", errors="replace")  # noqa: SIM115
+            except OSError:  # no controlling terminal (CI, a daemon, ssh without -t)
+                if mode == "tty":
+                    _log.warn("progress=tty, but this process has no terminal: progress on stderr")
         self._fresh_line = mode == "auto"  # the frontend's own line (pip's spinner) is open
         self._open = False  # an in-place line is on the terminal
         self.log = log.open("a", buffering=1) if log else None

@@ -13,13 +13,12 @@ from ..core._digest import sha256_of
 from ..core._version import __version__
 from ..flavours._interface import Plan, Tools
 from ..resources import GUARD, PACKAGE
-from ..resources.runtime_guard import PROVENANCE, binding
+from ..resources.runtime_guard import binding
 from ..toolchain import _archs, _compilers, _toolkit
+from . import _seal, _stats
 
 if TYPE_CHECKING:  # the fingerprint is a hit's, which imports none of the build
     from ._compile_plan import Prepared
-
-__all__ = ["GUARD", "PROVENANCE", "fingerprint", "provenance"]
 
 
 @functools.cache
@@ -88,8 +87,6 @@ def fingerprint(plan: Plan, tools: Tools) -> dict:
 
 
 def provenance(plan: Plan, prep: Prepared) -> dict:
-    from . import _seal, _stats  # the build's, never a hit's
-
     return {
         "fa_shim_version": __version__,
         "flash_attn_version": plan.flavour.upstream_version(plan),

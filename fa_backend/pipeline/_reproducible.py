@@ -37,16 +37,14 @@ def prefix_maps(
     """(old, new) pairs, the general ones first: GCC applies the last matching map. Only paths
     the same on every node (sccache hashes the maps as arguments: TMPDIR would cost every hit);
     torch None: for commands that read neither torch's nor Python's files."""
-    places = (
-        [
+    places = [(cuda_home, "cuda"), (source_root, "src")]
+    if torch:
+        places = [
             (sysconfig.get_paths().get("include"), "python/include"),
             (torch.site_dir, "site-packages"),
             (torch.package_dir, "site-packages/torch"),
+            *places,
         ]
-        if torch
-        else []
-    )
-    places += [(cuda_home, "cuda"), (source_root, "src")]
     maps = {}
     for path, name in places:
         for old in _variants(path):

@@ -23,7 +23,7 @@ from . import _reproducible, _seal, _stats
 
 if TYPE_CHECKING:
     from ..flavours._interface import Plan, Tools
-    from ._compile_plan import Wrappers
+    from ._compile_plan import CompilePlan, Wrappers
 
 # set by a user for upstream's setup.py; each would change the build behind fa-shim's label
 _SCRUBBED_ENV = (
@@ -94,11 +94,10 @@ def run_setup(
     mode: str,
     log: Path,
     wrappers: Wrappers,
-    jobs: int | None = None,
-    schedule: dict | None = None,
+    units: CompilePlan | None = None,
 ) -> tuple[int, str, dict]:
     """Run upstream setup.py bdist_wheel ("wheel") or stop once build.ninja exists ("prepare");
-    `schedule` is the compile plan's part of the driver's spec (the units' order, the pool)."""
+    `units`: the compile plan, its jobs and its part of the driver's spec (order, pools)."""
     scratch = source.parent
     spec_path = scratch / f"fa-shim-{mode}.json"
     report_path = scratch / f"fa-shim-{mode}-report.json"
@@ -114,12 +113,12 @@ def run_setup(
         "torch_free_kernels": plan.flavour.torch_free_kernels(plan),
         "extra_sys_path": plan.torch.extra_sys_path,
         **plan.flavour.driver_spec(plan, tools, source),
-        **(schedule or {}),
+        **(units.driver_spec() if units else {}),
         "prefix_flags": _reproducible.compile_flags(plan, tools, scratch),
     }
     spec_path.write_text(json.dumps(spec))
     command = [sys.executable, str(DRIVER), str(spec_path)]
-    env = environment(plan, tools, scratch, jobs, wrappers)
+    env = environment(plan, tools, scratch, units.jobs if units else None, wrappers)
     if mode == "prepare":  # the tools setup.py will call, found as it will find them
         problems = _compilers.host_compiler_problems()
         problems.append(_compilers.ninja_problem(env.get("PATH", os.defpath)))

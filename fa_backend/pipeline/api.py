@@ -7,11 +7,17 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING
 
-from ._plan import check_prepared_metadata, plan, write_metadata
+from ._plan import (
+    check_prepared_metadata,
+    check_space,
+    plan,
+    scratch_dir,
+    toolchain,
+    write_metadata,
+)
 from ._progress import build_sources, preview
 from ._provenance import fa_shim_sources, fingerprint, provenance
 from ._seal import choose as network_seal
-from ._tools import check_space, scratch_dir, toolchain
 
 if TYPE_CHECKING:
     from ._build import Prepared, Wrappers, fresh_wheel, prepare, verify

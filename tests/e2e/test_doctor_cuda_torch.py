@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from conftest import PY, REPO, SHARED_SDISTS, TOOLS, run
 
-from fa_backend.pipeline import _build, _tools
+from fa_backend.pipeline import _plan
 
 CUDA13 = Path("/usr/local/cuda-13.0")
 
@@ -99,7 +99,7 @@ def test_jobs_are_the_builds_own_for_a_tailored_set(torch211_python, tmp_path, m
     for name, value in settings.items():
         monkeypatch.setenv(name, value)
     monkeypatch.chdir(REPO)
-    tools = _tools.toolchain(_build.plan(None))  # what `pip install` would decide here
+    tools = _plan.toolchain(_plan.plan(None))  # what `pip install` would decide here
     assert (machine["jobs"], machine["nvcc_threads"], machine["tu_parts"]) == (
         tools.jobs,
         tools.nvcc_threads,

@@ -11,7 +11,7 @@ from conftest import REPO, SHARED_SDISTS, fa2_plan
 
 from fa_backend.flavours._interface import Tools
 from fa_backend.pipeline import _compile_plan
-from fa_backend.schedule import _pools
+from fa_backend.schedule import _schedule
 from fa_backend.toolchain._archs import ArchChoice, Selection
 
 GIB = 1024**3
@@ -41,7 +41,7 @@ def test_the_pinned_sdists_units_are_pooled_by_their_measured_peaks():
     # 16 jobs of the heaviest units would need ~105 GiB, one figure per unit allows 8 jobs: pools
     # cap the heavy classes and the light units run beside them, within the memory
     assert made.jobs > 8 and made.pools.capped, made.pools
-    assert _pools.worst_case(made.peaks, made.pools) <= 64 * GIB
+    assert _schedule.worst_case(made.peaks, made.pools) <= 64 * GIB
     assert sorted(made.order) == sources
     assert made.order.index(HEAVY) < made.order.index(LIGHT)  # the long units start first
     spec = made.driver_spec()
@@ -56,7 +56,7 @@ def test_a_max_jobs_setting_is_kept_as_given():
 
 def test_an_oom_kill_lowers_the_heaviest_pool_then_the_jobs():
     peaks = {HEAVY: 7 * GIB, "b.cu": 7 * GIB, LIGHT: GIB}
-    made = _compile_plan.CompilePlan(_pools.Pools(4), (), peaks)
+    made = _compile_plan.CompilePlan(_schedule.Pools(4), (), peaks)
     lowered = made.lowered()
     assert lowered.jobs == 4 and [(c.gib, c.depth) for c in lowered.pools.capped] == [(7, 1)]
     message = _compile_plan.retry_message(made, lowered, done=3)
@@ -78,7 +78,7 @@ def test_apply_writes_the_order_and_pools_into_build_ninja(tmp_path):
         "build m.so: link a.o b.o\n"
     )
     peaks = {HEAVY: 7 * GIB, LIGHT: GIB}
-    pools = _pools.Pools(2, (_pools.MemoryClass(7, frozenset({HEAVY}), 1),))
+    pools = _schedule.Pools(2, (_schedule.MemoryClass(7, frozenset({HEAVY}), 1),))
     _compile_plan.apply(ninja, _compile_plan.CompilePlan(pools, (HEAVY, LIGHT), peaks))
     text = ninja.read_text()
     assert "pool fa_shim_mem_7g\n  depth = 1" in text

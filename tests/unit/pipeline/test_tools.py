@@ -1,4 +1,4 @@
-"""The pipeline's steps that run in-process (fa_backend/pipeline/_tools.py), on a real plan (the
+"""The pipeline's steps that run in-process (fa_backend/pipeline/_plan.py), on a real plan (the
 FA2 flavour's of the sample sdist): the build's scratch directory (the prepared metadata:
 test_plan.py). The steps that probe torch, nvcc and the compilers, and
 run upstream's setup.py: the integration tier (tests/integration/test_hooks.py,
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from conftest import fa2_plan
 
-from fa_backend.pipeline import _tools
+from fa_backend.pipeline import _plan
 
 
 @pytest.fixture
@@ -25,7 +25,7 @@ def plan(sample_sdist_dir):
 @pytest.mark.parametrize("keep", [False, True])
 def test_the_scratch_directory_goes_unless_kept(plan, keep, capsys):
     settings = dataclasses.replace(plan.settings, keep_build_dir=keep)
-    with _tools.scratch_dir(settings) as scratch:
+    with _plan.scratch_dir(settings) as scratch:
         assert scratch.parent == Path(tempfile.gettempdir())
         assert scratch.name.startswith("fa-shim-build-")
         (scratch / "src").mkdir()

@@ -1,4 +1,4 @@
-"""Jobs planned from each unit's expected peak (schedule/_pools): whatever the peaks and the
+"""Jobs planned from each unit's expected peak (schedule/_schedule.plan): whatever the peaks and the
 memory, no moment of the build as ninja runs it holds more than the memory (checked by an
 independent replay of ninja's scheduling over random unit times), more jobs never plan a later
 build, light units keep the cores busy beside a capped heavy pool, and an out-of-memory retry
@@ -12,7 +12,7 @@ import random
 from conftest import REPO
 
 from fa_backend.pipeline import _stats
-from fa_backend.schedule import _pools, _schedule
+from fa_backend.schedule import _schedule
 
 GIB = 1024**3
 
@@ -55,12 +55,12 @@ def test_no_plan_ever_holds_more_than_the_memory():
         memory = int(rng.uniform(8, 130) * GIB)
         jobs = rng.randint(1, 32)
         seconds = {name: rng.uniform(10, 900) for name in peaks}
-        plan = _pools.plan(peaks, jobs, memory, seconds)
+        plan = _schedule.plan(peaks, jobs, memory, seconds)
         assert 1 <= plan.jobs <= jobs
         if plan.jobs == 1:
             continue  # one unit at a time: nothing left to lower (it may not fit alone)
         assert all(1 <= c.depth < len(c.units) for c in plan.capped)
-        assert _pools.worst_case(peaks, plan) <= memory
+        assert _schedule.worst_case(peaks, plan) <= memory
         for _ in range(5):  # any order and times ninja may meet
             order = sorted(peaks, key=lambda _: rng.random())
             times = {name: rng.uniform(10, 900) for name in peaks}
@@ -79,7 +79,7 @@ def test_more_jobs_never_plan_a_later_build():
         }
         memory = int(rng.uniform(20, 130) * GIB)
         seconds = {name: rng.uniform(10, 900) for name in peaks}
-        ends = [end(_pools.plan(peaks, jobs, memory, seconds), seconds) for jobs in range(1, 13)]
+        ends = [end(_schedule.plan(peaks, jobs, memory, seconds), seconds) for jobs in range(1, 13)]
         assert all(later <= min(ends[:i]) + 1e-6 for i, later in enumerate(ends) if i), ends
 
 
@@ -107,17 +107,19 @@ def end(plan, seconds):
 
 
 def most_free_jobs(peaks, memory):
-    return next(n for n in range(16, 0, -1) if _pools.worst_case(peaks, _pools.Pools(n)) <= memory)
+    return next(
+        n for n in range(16, 0, -1) if _schedule.worst_case(peaks, _schedule.Pools(n)) <= memory
+    )
 
 
 def test_heavy_units_are_capped_while_light_ones_fill_the_cores():
     # FA2's full set on 16 cores and 64 GiB: one figure per unit (its heaviest) allows 9 jobs;
     # capping the heavier classes lets more of the light ones run, and the build ends sooner
     peaks, seconds = fa2_full_set()
-    plan = _pools.plan(peaks, 16, 64 * GIB, seconds)
-    free = _pools.Pools(most_free_jobs(peaks, 64 * GIB))
+    plan = _schedule.plan(peaks, 16, 64 * GIB, seconds)
+    free = _schedule.Pools(most_free_jobs(peaks, 64 * GIB))
     assert plan.capped and plan.jobs > free.jobs
-    assert _pools.worst_case(peaks, plan) <= 64 * GIB
+    assert _schedule.worst_case(peaks, plan) <= 64 * GIB
     assert end(plan, seconds) < end(free, seconds)
     # the pools hold the units of their class and nothing else
     assert all(max(peaks[n] for n in c.units) <= c.gib * GIB for c in plan.capped)
@@ -126,29 +128,29 @@ def test_heavy_units_are_capped_while_light_ones_fill_the_cores():
 
 def test_the_plan_is_never_slower_than_one_figure_per_unit():
     for (peaks, seconds), memory in ((fa3_v283_unsplit(), 124), (fa2_full_set(), 24)):
-        plan = _pools.plan(peaks, 16, memory * GIB, seconds)
-        free = _pools.Pools(most_free_jobs(peaks, memory * GIB))
+        plan = _schedule.plan(peaks, 16, memory * GIB, seconds)
+        free = _schedule.Pools(most_free_jobs(peaks, memory * GIB))
         assert end(plan, seconds) <= end(free, seconds)
-        assert _pools.worst_case(peaks, plan) <= memory * GIB
+        assert _schedule.worst_case(peaks, plan) <= memory * GIB
 
 
 def test_units_that_all_fit_get_no_pool():
     # FA2's full set on the H100 machine: 73 units of at most 6.6 GiB, 16 jobs, 124 GiB
     peaks = {f"k{i}.cu": int(6.6 * GIB) for i in range(73)}
-    plan = _pools.plan(peaks, 16, 124 * GIB)
-    assert plan == _pools.Pools(16)
+    plan = _schedule.plan(peaks, 16, 124 * GIB)
+    assert plan == _schedule.Pools(16)
     assert plan.pool_of == {} and plan.depths == {}
 
 
 def test_memory_for_no_two_units_means_one_job():
     peaks = {"a.cu": 20 * GIB, "b.cu": 20 * GIB}
-    assert _pools.plan(peaks, 8, 30 * GIB) == _pools.Pools(1)
+    assert _schedule.plan(peaks, 8, 30 * GIB) == _schedule.Pools(1)
 
 
 def test_an_out_of_memory_retry_lowers_the_heavy_units_first():
     peaks, seconds = fa2_full_set()
-    plan = _pools.plan(peaks, 16, 64 * GIB, seconds)
-    lowered = _pools.lower(peaks, plan)
+    plan = _schedule.plan(peaks, 16, 64 * GIB, seconds)
+    lowered = _schedule.lower(peaks, plan)
     before = {c.gib: c.depth for c in plan.capped}
     after = {c.gib: c.depth for c in lowered.capped}
     assert lowered.jobs == plan.jobs
@@ -157,26 +159,31 @@ def test_an_out_of_memory_retry_lowers_the_heavy_units_first():
     assert after == {**before, heaviest: before[heaviest] // 2}
     # a plan with no pool (the model said all fit) caps its heaviest class
     fa3, _ = fa3_v283_unsplit()
-    free = _pools.lower(fa3, _pools.Pools(16))
+    free = _schedule.lower(fa3, _schedule.Pools(16))
     assert free.jobs == 16 and [(c.gib, c.depth) for c in free.capped] == [(22, 1)]
     # every class one at a time: then the jobs halve, down to one
-    single = _pools.Pools(
+    single = _schedule.Pools(
         16,
-        tuple(_pools.MemoryClass(g, u, 1) for g, u in _pools.classes(fa3).items() if len(u) > 1),
+        tuple(
+            _schedule.MemoryClass(g, u, 1) for g, u in _schedule.classes(fa3).items() if len(u) > 1
+        ),
     )
-    assert _pools.lower(fa3, single).jobs == 8
-    assert _pools.lower(fa3, _pools.Pools(1)) is None
+    assert _schedule.lower(fa3, single).jobs == 8
+    assert _schedule.lower(fa3, _schedule.Pools(1)) is None
     # without a memory model (no peaks) only the jobs can be lowered, as before
-    assert _pools.lower({}, _pools.Pools(2)) == _pools.Pools(1)
+    assert _schedule.lower({}, _schedule.Pools(2)) == _schedule.Pools(1)
 
 
 def test_the_plan_says_what_it_caps():
     peaks, seconds = fa2_full_set()
-    plan = _pools.plan(peaks, 16, 64 * GIB, seconds)
-    text = _pools.describe(plan)
+    plan = _schedule.plan(peaks, 16, 64 * GIB, seconds)
+    text = _schedule.describe(plan)
     assert text.startswith(f"{plan.jobs} job(s), at most ") and text.endswith(
         " at once (ninja pools)"
     )
     for c in plan.capped:
         assert f"{c.depth} of the {len(c.units)} units of {c.gib} GiB" in text
-    assert _pools.describe(_pools.Pools(4)) == "4 job(s), every unit free to run beside every other"
+    assert (
+        _schedule.describe(_schedule.Pools(4))
+        == "4 job(s), every unit free to run beside every other"
+    )
