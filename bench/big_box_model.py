@@ -123,7 +123,7 @@ def fa3_table() -> None:
             mark = " (picked)" if size == picked else ""
             wall = (end + fa3.SERIAL_SECONDS) / 60
             row = [f"{cores} ({memory // GIB} GiB)", f"{size}{mark}", len(s)]
-            row += [fa3._pools.describe(plan), f"{end:.0f}", f"{wall:.0f}"]
+            row += [_schedule.describe(plan), f"{end:.0f}", f"{wall:.0f}"]
             print("| " + " | ".join(map(str, row)) + " |")
 
 

@@ -20,7 +20,7 @@ flash_api.cpp, the combine kernel, the scheduler: 233. A unit's time and peak, f
      (2026-11-23 full run; 1.0 where the run did not reach it).
 Backward units: that run's records (235-275 s, 5.7-6.3 GiB, 16 at once); flash_api.cpp, the
 scheduler and the combine unit: 60, 60 and 120 s at 2 GiB (assumed: minutes at most).
-One machine: fa-shim's planner (schedule/_pools on 124 GiB, 16 cores; schedule/_schedule's
+One machine: fa-shim's planner (schedule/_schedule's pools on 124 GiB, 16 cores, and its
 order) given these figures, simulated, plus 90 s of serial steps (prepare, link, repack, verify;
 assumed); and "as fa-shim plans it": the plan a build makes from its own cost and memory models
 (flavours/fa3/_costs), run on these figures, with the most memory it can hold by them.
@@ -50,7 +50,6 @@ from fa_backend.flavours import _registry, _release_files  # noqa: E402
 from fa_backend.flavours.fa3 import _costs, _groups, _releases, _units  # noqa: E402
 from fa_backend.pipeline import _stats  # noqa: E402
 from fa_backend.schedule import _schedule  # noqa: E402
-from fa_backend.schedule import _schedule as _pools  # noqa: E402 (the pools are _schedule.plan)
 
 GIB = 1024**3
 FULL_RUN = ROOT / "bench/results/2026-11-23-h100-fa3/full-compile-stats.jsonl"
@@ -191,25 +190,25 @@ def grouped(size: int, seconds: dict, peaks: dict, stats: dict, high: bool) -> t
 
 
 def one_machine(seconds: dict, peaks: dict) -> dict:
-    plan = _pools.plan(peaks, CORES, MEMORY, seconds)
+    plan = _schedule.plan(peaks, CORES, MEMORY, seconds)
     order = _schedule.best_order(seconds, plan.jobs, plan.pool_of, plan.depths)
     compile_s = _schedule.simulate(order, seconds, plan.jobs, plan.pool_of, plan.depths)
     return {
-        "plan": _pools.describe(plan),
+        "plan": _schedule.describe(plan),
         "compile_s": round(compile_s),
         "wall_s": round(compile_s + SERIAL_SECONDS),
         "bound_s": round(max(max(seconds.values()), sum(seconds.values()) / CORES)),
     }
 
 
-def _fa_shim_plan(units: dict, memory: int) -> tuple[_pools.Pools, list[str]]:
+def _fa_shim_plan(units: dict, memory: int) -> tuple[_schedule.Pools, list[str]]:
     """The pools and order a build plans for these units (pipeline/_compile_plan.make)."""
     tailoring, setup_units = full_tailoring(), fa_shim_order()
     table = _release_files.load_units(_releases.release("main-0251105a").directory)
     cost = _costs.cost_model(tailoring)
     peak = _costs.memory_model(tailoring, table, setup_units)
     model_s, model_p = {n: cost(n) for n in units}, {n: peak(n) for n in units}
-    plan = _pools.plan(model_p, CORES, memory, model_s)
+    plan = _schedule.plan(model_p, CORES, memory, model_s)
     return plan, _schedule.best_order(model_s, plan.jobs, plan.pool_of, plan.depths)
 
 
@@ -220,10 +219,10 @@ def as_planned(seconds: dict, peaks: dict) -> dict:
     plan, order = _fa_shim_plan(seconds, MEMORY)
     compile_s = _schedule.simulate(order, seconds, plan.jobs, plan.pool_of, plan.depths)
     return {
-        "plan": _pools.describe(plan),
+        "plan": _schedule.describe(plan),
         "compile_s": round(compile_s),
         "wall_s": round(compile_s + SERIAL_SECONDS),
-        "most_memory_gib": round(_pools.worst_case(peaks, plan) / GIB, 1),
+        "most_memory_gib": round(_schedule.worst_case(peaks, plan) / GIB, 1),
     }
 
 
@@ -251,7 +250,7 @@ def projected(seconds: dict, tus: Path, started: Path, stopped_at: float, memory
     last = max((r["started"] - t0 + r["seconds"] for r in done.values()), default=0.0)
     compile_s = max(end, last)
     return {
-        "plan": _pools.describe(plan),
+        "plan": _schedule.describe(plan),
         **counts,
         "stopped_at_s": round(stopped_at),
         "compile_s": round(compile_s),
