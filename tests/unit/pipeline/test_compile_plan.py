@@ -1,7 +1,7 @@
 """How one build's units run (fa_backend/pipeline/_compile_plan.py), from real FA2 plans: the
 sample (no memory model: the toolchain's jobs, as given) and the pinned 2.8.3 sdist (its
 units.json: pools over each unit's measured peak), what the driver writes into build.ninja, and
-what an out-of-memory kill lowers. The pools' own search: tests/unit/toolchain/test_pools.py."""
+what an out-of-memory kill lowers. The pools' own search: tests/unit/schedule/test_pools.py."""
 
 from __future__ import annotations
 
